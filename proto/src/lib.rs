@@ -9,15 +9,18 @@
 //!   `grpc.health.v1` and server reflection (v1 and v1alpha), until SIGTERM.
 //! - [`connect`]: a channel to a plugin at the same kind of endpoint.
 //! - [`status`]: building and reading the API's machine-readable errors.
+//! - [`logging`]: structured `tracing` logs, text or JSON.
 //! - [`chunk`]: splitting an instance type catalogue into stream chunks under a size limit.
 //!
 //! A plugin implements [`v1::identity_service_server::IdentityService`] and
 //! [`v1::cloud_provider_service_server::CloudProviderService`] and hands both to
 //! [`serve::serve_until_signal`].
 
+mod authority;
 pub mod chunk;
 pub mod connect;
 pub mod endpoint;
+pub mod logging;
 pub mod serve;
 pub mod status;
 pub mod tls;

@@ -2,7 +2,8 @@
 //! (v1 and v1alpha, so both current and older grpcurl builds can `list` and `describe`), on a
 //! Unix socket (mode 0600) or TCP (TLS or mTLS when certificates are given), until a shutdown
 //! signal, then gracefully: health turns NOT_SERVING, in-flight calls finish, the socket file
-//! is removed.
+//! is removed. Unix connections go through [`AuthorityFix`], so clients that send the socket
+//! path as HTTP/2 authority (grpcurl) work too.
 
 use std::future::Future;
 use std::io;
@@ -10,11 +11,13 @@ use std::os::unix::fs::{FileTypeExt as _, PermissionsExt as _};
 use std::path::{Path, PathBuf};
 
 use tokio::net::{TcpListener, UnixListener, UnixStream};
+use tokio_stream::StreamExt as _;
 use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::service::Routes;
 use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 
+use crate::authority::AuthorityFix;
 use crate::tls::{ServerTls, TlsError};
 use crate::v1::cloud_provider_service_server::{CloudProviderService, CloudProviderServiceServer};
 use crate::v1::identity_service_server::{IdentityService, IdentityServiceServer};
@@ -136,10 +139,17 @@ where
         .set_serving::<CloudProviderServiceServer<C>>()
         .await;
 
+    // Both reflection versions know every descriptor, including each other's, so `list`
+    // shows both whichever version a client speaks.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
+            .include_reflection_service(false)
             .register_encoded_file_descriptor_set(FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_reflection::pb::v1::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(
+                tonic_reflection::pb::v1alpha::FILE_DESCRIPTOR_SET,
+            )
     };
     // An error here means our own embedded descriptor set is broken, which the crate's tests
     // rule out; the plugin still serves, without reflection, and says so.
@@ -199,7 +209,11 @@ where
             tracing::info!(endpoint = %listener.local, "serving plugin");
             let result = server
                 .add_routes(routes)
-                .serve_with_incoming_shutdown(UnixListenerStream::new(unix), shutdown)
+                .serve_with_incoming_shutdown(
+                    UnixListenerStream::new(unix)
+                        .map(|connection| connection.map(AuthorityFix::new)),
+                    shutdown,
+                )
                 .await;
             drop(socket_file);
             result?;

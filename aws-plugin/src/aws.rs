@@ -1,0 +1,46 @@
+//! The AWS configuration the plugin runs with, read the standard way through `aws-config`:
+//! `AWS_REGION`/`AWS_DEFAULT_REGION` or the profile's region, credentials from the environment,
+//! profiles (`AWS_PROFILE`), web identity (`AWS_WEB_IDENTITY_TOKEN_FILE` + `AWS_ROLE_ARN`, as
+//! EKS Pod Identity and IRSA set them), SSO, ECS or instance metadata; and endpoint overrides
+//! (`AWS_ENDPOINT_URL`, `AWS_ENDPOINT_URL_EC2`) for emulators.
+
+use aws_config::{BehaviorVersion, SdkConfig};
+
+/// The loaded configuration and the facts about it worth reporting.
+#[derive(Debug, Clone)]
+pub struct AwsSettings {
+    /// What the AWS SDK clients are built from.
+    pub sdk_config: SdkConfig,
+    /// The region every call goes to.
+    pub region: String,
+    /// The EC2 endpoint override, when one is set (an emulator, a VPC endpoint).
+    pub ec2_endpoint_override: Option<String>,
+}
+
+/// Why the AWS configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+pub enum AwsConfigError {
+    /// No region from any source.
+    #[error(
+        "no AWS region: set AWS_REGION (or AWS_DEFAULT_REGION, or a region in the AWS profile); the plugin manages instances in exactly one region"
+    )]
+    NoRegion,
+}
+
+/// Loads the configuration from the environment and profile files.
+pub async fn load() -> Result<AwsSettings, AwsConfigError> {
+    let sdk_config = aws_config::defaults(BehaviorVersion::latest()).load().await;
+    let region = sdk_config
+        .region()
+        .map(|r| r.to_string())
+        .ok_or(AwsConfigError::NoRegion)?;
+    // The service-specific variable wins over the global one, as in the SDK itself.
+    let ec2_endpoint_override = ["AWS_ENDPOINT_URL_EC2", "AWS_ENDPOINT_URL"]
+        .into_iter()
+        .find_map(|name| std::env::var(name).ok().filter(|v| !v.is_empty()));
+    Ok(AwsSettings {
+        sdk_config,
+        region,
+        ec2_endpoint_override,
+    })
+}

@@ -1,0 +1,64 @@
+//! The Identity service of the AWS plugin.
+
+use std::collections::HashMap;
+
+use provider_sdk::v1::identity_service_server::IdentityService;
+use provider_sdk::v1::{
+    GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
+    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
+};
+use tonic::{Request, Response, Status};
+
+use crate::PLUGIN_NAME;
+use crate::aws::AwsSettings;
+
+/// Who the plugin is and whether it is ready.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    manifest: HashMap<String, String>,
+}
+
+impl Identity {
+    /// The identity of a plugin running with `aws`.
+    pub fn new(aws: &AwsSettings) -> Self {
+        let mut manifest = HashMap::from([("region".to_owned(), aws.region.clone())]);
+        if let Some(endpoint) = &aws.ec2_endpoint_override {
+            manifest.insert("ec2_endpoint".to_owned(), endpoint.clone());
+        }
+        Identity { manifest }
+    }
+}
+
+#[tonic::async_trait]
+impl IdentityService for Identity {
+    async fn get_plugin_info(
+        &self,
+        _: Request<GetPluginInfoRequest>,
+    ) -> Result<Response<GetPluginInfoResponse>, Status> {
+        Ok(Response::new(GetPluginInfoResponse {
+            name: PLUGIN_NAME.to_owned(),
+            vendor_version: env!("CARGO_PKG_VERSION").to_owned(),
+            api_version: provider_sdk::API_VERSION.to_owned(),
+            manifest: self.manifest.clone(),
+        }))
+    }
+
+    async fn get_plugin_capabilities(
+        &self,
+        _: Request<GetPluginCapabilitiesRequest>,
+    ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
+        // None of the optional RPCs is implemented yet; each answers UNIMPLEMENTED, which
+        // core reads as "not supported".
+        Ok(Response::new(GetPluginCapabilitiesResponse {
+            capabilities: Vec::new(),
+        }))
+    }
+
+    async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {
+        // The plugin serves only once its AWS configuration loaded, so serving means ready.
+        Ok(Response::new(ProbeResponse {
+            ready: Some(true),
+            message: String::new(),
+        }))
+    }
+}

@@ -1,0 +1,10 @@
+//! core-svc, the control plane: it watches the cluster and decides (provisioning, NodeClaim
+//! lifecycle, drift, disruption, termination); a cloud provider plugin, reached over gRPC,
+//! does what only the cloud can.
+//!
+//! - [`cli`]: flags and the binary's commands.
+//! - [`plugin`]: the connection to the cloud provider plugin: handshake, capabilities,
+//!   per-RPC deadlines, validation of what the plugin answers.
+
+pub mod cli;
+pub mod plugin;
