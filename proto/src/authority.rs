@@ -146,10 +146,10 @@ impl<S> AuthorityFix<S> {
         {
             return Err(invalid("header block too large"));
         }
-        if flags & FLAG_END_HEADERS != 0 {
-            if let Some(block) = self.block.take() {
-                self.header_block(block)?;
-            }
+        if flags & FLAG_END_HEADERS != 0
+            && let Some(block) = self.block.take()
+        {
+            self.header_block(block)?;
         }
         Ok(())
     }

@@ -33,6 +33,10 @@ pub mod v1 {
     tonic::include_proto!("karpenter.cloudprovider.v1");
 }
 
+/// The stream a plugin's `get_instance_types` returns: chunks of the catalogue (see
+/// [`chunk::chunk_instance_types`]), or an error that voids the whole answer.
+pub type InstanceTypeStream = tonic::codegen::BoxStream<v1::GetInstanceTypesResponse>;
+
 /// The encoded `FileDescriptorSet` of the API and its imports, with source info (comments).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     tonic::include_file_descriptor_set!("cloudprovider_v1_descriptor");
