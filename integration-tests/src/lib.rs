@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 /// The path of a binary of this workspace, built next to the running test.
 ///
-/// `cargo test --workspace` builds every binary before any test runs. Running only this
-/// package (`cargo test -p integration-tests`) does not: build the binaries first.
+/// `cargo test` builds only the binaries of packages that have integration tests, so build
+/// them first: `.ci/test` does (`cargo build --workspace --bins`).
 pub fn workspace_binary(name: &str) -> PathBuf {
     let test_executable =
         std::env::current_exe().unwrap_or_else(|e| panic!("locating the test executable: {e}"));
@@ -25,7 +25,7 @@ pub fn workspace_binary(name: &str) -> PathBuf {
     let binary = profile_dir.join(name);
     assert!(
         binary.is_file(),
-        "{} is missing: run the tests with `cargo test --workspace` (or `cargo build --bin {name}` first)",
+        "{} is missing: run the tests with .ci/test, or `cargo build --workspace --bins` first",
         binary.display()
     );
     binary
@@ -120,6 +120,24 @@ pub fn wait_for_path(path: &Path, timeout: Duration, process: &mut ChildGuard) {
             start.elapsed() < timeout,
             "{} did not appear within {timeout:?}",
             path.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Waits until something accepts TCP connections on 127.0.0.1:`port`, up to `timeout`.
+pub fn wait_for_port(port: u16, timeout: Duration, process: &mut ChildGuard) {
+    let start = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if let Some(child) = process.child.as_mut()
+            && let Ok(Some(status)) = child.try_wait()
+        {
+            let output = process.child.take().map(|c| c.wait_with_output());
+            panic!("the process exited with {status} before listening on port {port}: {output:?}");
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "nothing listened on port {port} within {timeout:?}"
         );
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -52,9 +52,21 @@ pub enum TlsError {
     IncompleteClientIdentity,
 }
 
+/// Makes `ring` the process's rustls crypto provider unless one is installed already. rustls
+/// cannot pick one by itself when a build enables more than one (aws-config brings aws-lc-rs,
+/// tonic brings ring), and would panic at the first handshake.
+fn ensure_crypto_provider() {
+    static INSTALLED: std::sync::Once = std::sync::Once::new();
+    INSTALLED.call_once(|| {
+        // An error means another provider was installed first, which is just as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+}
+
 impl ServerTls {
     /// Reads the files into a tonic server configuration.
     pub fn load(&self) -> Result<ServerTlsConfig, TlsError> {
+        ensure_crypto_provider();
         let identity = Identity::from_pem(
             read("server certificate", &self.cert_file)?,
             read("server key", &self.key_file)?,
@@ -70,6 +82,7 @@ impl ServerTls {
 impl ClientTls {
     /// Reads the files into a tonic client configuration.
     pub fn load(&self) -> Result<ClientTlsConfig, TlsError> {
+        ensure_crypto_provider();
         let mut config = ClientTlsConfig::new()
             .ca_certificate(Certificate::from_pem(read("server CA", &self.ca_file)?));
         match (&self.cert_file, &self.key_file) {
