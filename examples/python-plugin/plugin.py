@@ -1,0 +1,237 @@
+"""An example third-party cloud provider plugin, in Python, written from the proto alone.
+
+It shows what a plugin author needs and nothing more: the three proto files under
+proto/karpenter/cloudprovider/v1, grpcio, and the standard health and reflection services.
+Its "cloud" is a dictionary in memory with three instance types in two zones, so it can run
+anywhere; a real plugin would call its cloud's API where this one touches `self.instances`.
+
+Run it (grpcio, grpcio-tools, grpcio-health-checking and grpcio-reflection from PyPI):
+
+    python plugin.py --endpoint unix:///tmp/python-plugin.sock
+
+then, for example, `core-svc plugin-info --plugin-endpoint unix:///tmp/python-plugin.sock`
+or `grpcurl -plaintext -unix /tmp/python-plugin.sock list`.
+"""
+
+import argparse
+import importlib
+import logging
+import os
+import signal
+import sys
+import tempfile
+import threading
+import uuid
+from concurrent import futures
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from grpc_tools import protoc
+
+REPO = Path(__file__).resolve().parents[2]
+PROTO_ROOT = REPO / "proto"
+PROTO_FILES = ["identity.proto", "types.proto", "cloudprovider.proto"]
+PACKAGE = "karpenter.cloudprovider.v1"
+
+
+def generate_stubs():
+    """Compiles the API with grpcio-tools' bundled protoc into a temporary package."""
+    out = Path(tempfile.mkdtemp(prefix="cloudprovider-stubs-"))
+    well_known = Path(protoc.__file__).parent / "_proto"
+    args = [
+        "protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--python_out={out}",
+        f"--grpc_python_out={out}",
+    ] + [str(PROTO_ROOT / "karpenter/cloudprovider/v1" / f) for f in PROTO_FILES]
+    if protoc.main(args) != 0:
+        raise SystemExit("protoc failed to compile the plugin API")
+    for directory in ["karpenter", "karpenter/cloudprovider", "karpenter/cloudprovider/v1"]:
+        (out / directory / "__init__.py").touch()
+    sys.path.insert(0, str(out))
+    modules = {}
+    for name in ["identity_pb2", "identity_pb2_grpc", "types_pb2", "cloudprovider_pb2", "cloudprovider_pb2_grpc"]:
+        modules[name] = importlib.import_module(f"karpenter.cloudprovider.v1.{name}")
+    return modules
+
+
+pb = generate_stubs()
+identity_pb2, identity_grpc = pb["identity_pb2"], pb["identity_pb2_grpc"]
+types_pb2 = pb["types_pb2"]
+cp_pb2, cp_grpc = pb["cloudprovider_pb2"], pb["cloudprovider_pb2_grpc"]
+
+ZONES = ["example-zone-a", "example-zone-b"]
+# name -> (cpu, memory, price per hour on-demand)
+CATALOGUE = {"small": ("2", "4Gi", 0.05), "medium": ("4", "16Gi", 0.2), "large": ("16", "64Gi", 0.8)}
+
+
+def requirement(key, *values):
+    return types_pb2.Requirement(key=key, operator=types_pb2.OPERATOR_IN, values=list(values))
+
+
+def instance_type(name):
+    cpu, memory, price = CATALOGUE[name]
+    return types_pb2.InstanceType(
+        name=name,
+        requirements=[
+            requirement("node.kubernetes.io/instance-type", name),
+            requirement("kubernetes.io/arch", "amd64"),
+            requirement("kubernetes.io/os", "linux"),
+            requirement("topology.kubernetes.io/zone", *ZONES),
+            requirement("karpenter.sh/capacity-type", "on-demand"),
+        ],
+        offerings=[
+            types_pb2.Offering(zone=zone, capacity_type="on-demand", price=price, available=True)
+            for zone in ZONES
+        ],
+        capacity={"cpu": cpu, "memory": memory, "pods": "110"},
+        overhead=types_pb2.Overhead(kube_reserved={"cpu": "100m", "memory": "256Mi"}),
+    )
+
+
+class Identity(identity_grpc.IdentityServiceServicer):
+    def GetPluginInfo(self, request, context):
+        return identity_pb2.GetPluginInfoResponse(
+            name="example.python.plugin", vendor_version="0.1.0", api_version="1.0"
+        )
+
+    def GetPluginCapabilities(self, request, context):
+        rpc = identity_pb2.PluginCapability.Rpc
+        return identity_pb2.GetPluginCapabilitiesResponse(
+            capabilities=[
+                identity_pb2.PluginCapability(rpc=rpc(type=rpc.TYPE_IS_DRIFTED)),
+                identity_pb2.PluginCapability(rpc=rpc(type=rpc.TYPE_GET)),
+            ]
+        )
+
+    def Probe(self, request, context):
+        return identity_pb2.ProbeResponse(ready=True)
+
+
+class CloudProvider(cp_grpc.CloudProviderServiceServicer):
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.instances = {}  # NodeClaim name -> NodeClaim as launched
+
+    def GetSupportedNodeClasses(self, request, context):
+        return cp_pb2.GetSupportedNodeClassesResponse(
+            node_classes=[types_pb2.NodeClassKind(group="example.dev", version="v1", kind="ExampleNodeClass")]
+        )
+
+    def GetInstanceTypes(self, request, context):
+        # One chunk per type, only to show the streaming: real plugins fill chunks up to ~1 MiB.
+        for name in CATALOGUE:
+            yield cp_pb2.GetInstanceTypesResponse(instance_types=[instance_type(name)])
+
+    def Create(self, request, context):
+        claim = request.node_claim
+        if not claim.name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_claim.name is required")
+        allowed = [r for r in claim.spec.requirements if r.key == "node.kubernetes.io/instance-type"]
+        if not allowed or allowed[0].operator != types_pb2.OPERATOR_IN:
+            context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "node_claim.spec.requirements: an In requirement on node.kubernetes.io/instance-type is required",
+            )
+        with self.lock:
+            # Idempotent by name: a retried Create returns what the first one launched.
+            if claim.name in self.instances:
+                return cp_pb2.CreateResponse(node_claim=self.instances[claim.name])
+            choices = [t for t in allowed[0].values if t in CATALOGUE]
+            if not choices:
+                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no instance type of {list(allowed[0].values)} exists")
+            cheapest = min(choices, key=lambda t: CATALOGUE[t][2])
+            cpu, memory, _ = CATALOGUE[cheapest]
+            zone = ZONES[len(self.instances) % len(ZONES)]
+            launched = types_pb2.NodeClaim(
+                name=claim.name,
+                uid=claim.uid,
+                labels={
+                    "node.kubernetes.io/instance-type": cheapest,
+                    "topology.kubernetes.io/zone": zone,
+                    "karpenter.sh/capacity-type": "on-demand",
+                },
+                status=types_pb2.NodeClaimStatus(
+                    provider_id=f"example://{zone}/{uuid.uuid4()}",
+                    image_id="example-image-1",
+                    capacity={"cpu": cpu, "memory": memory, "pods": "110"},
+                    allocatable={"cpu": cpu, "memory": memory, "pods": "110"},
+                    instance_state=types_pb2.INSTANCE_STATE_RUNNING,
+                ),
+            )
+            self.instances[claim.name] = launched
+            return cp_pb2.CreateResponse(node_claim=launched)
+
+    def Delete(self, request, context):
+        if not request.node_claim_name:
+            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_claim_name is required")
+        with self.lock:
+            name = request.node_claim_name
+            known = self.instances.get(name)
+            if known is not None and request.provider_id and known.status.provider_id != request.provider_id:
+                context.abort(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    f"provider_id {request.provider_id} is not the instance of {name}",
+                )
+            # This cloud terminates instantly; a real one answers TERMINATING until gone.
+            self.instances.pop(name, None)
+        return cp_pb2.DeleteResponse(state=cp_pb2.DELETION_STATE_GONE)
+
+    def Get(self, request, context):
+        with self.lock:
+            for claim in self.instances.values():
+                if claim.status.provider_id == request.provider_id:
+                    return cp_pb2.GetResponse(node_claim=claim)
+        context.abort(grpc.StatusCode.NOT_FOUND, f"no instance {request.provider_id}")
+
+    def IsDrifted(self, request, context):
+        return cp_pb2.IsDriftedResponse()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--endpoint", default="unix:///tmp/python-plugin.sock")
+    args = parser.parse_args()
+    if not args.endpoint.startswith("unix:///"):
+        parser.error("this example serves on unix:///abs/path only")
+    socket_path = args.endpoint[len("unix://"):]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=8))
+    identity_grpc.add_IdentityServiceServicer_to_server(Identity(), server)
+    cp_grpc.add_CloudProviderServiceServicer_to_server(CloudProvider(), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    for service in ["", f"{PACKAGE}.IdentityService", f"{PACKAGE}.CloudProviderService"]:
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    reflection.enable_server_reflection(
+        [
+            identity_pb2.DESCRIPTOR.services_by_name["IdentityService"].full_name,
+            cp_pb2.DESCRIPTOR.services_by_name["CloudProviderService"].full_name,
+            health_pb2.DESCRIPTOR.services_by_name["Health"].full_name,
+            reflection.SERVICE_NAME,
+        ],
+        server,
+    )
+
+    old_umask = os.umask(0o177)  # the socket is created 0600, as the API recommends
+    try:
+        server.add_insecure_port(f"unix://{socket_path}")
+        server.start()
+    finally:
+        os.umask(old_umask)
+    logging.info("serving on %s", args.endpoint)
+
+    stopped = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    signal.signal(signal.SIGINT, lambda *_: stopped.set())
+    stopped.wait()
+    logging.info("shutting down")
+    server.stop(grace=5).wait()
+
+
+if __name__ == "__main__":
+    main()

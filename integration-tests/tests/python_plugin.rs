@@ -1,0 +1,138 @@
+//! A third-party plugin written in Python from the proto alone (examples/python-plugin), driven
+//! by core-svc and by the Rust SDK's client: the API works across languages.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is a failed assertion"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use integration_tests::{ChildGuard, run_ok, tool, wait_for_path, workspace_binary};
+use provider_sdk::Endpoint;
+use provider_sdk::v1::cloud_provider_service_client::CloudProviderServiceClient;
+use provider_sdk::v1::{
+    CreateRequest, DeleteRequest, DeletionState, GetInstanceTypesRequest, NodeClaim, NodeClaimSpec,
+    Operator, Requirement,
+};
+use tokio_stream::StreamExt as _;
+
+fn start_python_plugin(socket: &Path) -> ChildGuard {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python-plugin/plugin.py");
+    let mut process = ChildGuard::spawn(
+        Command::new(tool("python3", "TOOLS_PYTHON"))
+            .arg(script)
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display())),
+    );
+    wait_for_path(socket, Duration::from_secs(60), &mut process);
+    process
+}
+
+#[test]
+fn core_svc_handshakes_with_a_python_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("python.sock");
+    let _plugin = start_python_plugin(&socket);
+    let answer = run_ok(
+        Command::new(workspace_binary("core-svc"))
+            .args(["plugin-info", "--plugin-endpoint"])
+            .arg(format!("unix://{}", socket.display())),
+    );
+    assert_eq!(
+        answer.trim(),
+        "plugin example.python.plugin 0.1.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: Get, IsDrifted; ready: yes"
+    );
+}
+
+fn node_claim(name: &str, instance_types: &[&str]) -> NodeClaim {
+    NodeClaim {
+        name: name.into(),
+        spec: Some(NodeClaimSpec {
+            requirements: vec![Requirement {
+                key: "node.kubernetes.io/instance-type".into(),
+                operator: Operator::In as i32,
+                values: instance_types.iter().map(|t| (*t).into()).collect(),
+                min_values: None,
+            }],
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn the_rust_client_drives_a_python_plugin_through_its_lifecycle() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("python.sock");
+    let _plugin = start_python_plugin(&socket);
+    let channel = provider_sdk::connect::connect(&Endpoint::Unix(socket), None).unwrap();
+    let mut cloud = CloudProviderServiceClient::new(channel);
+
+    let mut stream = cloud
+        .get_instance_types(GetInstanceTypesRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let mut names = Vec::new();
+    while let Some(chunk) = stream.next().await {
+        names.extend(chunk.unwrap().instance_types.into_iter().map(|t| t.name));
+    }
+    assert_eq!(names, ["small", "medium", "large"]);
+
+    let create = || CreateRequest {
+        node_claim: Some(node_claim("default-abcde", &["large", "medium"])),
+        node_class: None,
+    };
+    let first = cloud
+        .create(create())
+        .await
+        .unwrap()
+        .into_inner()
+        .node_claim
+        .unwrap();
+    assert_eq!(
+        first.labels["node.kubernetes.io/instance-type"], "medium",
+        "the cheapest allowed type"
+    );
+    let retried = cloud
+        .create(create())
+        .await
+        .unwrap()
+        .into_inner()
+        .node_claim
+        .unwrap();
+    let provider_id = first.status.as_ref().unwrap().provider_id.clone();
+    assert_eq!(
+        retried.status.unwrap().provider_id,
+        provider_id,
+        "Create is idempotent by name"
+    );
+
+    let invalid = cloud
+        .create(CreateRequest {
+            node_claim: Some(node_claim("", &["small"])),
+            node_class: None,
+        })
+        .await;
+    assert_eq!(invalid.unwrap_err().code(), tonic::Code::InvalidArgument);
+
+    for _ in 0..2 {
+        let deleted = cloud
+            .delete(DeleteRequest {
+                provider_id: provider_id.clone(),
+                node_claim_name: "default-abcde".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            deleted.state(),
+            DeletionState::Gone,
+            "deleting what is gone is not an error"
+        );
+    }
+}
