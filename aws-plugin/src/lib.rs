@@ -1,13 +1,19 @@
 //! The AWS cloud provider plugin: serves `karpenter.cloudprovider.v1` over EC2.
 //!
+//! - [`apis`]: the EC2NodeClass API type (`karpenter.k8s.aws/v1`), its CRD and validation.
 //! - [`cli`]: flags, logging, AWS configuration, serving.
 //! - [`identity`]: the Identity service (who the plugin is, what it supports, readiness).
 //! - [`provider`]: the CloudProvider service.
+//! - [`catalogue`]: the embedded EC2 catalogue (DescribeInstanceTypes data, zones, prices).
+//! - [`instance_types`]: EC2 instance types as the API's `InstanceType` (labels, capacity, overhead, offerings).
 //! - [`aws`]: the AWS configuration the plugin runs with.
 
+pub mod apis;
 pub mod aws;
+pub mod catalogue;
 pub mod cli;
 pub mod identity;
+pub mod instance_types;
 pub mod provider;
 
 /// The plugin's name, as `GetPluginInfo` reports it.

@@ -14,9 +14,11 @@ or `grpcurl -plaintext -unix /tmp/python-plugin.sock list`.
 """
 
 import argparse
+import atexit
 import importlib
 import logging
 import os
+import shutil
 import signal
 import sys
 import tempfile
@@ -39,6 +41,7 @@ PACKAGE = "karpenter.cloudprovider.v1"
 def generate_stubs():
     """Compiles the API with grpcio-tools' bundled protoc into a temporary package."""
     out = Path(tempfile.mkdtemp(prefix="cloudprovider-stubs-"))
+    atexit.register(shutil.rmtree, out, ignore_errors=True)
     well_known = Path(protoc.__file__).parent / "_proto"
     args = [
         "protoc",

@@ -5,6 +5,7 @@
 //! UNAVAILABLE, which callers treat as "unknown", never as "gone" or "drifted".
 
 mod handshake;
+pub mod instance_types;
 
 pub use handshake::{Capabilities, Handshake, HandshakeError, PluginInfo, handshake};
 

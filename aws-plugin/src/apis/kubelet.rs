@@ -1,0 +1,169 @@
+//! `spec.kubelet`: the kubelet settings Karpenter understands, plus any others kept as given.
+//!
+//! Upstream's released v1 API types these fields; its newest versions make the object open
+//! (`x-kubernetes-preserve-unknown-fields`) and pass unknown keys through to AMI families that
+//! render raw kubelet configuration. The known fields are typed here and the rest are kept in
+//! [`KubeletConfiguration::other`], so a manifest using either form loads without losing
+//! anything.
+
+use std::collections::BTreeMap;
+
+use schemars::{JsonSchema, Schema};
+use serde::{Deserialize, Serialize};
+
+/// The keys `systemReserved` and `kubeReserved` accept.
+pub const RESERVED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
+
+/// The eviction signals the eviction maps accept.
+pub const EVICTION_SIGNALS: [&str; 6] = [
+    "memory.available",
+    "nodefs.available",
+    "nodefs.inodesFree",
+    "imagefs.available",
+    "imagefs.inodesFree",
+    "pid.available",
+];
+
+/// Kubelet settings for the nodes (a subset of upstream's `KubeletConfiguration`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "has(self.imageGCHighThresholdPercent) && has(self.imageGCLowThresholdPercent) ?  self.imageGCHighThresholdPercent > self.imageGCLowThresholdPercent  : true",
+        "message": "imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+    },
+    {
+        "rule": "has(self.evictionSoft) ? self.evictionSoft.all(e, (e in self.evictionSoftGracePeriod)):true",
+        "message": "evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
+    },
+    {
+        "rule": "has(self.evictionSoftGracePeriod) ? self.evictionSoftGracePeriod.all(e, (e in self.evictionSoft)):true",
+        "message": "evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
+    },
+]))]
+pub struct KubeletConfiguration {
+    /// IP addresses of the cluster DNS servers.
+    #[serde(default, rename = "clusterDNS", skip_serializing_if = "Vec::is_empty")]
+    pub cluster_dns: Vec<String>,
+    /// The most pods a node runs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub max_pods: Option<i32>,
+    /// The most pods per vCPU; capped by `maxPods`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub pods_per_core: Option<i32>,
+    /// Resources reserved for the OS (cpu, memory, ephemeral-storage, pid).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = system_reserved_rules)]
+    pub system_reserved: BTreeMap<String, String>,
+    /// Resources reserved for Kubernetes components (cpu, memory, ephemeral-storage, pid).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = kube_reserved_rules)]
+    pub kube_reserved: BTreeMap<String, String>,
+    /// Hard eviction thresholds by signal.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = eviction_hard_rules)]
+    pub eviction_hard: BTreeMap<String, String>,
+    /// Soft eviction thresholds by signal; each needs a grace period.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = eviction_soft_rules)]
+    pub eviction_soft: BTreeMap<String, String>,
+    /// How long each soft threshold must hold before eviction (Go durations).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(transform = eviction_soft_grace_period_rules)]
+    pub eviction_soft_grace_period: BTreeMap<String, String>,
+    /// The longest grace period, in seconds, pods get when evicted for a soft threshold.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub eviction_max_pod_grace_period: Option<i32>,
+    /// Disk usage percentage above which image garbage collection always runs.
+    #[serde(
+        default,
+        rename = "imageGCHighThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 100))]
+    pub image_gc_high_threshold_percent: Option<i32>,
+    /// Disk usage percentage image garbage collection frees down to.
+    #[serde(
+        default,
+        rename = "imageGCLowThresholdPercent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(range(min = 0, max = 100))]
+    pub image_gc_low_threshold_percent: Option<i32>,
+    /// Whether CPU CFS quotas are enforced for containers with CPU limits.
+    #[serde(
+        default,
+        rename = "cpuCFSQuota",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_cfs_quota: Option<bool>,
+    /// Kubelet settings Karpenter does not interpret, kept as given.
+    #[serde(flatten)]
+    pub other: BTreeMap<String, serde_json::Value>,
+}
+
+fn quoted(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn set_rules(schema: &mut Schema, rules: Vec<serde_json::Value>) {
+    schema.insert("x-kubernetes-validations".into(), rules.into());
+}
+
+fn reserved_rules(schema: &mut Schema, field: &str) {
+    let checks = RESERVED_RESOURCES
+        .iter()
+        .map(|r| format!("x=='{r}'"))
+        .collect::<Vec<_>>()
+        .join(" || ");
+    set_rules(
+        schema,
+        vec![
+            serde_json::json!({
+                "rule": format!("self.all(x, {checks})"),
+                "message": format!("valid keys for {field} are [{}]", quoted(&RESERVED_RESOURCES)),
+            }),
+            serde_json::json!({
+                "rule": "self.all(x, !self[x].startsWith('-'))",
+                "message": format!("{field} value cannot be a negative resource quantity"),
+            }),
+        ],
+    );
+}
+
+fn signal_rules(schema: &mut Schema, field: &str) {
+    let signals = quoted(&EVICTION_SIGNALS);
+    set_rules(
+        schema,
+        vec![serde_json::json!({
+            "rule": format!("self.all(x, x in [{signals}])"),
+            "message": format!("valid keys for {field} are [{signals}]"),
+        })],
+    );
+}
+
+fn system_reserved_rules(schema: &mut Schema) {
+    reserved_rules(schema, "systemReserved");
+}
+
+fn kube_reserved_rules(schema: &mut Schema) {
+    reserved_rules(schema, "kubeReserved");
+}
+
+fn eviction_hard_rules(schema: &mut Schema) {
+    signal_rules(schema, "evictionHard");
+}
+
+fn eviction_soft_rules(schema: &mut Schema) {
+    signal_rules(schema, "evictionSoft");
+}
+
+fn eviction_soft_grace_period_rules(schema: &mut Schema) {
+    signal_rules(schema, "evictionSoftGracePeriod");
+}

@@ -1,0 +1,654 @@
+//! The EC2NodeClass CRD's rules (OpenAPI patterns and bounds, CEL) enforced again in Rust, for
+//! the simulator and as defence in depth. Each error names the field by its JSON path
+//! (`spec.amiSelectorTerms[0]`) and the rule it breaks; messages follow the CEL rules' wording,
+//! shortened where the path already says which term or field is meant.
+//!
+//! Where upstream's CEL is weaker than its intent (`!self.all(x, has(x.id) && has(x.tags))`
+//! only fails when every term mixes `id` and `tags`), both the generated CRD and these checks
+//! apply the intent: per term.
+
+use std::{collections::BTreeMap, fmt};
+
+use super::{
+    ec2nodeclass::{
+        ALIAS_FAMILIES, ALIAS_VERSION_LATEST, AMIFamily, AMISelectorTerm, BlockDeviceMapping,
+        CapacityReservationSelectorTerm, EC2NodeClass, EC2NodeClassSpec, MAX_BLOCK_DEVICE_MAPPINGS,
+        MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESTRICTED_TAGS, SecurityGroupSelectorTerm,
+        SubnetSelectorTerm, WINDOWS_ALIAS_FAMILIES,
+    },
+    kubelet::{EVICTION_SIGNALS, KubeletConfiguration, RESERVED_RESOURCES},
+    patterns,
+};
+
+/// A field path, `spec.amiSelectorTerms[0].alias`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    /// A path starting at a top-level field (`spec`).
+    pub fn root(field: &str) -> Self {
+        Self(field.to_owned())
+    }
+
+    /// `self.field`.
+    pub fn field(&self, field: &str) -> Self {
+        Self(format!("{}.{field}", self.0))
+    }
+
+    /// `self[index]`.
+    pub fn index(&self, index: usize) -> Self {
+        Self(format!("{}[{index}]", self.0))
+    }
+
+    /// `self["key"]`, for map entries.
+    pub fn key(&self, key: &str) -> Self {
+        Self(format!("{}[{key:?}]", self.0))
+    }
+
+    /// The path as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One broken rule, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {violation}")]
+pub struct ValidationError {
+    /// The field that breaks the rule.
+    pub path: FieldPath,
+    /// The rule.
+    pub violation: Violation,
+}
+
+/// The rules, with the message each prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A required list or string is empty.
+    #[error("{0} cannot be empty")]
+    Empty(&'static str),
+    /// A list is longer than the CRD allows (`maxItems`).
+    #[error("must have at most {0} items")]
+    TooManyItems(usize),
+    /// A list must not be empty (`minItems`).
+    #[error("must have at least one item")]
+    NoItems,
+    /// A map has more entries than the CRD allows (`maxProperties`).
+    #[error("must have at most {0} entries")]
+    TooManyEntries(usize),
+    /// A string is longer than the CRD allows (`maxLength`).
+    #[error("must be no more than {0} characters")]
+    TooLong(usize),
+    /// A number is below the CRD's `minimum`.
+    #[error("must be greater than or equal to {0}")]
+    BelowMinimum(i64),
+    /// A number is above the CRD's `maximum`.
+    #[error("must be less than or equal to {0}")]
+    AboveMaximum(i64),
+    /// A string does not match the CRD's `pattern`.
+    #[error("{value:?} does not match {pattern}")]
+    Pattern {
+        /// The string.
+        value: String,
+        /// The expression it should match.
+        pattern: &'static str,
+    },
+    /// A selector term sets none of its selectors.
+    #[error("expected at least one, got none, {}", list(.0))]
+    NoSelector(&'static [&'static str]),
+    /// A selector term combines a field that must stand alone with others.
+    #[error("'{0}' is mutually exclusive with other fields")]
+    MutuallyExclusive(&'static str),
+    /// An alias term is not the only AMI selector term.
+    #[error("'alias' is mutually exclusive with other amiSelectorTerms")]
+    AliasNotAlone,
+    /// An alias is not `family@version`.
+    #[error("'alias' is improperly formatted, must match the format 'family@version'")]
+    AliasFormat,
+    /// An alias names an unknown family.
+    #[error(
+        "family is not supported, must be one of the following: {}",
+        joined(&ALIAS_FAMILIES)
+    )]
+    AliasFamily,
+    /// A Windows alias pins a version.
+    #[error("windows families may only specify version 'latest'")]
+    WindowsAliasVersion,
+    /// `amiFamily` contradicts the alias.
+    #[error(
+        "if set, amiFamily must be '{0}' or 'Custom' when using {article} {0} alias",
+        article = if .0.starts_with('A') { "an" } else { "a" }
+    )]
+    AmiFamilyMismatch(&'static str),
+    /// Neither `amiFamily` nor an alias.
+    #[error("must specify amiFamily if amiSelectorTerms does not contain an alias")]
+    AmiFamilyRequired,
+    /// Both or neither of `role` and `instanceProfile`.
+    #[error("must specify exactly one of ['role', 'instanceProfile']")]
+    RoleXorInstanceProfile,
+    /// A selector term's tags have an empty key or value.
+    #[error("empty tag keys or values aren't supported")]
+    EmptySelectorTag,
+    /// `spec.tags` has an empty key.
+    #[error("empty tag keys aren't supported")]
+    EmptyTagKey,
+    /// `spec.tags` sets a tag Karpenter owns.
+    #[error("tag contains a restricted tag matching {0}")]
+    RestrictedTag(String),
+    /// A kubelet map has a key outside its allowed set.
+    #[error("valid keys for {field} are [{}]", quoted(.allowed))]
+    InvalidKubeletKey {
+        /// The map.
+        field: &'static str,
+        /// Its allowed keys.
+        allowed: &'static [&'static str],
+    },
+    /// A reserved resource is negative.
+    #[error("{0} value cannot be a negative resource quantity")]
+    NegativeReserved(&'static str),
+    /// The image GC thresholds are inverted.
+    #[error("imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent")]
+    ImageGcThresholds,
+    /// A soft eviction threshold without a grace period.
+    #[error("evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod")]
+    EvictionSoftWithoutGracePeriod,
+    /// A grace period without a soft eviction threshold.
+    #[error("evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft")]
+    GracePeriodWithoutEvictionSoft,
+    /// More than one root volume.
+    #[error("must have only one blockDeviceMappings with rootVolume")]
+    MultipleRootVolumes,
+    /// An EBS volume with neither snapshot nor size.
+    #[error("snapshotID or volumeSize must be defined")]
+    SnapshotOrVolumeSize,
+    /// An initialization rate without a snapshot to initialize from.
+    #[error("snapshotID must be set when volumeInitializationRate is set")]
+    InitializationRateWithoutSnapshot,
+}
+
+fn joined(items: &[&str]) -> String {
+    let quoted: Vec<String> = items.iter().map(|i| format!("'{i}'")).collect();
+    quoted.join(", ")
+}
+
+fn list(items: &[&str]) -> String {
+    format!("[{}]", joined(items))
+}
+
+fn quoted(items: &[&str]) -> String {
+    items
+        .iter()
+        .map(|i| format!("'{i}'"))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// Collects errors while the validator walks an object.
+#[derive(Debug, Default)]
+struct Errors(Vec<ValidationError>);
+
+impl Errors {
+    fn push(&mut self, path: FieldPath, violation: Violation) {
+        self.0.push(ValidationError { path, violation });
+    }
+
+    fn pattern(
+        &mut self,
+        path: FieldPath,
+        value: &str,
+        pattern: &'static str,
+        matches: fn(&str) -> bool,
+    ) {
+        if !matches(value) {
+            self.push(
+                path,
+                Violation::Pattern {
+                    value: value.to_owned(),
+                    pattern,
+                },
+            );
+        }
+    }
+
+    fn range(&mut self, path: FieldPath, value: i64, min: Option<i64>, max: Option<i64>) {
+        if let Some(min) = min
+            && value < min
+        {
+            self.push(path.clone(), Violation::BelowMinimum(min));
+        }
+        if let Some(max) = max
+            && value > max
+        {
+            self.push(path, Violation::AboveMaximum(max));
+        }
+    }
+
+    fn terms<T>(&mut self, path: &FieldPath, terms: &[T], name: &'static str) {
+        if terms.is_empty() {
+            self.push(path.clone(), Violation::Empty(name));
+        }
+        if terms.len() > MAX_SELECTOR_TERMS {
+            self.push(path.clone(), Violation::TooManyItems(MAX_SELECTOR_TERMS));
+        }
+    }
+
+    fn selector_tags(&mut self, path: FieldPath, tags: Option<&BTreeMap<String, String>>) {
+        let Some(tags) = tags else { return };
+        if tags.len() > MAX_SELECTOR_TAGS {
+            self.push(path.clone(), Violation::TooManyEntries(MAX_SELECTOR_TAGS));
+        }
+        if tags.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
+            self.push(path, Violation::EmptySelectorTag);
+        }
+    }
+
+    fn into_result(self) -> Result<(), Vec<ValidationError>> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0)
+        }
+    }
+}
+
+impl EC2NodeClass {
+    /// Checks the EC2NodeClass against the rules its CRD enforces on creation.
+    pub fn validate(&self) -> Result<(), Vec<ValidationError>> {
+        let mut errors = Errors::default();
+        self.spec.check(&mut errors, &FieldPath::root("spec"));
+        errors.into_result()
+    }
+}
+
+impl EC2NodeClassSpec {
+    fn check(&self, errors: &mut Errors, path: &FieldPath) {
+        let subnets = path.field("subnetSelectorTerms");
+        errors.terms(&subnets, &self.subnet_selector_terms, "subnetSelectorTerms");
+        for (i, term) in self.subnet_selector_terms.iter().enumerate() {
+            term.check(errors, subnets.index(i));
+        }
+
+        let groups = path.field("securityGroupSelectorTerms");
+        errors.terms(
+            &groups,
+            &self.security_group_selector_terms,
+            "securityGroupSelectorTerms",
+        );
+        for (i, term) in self.security_group_selector_terms.iter().enumerate() {
+            term.check(errors, groups.index(i));
+        }
+
+        let reservations = path.field("capacityReservationSelectorTerms");
+        if self.capacity_reservation_selector_terms.len() > MAX_SELECTOR_TERMS {
+            errors.push(
+                reservations.clone(),
+                Violation::TooManyItems(MAX_SELECTOR_TERMS),
+            );
+        }
+        for (i, term) in self.capacity_reservation_selector_terms.iter().enumerate() {
+            term.check(errors, reservations.index(i));
+        }
+
+        self.check_amis(errors, path);
+
+        if self.role.is_some() == self.instance_profile.is_some() {
+            errors.push(path.clone(), Violation::RoleXorInstanceProfile);
+        }
+        if self.role.as_deref() == Some("") {
+            errors.push(path.field("role"), Violation::Empty("role"));
+        }
+        if self.instance_profile.as_deref() == Some("") {
+            errors.push(
+                path.field("instanceProfile"),
+                Violation::Empty("instanceProfile"),
+            );
+        }
+
+        let tags = path.field("tags");
+        for key in self.tags.keys() {
+            if key.is_empty() {
+                errors.push(tags.clone(), Violation::EmptyTagKey);
+            }
+            for (restricted, prefix) in RESTRICTED_TAGS {
+                let hit = if prefix {
+                    key.starts_with(restricted)
+                } else {
+                    key == restricted
+                };
+                if hit {
+                    let shown = if prefix {
+                        format!("{restricted}/")
+                    } else {
+                        restricted.to_owned()
+                    };
+                    errors.push(tags.key(key), Violation::RestrictedTag(shown));
+                }
+            }
+        }
+
+        if let Some(kubelet) = &self.kubelet {
+            kubelet.check(errors, &path.field("kubelet"));
+        }
+
+        let devices = path.field("blockDeviceMappings");
+        if self.block_device_mappings.len() > MAX_BLOCK_DEVICE_MAPPINGS {
+            errors.push(
+                devices.clone(),
+                Violation::TooManyItems(MAX_BLOCK_DEVICE_MAPPINGS),
+            );
+        }
+        if self
+            .block_device_mappings
+            .iter()
+            .filter(|m| m.root_volume)
+            .count()
+            > 1
+        {
+            errors.push(devices.clone(), Violation::MultipleRootVolumes);
+        }
+        for (i, mapping) in self.block_device_mappings.iter().enumerate() {
+            mapping.check(errors, &devices.index(i));
+        }
+
+        errors.range(
+            path.field("metadataOptions")
+                .field("httpPutResponseHopLimit"),
+            self.metadata_options.http_put_response_hop_limit,
+            Some(1),
+            Some(64),
+        );
+        if let Some(count) = self.ip_prefix_count {
+            errors.range(path.field("ipPrefixCount"), count.into(), Some(0), None);
+        }
+    }
+
+    fn check_amis(&self, errors: &mut Errors, path: &FieldPath) {
+        let amis = path.field("amiSelectorTerms");
+        let terms = &self.ami_selector_terms;
+        if terms.is_empty() {
+            errors.push(amis.clone(), Violation::NoItems);
+        }
+        if terms.len() > MAX_SELECTOR_TERMS {
+            errors.push(amis.clone(), Violation::TooManyItems(MAX_SELECTOR_TERMS));
+        }
+        for (i, term) in terms.iter().enumerate() {
+            term.check(errors, amis.index(i));
+        }
+        let alias = terms.iter().find_map(|t| t.alias.as_deref());
+        if alias.is_some() && terms.len() != 1 {
+            errors.push(amis, Violation::AliasNotAlone);
+        }
+        let family_path = path.field("amiFamily");
+        match (self.ami_family, alias.and_then(AMIFamily::from_alias)) {
+            (None, None) if alias.is_none() => {
+                errors.push(family_path, Violation::AmiFamilyRequired);
+            }
+            (Some(family), Some(aliased)) if family != AMIFamily::Custom && family != aliased => {
+                errors.push(family_path, Violation::AmiFamilyMismatch(aliased.as_str()));
+            }
+            _ => {}
+        }
+    }
+}
+
+impl SubnetSelectorTerm {
+    fn check(&self, errors: &mut Errors, path: FieldPath) {
+        if self.tags.is_none() && self.id.is_none() {
+            errors.push(path.clone(), Violation::NoSelector(&["tags", "id"]));
+        }
+        if self.id.is_some() && self.tags.is_some() {
+            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
+        }
+        if let Some(id) = &self.id {
+            errors.pattern(
+                path.field("id"),
+                id,
+                patterns::SUBNET_ID,
+                patterns::is_subnet_id,
+            );
+        }
+        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+    }
+}
+
+impl SecurityGroupSelectorTerm {
+    fn check(&self, errors: &mut Errors, path: FieldPath) {
+        let (tags, id, name) = (self.tags.is_some(), self.id.is_some(), self.name.is_some());
+        if !(tags || id || name) {
+            errors.push(path.clone(), Violation::NoSelector(&["tags", "id", "name"]));
+        }
+        if id && (tags || name) {
+            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
+        }
+        if name && (tags || id) {
+            errors.push(path.clone(), Violation::MutuallyExclusive("name"));
+        }
+        if let Some(id) = &self.id {
+            errors.pattern(
+                path.field("id"),
+                id,
+                patterns::SECURITY_GROUP_ID,
+                patterns::is_security_group_id,
+            );
+        }
+        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+    }
+}
+
+impl CapacityReservationSelectorTerm {
+    fn check(&self, errors: &mut Errors, path: FieldPath) {
+        let (tags, id, criteria) = (
+            self.tags.is_some(),
+            self.id.is_some(),
+            self.instance_match_criteria.is_some(),
+        );
+        if !(tags || id || criteria) {
+            errors.push(
+                path.clone(),
+                Violation::NoSelector(&["tags", "id", "instanceMatchCriteria"]),
+            );
+        }
+        if id && (tags || criteria || self.owner_id.is_some()) {
+            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
+        }
+        if let Some(id) = &self.id {
+            errors.pattern(
+                path.field("id"),
+                id,
+                patterns::CAPACITY_RESERVATION_ID,
+                patterns::is_capacity_reservation_id,
+            );
+        }
+        if let Some(owner) = &self.owner_id {
+            errors.pattern(
+                path.field("ownerID"),
+                owner,
+                patterns::ACCOUNT_ID,
+                patterns::is_account_id,
+            );
+        }
+        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+    }
+}
+
+impl AMISelectorTerm {
+    fn check(&self, errors: &mut Errors, path: FieldPath) {
+        let (alias, tags, id, name, owner, ssm) = (
+            self.alias.is_some(),
+            self.tags.is_some(),
+            self.id.is_some(),
+            self.name.is_some(),
+            self.owner.is_some(),
+            self.ssm_parameter.is_some(),
+        );
+        if !(tags || id || name || alias || ssm) {
+            errors.push(
+                path.clone(),
+                Violation::NoSelector(&["tags", "id", "name", "alias", "ssmParameter"]),
+            );
+        }
+        if id && (alias || tags || name || owner) {
+            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
+        }
+        if alias && (id || tags || name || owner) {
+            errors.push(path.clone(), Violation::MutuallyExclusive("alias"));
+        }
+        if let Some(value) = &self.alias {
+            check_alias(errors, path.field("alias"), value);
+        }
+        if let Some(id) = &self.id {
+            errors.pattern(path.field("id"), id, patterns::AMI_ID, patterns::is_ami_id);
+        }
+        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+    }
+}
+
+fn check_alias(errors: &mut Errors, path: FieldPath, alias: &str) {
+    const MAX_ALIAS_LENGTH: usize = super::ec2nodeclass::MAX_ALIAS_LENGTH;
+    if alias.len() > MAX_ALIAS_LENGTH {
+        errors.push(path.clone(), Violation::TooLong(MAX_ALIAS_LENGTH));
+    }
+    if !patterns::is_alias(alias) {
+        errors.push(path.clone(), Violation::AliasFormat);
+    }
+    // CEL's `split('@')[0]` and `[1]`: the text before the first '@', and between it and the
+    // next one.
+    let mut parts = alias.split('@');
+    let family = parts.next().unwrap_or_default();
+    let version = parts.next();
+    if !ALIAS_FAMILIES.contains(&family) {
+        errors.push(path.clone(), Violation::AliasFamily);
+    }
+    if WINDOWS_ALIAS_FAMILIES.contains(&family) && version != Some(ALIAS_VERSION_LATEST) {
+        errors.push(path, Violation::WindowsAliasVersion);
+    }
+}
+
+impl KubeletConfiguration {
+    fn check(&self, errors: &mut Errors, path: &FieldPath) {
+        for (field, value) in [
+            ("maxPods", self.max_pods),
+            ("podsPerCore", self.pods_per_core),
+        ] {
+            if let Some(v) = value {
+                errors.range(path.field(field), v.into(), Some(0), None);
+            }
+        }
+        let thresholds = [
+            (
+                "imageGCHighThresholdPercent",
+                self.image_gc_high_threshold_percent,
+            ),
+            (
+                "imageGCLowThresholdPercent",
+                self.image_gc_low_threshold_percent,
+            ),
+        ];
+        for (field, value) in thresholds {
+            if let Some(v) = value {
+                errors.range(path.field(field), v.into(), Some(0), Some(100));
+            }
+        }
+        if let (Some(high), Some(low)) = (
+            self.image_gc_high_threshold_percent,
+            self.image_gc_low_threshold_percent,
+        ) && high <= low
+        {
+            errors.push(path.clone(), Violation::ImageGcThresholds);
+        }
+        for (field, map) in [
+            ("systemReserved", &self.system_reserved),
+            ("kubeReserved", &self.kube_reserved),
+        ] {
+            let at = path.field(field);
+            for (key, value) in map {
+                if !RESERVED_RESOURCES.contains(&key.as_str()) {
+                    errors.push(
+                        at.key(key),
+                        Violation::InvalidKubeletKey {
+                            field,
+                            allowed: &RESERVED_RESOURCES,
+                        },
+                    );
+                }
+                if value.starts_with('-') {
+                    errors.push(at.key(key), Violation::NegativeReserved(field));
+                }
+            }
+        }
+        for (field, keys) in [
+            (
+                "evictionHard",
+                self.eviction_hard.keys().collect::<Vec<_>>(),
+            ),
+            ("evictionSoft", self.eviction_soft.keys().collect()),
+            (
+                "evictionSoftGracePeriod",
+                self.eviction_soft_grace_period.keys().collect(),
+            ),
+        ] {
+            for key in keys {
+                if !EVICTION_SIGNALS.contains(&key.as_str()) {
+                    errors.push(
+                        path.field(field).key(key),
+                        Violation::InvalidKubeletKey {
+                            field,
+                            allowed: &EVICTION_SIGNALS,
+                        },
+                    );
+                }
+            }
+        }
+        for key in self.eviction_soft.keys() {
+            if !self.eviction_soft_grace_period.contains_key(key) {
+                errors.push(
+                    path.field("evictionSoft").key(key),
+                    Violation::EvictionSoftWithoutGracePeriod,
+                );
+            }
+        }
+        for key in self.eviction_soft_grace_period.keys() {
+            if !self.eviction_soft.contains_key(key) {
+                errors.push(
+                    path.field("evictionSoftGracePeriod").key(key),
+                    Violation::GracePeriodWithoutEvictionSoft,
+                );
+            }
+        }
+    }
+}
+
+impl BlockDeviceMapping {
+    fn check(&self, errors: &mut Errors, path: &FieldPath) {
+        let Some(ebs) = &self.ebs else { return };
+        let at = path.field("ebs");
+        if ebs.snapshot_id.is_none() && ebs.volume_size.is_none() {
+            errors.push(at.clone(), Violation::SnapshotOrVolumeSize);
+        }
+        if let Some(rate) = ebs.volume_initialization_rate {
+            if ebs.snapshot_id.as_deref().is_none_or(str::is_empty) {
+                errors.push(at.clone(), Violation::InitializationRateWithoutSnapshot);
+            }
+            errors.range(
+                at.field("volumeInitializationRate"),
+                rate.into(),
+                Some(100),
+                Some(300),
+            );
+        }
+        if let Some(size) = &ebs.volume_size {
+            errors.pattern(
+                at.field("volumeSize"),
+                &size.0,
+                patterns::VOLUME_SIZE,
+                patterns::is_volume_size,
+            );
+        }
+    }
+}

@@ -1,0 +1,415 @@
+//! Each rule of the EC2NodeClass CRD, enforced in Rust: one invalid manifest per rule, with the
+//! exact message.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is a failed assertion"
+)]
+
+use aws_plugin::apis::{EC2NodeClass, patterns};
+use serde_json::Value;
+
+fn fixture(name: &str) -> Value {
+    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
+    serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
+/// RFC 7386 JSON merge patch.
+fn merge(target: &mut Value, patch: &Value) {
+    match patch {
+        Value::Object(patch) => {
+            if !target.is_object() {
+                *target = Value::Object(serde_json::Map::new());
+            }
+            let target = target.as_object_mut().unwrap();
+            for (k, v) in patch {
+                if v.is_null() {
+                    target.remove(k);
+                } else {
+                    merge(target.entry(k.clone()).or_insert(Value::Null), v);
+                }
+            }
+        }
+        other => *target = other.clone(),
+    }
+}
+
+fn errors(patch_yaml: &str) -> Vec<String> {
+    let mut manifest = fixture("ec2nodeclass-minimal.yaml");
+    merge(&mut manifest, &serde_yaml::from_str(patch_yaml).unwrap());
+    let nc: EC2NodeClass = serde_json::from_value(manifest).unwrap();
+    nc.validate()
+        .err()
+        .unwrap_or_default()
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[track_caller]
+fn check(patch_yaml: &str, expected: &[&str]) {
+    assert_eq!(errors(patch_yaml), expected, "patch:\n{patch_yaml}");
+}
+
+#[test]
+fn valid_base() {
+    check("{}", &[]);
+}
+
+#[test]
+fn subnet_selector_terms() {
+    check(
+        "spec: {subnetSelectorTerms: []}",
+        &["spec.subnetSelectorTerms: subnetSelectorTerms cannot be empty"],
+    );
+    check(
+        "spec: {subnetSelectorTerms: [{}]}",
+        &["spec.subnetSelectorTerms[0]: expected at least one, got none, ['tags', 'id']"],
+    );
+    check(
+        "spec: {subnetSelectorTerms: [{tags: {a: b}}, {id: subnet-123, tags: {a: b}}]}",
+        &["spec.subnetSelectorTerms[1]: 'id' is mutually exclusive with other fields"],
+    );
+    check(
+        "spec: {subnetSelectorTerms: [{id: sg-123}]}",
+        &[&format!(
+            "spec.subnetSelectorTerms[0].id: \"sg-123\" does not match {}",
+            patterns::SUBNET_ID
+        )],
+    );
+    check(
+        "spec: {subnetSelectorTerms: [{tags: {a: ''}}]}",
+        &["spec.subnetSelectorTerms[0].tags: empty tag keys or values aren't supported"],
+    );
+    let tags: Vec<String> = (0..21).map(|i| format!("t{i}: v")).collect();
+    check(
+        &format!(
+            "spec: {{subnetSelectorTerms: [{{tags: {{{}}}}}]}}",
+            tags.join(", ")
+        ),
+        &["spec.subnetSelectorTerms[0].tags: must have at most 20 entries"],
+    );
+    let terms: Vec<&str> = (0..31).map(|_| "{id: subnet-1}").collect();
+    check(
+        &format!("spec: {{subnetSelectorTerms: [{}]}}", terms.join(", ")),
+        &["spec.subnetSelectorTerms: must have at most 30 items"],
+    );
+}
+
+#[test]
+fn security_group_selector_terms() {
+    check(
+        "spec: {securityGroupSelectorTerms: []}",
+        &["spec.securityGroupSelectorTerms: securityGroupSelectorTerms cannot be empty"],
+    );
+    check(
+        "spec: {securityGroupSelectorTerms: [{}]}",
+        &[
+            "spec.securityGroupSelectorTerms[0]: expected at least one, got none, ['tags', 'id', 'name']",
+        ],
+    );
+    check(
+        "spec: {securityGroupSelectorTerms: [{id: sg-1, name: web}]}",
+        &[
+            "spec.securityGroupSelectorTerms[0]: 'id' is mutually exclusive with other fields",
+            "spec.securityGroupSelectorTerms[0]: 'name' is mutually exclusive with other fields",
+        ],
+    );
+    check(
+        "spec: {securityGroupSelectorTerms: [{name: web, tags: {a: b}}]}",
+        &["spec.securityGroupSelectorTerms[0]: 'name' is mutually exclusive with other fields"],
+    );
+    check(
+        "spec: {securityGroupSelectorTerms: [{id: subnet-1}]}",
+        &[&format!(
+            "spec.securityGroupSelectorTerms[0].id: \"subnet-1\" does not match {}",
+            patterns::SECURITY_GROUP_ID
+        )],
+    );
+}
+
+#[test]
+fn capacity_reservation_selector_terms() {
+    check(
+        "spec: {capacityReservationSelectorTerms: [{tags: {a: b}, ownerID: '012345678901'}]}",
+        &[],
+    );
+    check(
+        "spec: {capacityReservationSelectorTerms: [{instanceMatchCriteria: open}]}",
+        &[],
+    );
+    check(
+        "spec: {capacityReservationSelectorTerms: [{ownerID: '012345678901'}]}",
+        &[
+            "spec.capacityReservationSelectorTerms[0]: expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']",
+        ],
+    );
+    check(
+        "spec: {capacityReservationSelectorTerms: [{id: cr-123, ownerID: '012345678901'}]}",
+        &["spec.capacityReservationSelectorTerms[0]: 'id' is mutually exclusive with other fields"],
+    );
+    check(
+        "spec: {capacityReservationSelectorTerms: [{id: cr-ABC}]}",
+        &[&format!(
+            "spec.capacityReservationSelectorTerms[0].id: \"cr-ABC\" does not match {}",
+            patterns::CAPACITY_RESERVATION_ID
+        )],
+    );
+    check(
+        "spec: {capacityReservationSelectorTerms: [{tags: {a: b}, ownerID: '1234'}]}",
+        &[&format!(
+            "spec.capacityReservationSelectorTerms[0].ownerID: \"1234\" does not match {}",
+            patterns::ACCOUNT_ID
+        )],
+    );
+}
+
+#[test]
+fn ami_selector_terms() {
+    check(
+        "spec: {amiSelectorTerms: []}",
+        &[
+            "spec.amiSelectorTerms: must have at least one item",
+            "spec.amiFamily: must specify amiFamily if amiSelectorTerms does not contain an alias",
+        ],
+    );
+    check(
+        "spec: {amiFamily: AL2023, amiSelectorTerms: [{owner: self}]}",
+        &[
+            "spec.amiSelectorTerms[0]: expected at least one, got none, ['tags', 'id', 'name', 'alias', 'ssmParameter']",
+        ],
+    );
+    check(
+        "spec: {amiFamily: AL2023, amiSelectorTerms: [{id: ami-123, name: my-ami}]}",
+        &["spec.amiSelectorTerms[0]: 'id' is mutually exclusive with other fields"],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{alias: al2023@latest, owner: self}]}",
+        &["spec.amiSelectorTerms[0]: 'alias' is mutually exclusive with other fields"],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{alias: al2023@latest}, {name: my-ami}]}",
+        &["spec.amiSelectorTerms: 'alias' is mutually exclusive with other amiSelectorTerms"],
+    );
+    check(
+        "spec: {amiFamily: AL2023, amiSelectorTerms: [{id: image-1}]}",
+        &[&format!(
+            "spec.amiSelectorTerms[0].id: \"image-1\" does not match {}",
+            patterns::AMI_ID
+        )],
+    );
+    check(
+        "spec: {amiFamily: Custom, amiSelectorTerms: [{name: my-ami, owner: self}, {ssmParameter: p}, {tags: {a: b}}]}",
+        &[],
+    );
+}
+
+#[test]
+fn aliases() {
+    for ok in [
+        "al2@latest",
+        "al2023@v20240807",
+        "bottlerocket@v1.20.4",
+        "windows2022@latest",
+        "windows2025@latest",
+    ] {
+        check(
+            &format!("spec: {{amiSelectorTerms: [{{alias: '{ok}'}}]}}"),
+            &[],
+        );
+    }
+    check(
+        "spec: {amiSelectorTerms: [{alias: al2023}]}",
+        &[
+            "spec.amiSelectorTerms[0].alias: 'alias' is improperly formatted, must match the format 'family@version'",
+        ],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{alias: ubuntu@latest}]}",
+        &[
+            "spec.amiSelectorTerms[0].alias: family is not supported, must be one of the following: 'al2', 'al2023', 'bottlerocket', 'windows2019', 'windows2022', 'windows2025'",
+        ],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{alias: windows2019@v1}]}",
+        &["spec.amiSelectorTerms[0].alias: windows families may only specify version 'latest'"],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{alias: bottlerocket@v1.20.4-abcdefghijklmnop}]}",
+        &["spec.amiSelectorTerms[0].alias: must be no more than 30 characters"],
+    );
+}
+
+#[test]
+fn ami_family_and_alias_agree() {
+    check("spec: {amiFamily: Bottlerocket}", &[]);
+    check("spec: {amiFamily: Custom}", &[]);
+    check(
+        "spec: {amiFamily: AL2023}",
+        &[
+            "spec.amiFamily: if set, amiFamily must be 'Bottlerocket' or 'Custom' when using a Bottlerocket alias",
+        ],
+    );
+    check(
+        "spec: {amiFamily: Bottlerocket, amiSelectorTerms: [{alias: al2@latest}]}",
+        &["spec.amiFamily: if set, amiFamily must be 'AL2' or 'Custom' when using an AL2 alias"],
+    );
+    check(
+        "spec: {amiSelectorTerms: [{name: my-ami}]}",
+        &["spec.amiFamily: must specify amiFamily if amiSelectorTerms does not contain an alias"],
+    );
+}
+
+#[test]
+fn role_xor_instance_profile() {
+    check(
+        "spec: {role: null}",
+        &["spec: must specify exactly one of ['role', 'instanceProfile']"],
+    );
+    check(
+        "spec: {instanceProfile: profile}",
+        &["spec: must specify exactly one of ['role', 'instanceProfile']"],
+    );
+    check("spec: {role: null, instanceProfile: profile}", &[]);
+    check("spec: {role: ''}", &["spec.role: role cannot be empty"]);
+    check(
+        "spec: {role: null, instanceProfile: ''}",
+        &["spec.instanceProfile: instanceProfile cannot be empty"],
+    );
+}
+
+#[test]
+fn tags() {
+    check("spec: {tags: {Name: my-node, team: a}}", &[]);
+    check(
+        "spec: {tags: {'': x}}",
+        &["spec.tags: empty tag keys aren't supported"],
+    );
+    for (key, shown) in [
+        ("eks:eks-cluster-name", "eks:eks-cluster-name"),
+        ("kubernetes.io/cluster/test", "kubernetes.io/cluster/"),
+        ("karpenter.sh/nodepool", "karpenter.sh/nodepool"),
+        ("karpenter.sh/nodeclaim", "karpenter.sh/nodeclaim"),
+        (
+            "karpenter.k8s.aws/ec2nodeclass",
+            "karpenter.k8s.aws/ec2nodeclass",
+        ),
+    ] {
+        check(
+            &format!("spec: {{tags: {{'{key}': x}}}}"),
+            &[&format!(
+                "spec.tags[{key:?}]: tag contains a restricted tag matching {shown}"
+            )],
+        );
+    }
+}
+
+#[test]
+fn kubelet() {
+    check("spec: {kubelet: {maxPods: 0, podsPerCore: 0}}", &[]);
+    check(
+        "spec: {kubelet: {maxPods: -1}}",
+        &["spec.kubelet.maxPods: must be greater than or equal to 0"],
+    );
+    check(
+        "spec: {kubelet: {podsPerCore: -1}}",
+        &["spec.kubelet.podsPerCore: must be greater than or equal to 0"],
+    );
+    check(
+        "spec: {kubelet: {imageGCHighThresholdPercent: 101}}",
+        &["spec.kubelet.imageGCHighThresholdPercent: must be less than or equal to 100"],
+    );
+    check(
+        "spec: {kubelet: {imageGCHighThresholdPercent: 50, imageGCLowThresholdPercent: 50}}",
+        &[
+            "spec.kubelet: imageGCHighThresholdPercent must be greater than imageGCLowThresholdPercent",
+        ],
+    );
+    check(
+        "spec: {kubelet: {systemReserved: {gpu: '1'}}}",
+        &[
+            "spec.kubelet.systemReserved[\"gpu\"]: valid keys for systemReserved are ['cpu','memory','ephemeral-storage','pid']",
+        ],
+    );
+    check(
+        "spec: {kubelet: {kubeReserved: {cpu: '-100m'}}}",
+        &[
+            "spec.kubelet.kubeReserved[\"cpu\"]: kubeReserved value cannot be a negative resource quantity",
+        ],
+    );
+    check(
+        "spec: {kubelet: {evictionHard: {disk.available: 5%}}}",
+        &[
+            "spec.kubelet.evictionHard[\"disk.available\"]: valid keys for evictionHard are ['memory.available','nodefs.available','nodefs.inodesFree','imagefs.available','imagefs.inodesFree','pid.available']",
+        ],
+    );
+    check(
+        "spec: {kubelet: {evictionSoft: {memory.available: 1Gi}}}",
+        &[
+            "spec.kubelet.evictionSoft[\"memory.available\"]: evictionSoft OwnerKey does not have a matching evictionSoftGracePeriod",
+        ],
+    );
+    check(
+        "spec: {kubelet: {evictionSoftGracePeriod: {memory.available: 1m}}}",
+        &[
+            "spec.kubelet.evictionSoftGracePeriod[\"memory.available\"]: evictionSoftGracePeriod OwnerKey does not have a matching evictionSoft",
+        ],
+    );
+}
+
+#[test]
+fn block_device_mappings() {
+    check(
+        "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, rootVolume: true, ebs: {volumeSize: 20Gi}}, {deviceName: /dev/xvdb, rootVolume: true, ebs: {snapshotID: snap-1}}]}",
+        &["spec.blockDeviceMappings: must have only one blockDeviceMappings with rootVolume"],
+    );
+    check(
+        "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeType: gp3}}]}",
+        &["spec.blockDeviceMappings[0].ebs: snapshotID or volumeSize must be defined"],
+    );
+    check(
+        "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 20Gi, volumeInitializationRate: 200}}]}",
+        &[
+            "spec.blockDeviceMappings[0].ebs: snapshotID must be set when volumeInitializationRate is set",
+        ],
+    );
+    check(
+        "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {snapshotID: snap-1, volumeInitializationRate: 50}}]}",
+        &[
+            "spec.blockDeviceMappings[0].ebs.volumeInitializationRate: must be greater than or equal to 100",
+        ],
+    );
+    check(
+        "spec: {blockDeviceMappings: [{deviceName: /dev/xvda, ebs: {volumeSize: 100Mi}}]}",
+        &[&format!(
+            "spec.blockDeviceMappings[0].ebs.volumeSize: \"100Mi\" does not match {}",
+            patterns::VOLUME_SIZE
+        )],
+    );
+    let many: Vec<&str> = (0..51).map(|_| "{deviceName: /dev/xvdb}").collect();
+    check(
+        &format!("spec: {{blockDeviceMappings: [{}]}}", many.join(", ")),
+        &["spec.blockDeviceMappings: must have at most 50 items"],
+    );
+}
+
+#[test]
+fn metadata_options_and_prefixes() {
+    check(
+        "spec: {metadataOptions: {httpPutResponseHopLimit: 64}}",
+        &[],
+    );
+    check(
+        "spec: {metadataOptions: {httpPutResponseHopLimit: 0}}",
+        &["spec.metadataOptions.httpPutResponseHopLimit: must be greater than or equal to 1"],
+    );
+    check(
+        "spec: {metadataOptions: {httpPutResponseHopLimit: 65}}",
+        &["spec.metadataOptions.httpPutResponseHopLimit: must be less than or equal to 64"],
+    );
+    check(
+        "spec: {ipPrefixCount: -1}",
+        &["spec.ipPrefixCount: must be greater than or equal to 0"],
+    );
+}

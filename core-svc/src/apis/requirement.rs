@@ -1,0 +1,140 @@
+//! Node selector requirements with `minValues` (upstream `NodeSelectorRequirementWithMinValues`):
+//! what NodePools and NodeClaims constrain instances with.
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use super::{
+    labels::{self, KeyUse, RestrictedDomain},
+    patterns,
+    validation::{Errors, FieldPath, Violation, check_label_key},
+};
+
+/// The most requirements a NodePool or NodeClaim may have.
+pub const MAX_REQUIREMENTS: usize = 100;
+/// Bounds of `minValues`.
+pub const MIN_VALUES_RANGE: (i64, i64) = (1, 50);
+
+/// A key, an operator relating it to values, and optionally how many distinct values the
+/// scheduler must keep open.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeSelectorRequirementWithMinValues {
+    /// The label key that the selector applies to.
+    #[schemars(length(max = 316), regex(pattern = patterns::QUALIFIED_NAME))]
+    pub key: String,
+    /// The key's relationship to the values.
+    pub operator: Operator,
+    /// The values: non-empty for In and NotIn, one non-negative integer for Gt, Lt, Gte and Lte,
+    /// empty for Exists and DoesNotExist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        transform = label_value_items,
+        extend("x-kubernetes-list-type" = "atomic")
+    )]
+    pub values: Vec<String>,
+    /// The minimum number of distinct values the scheduler must keep available for the key
+    /// (alpha upstream).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 50))]
+    pub min_values: Option<i64>,
+}
+
+/// Puts the label-value limits on each item of `values`.
+fn label_value_items(schema: &mut schemars::Schema) {
+    if let Some(items) = schema.get_mut("items").and_then(|i| i.as_object_mut()) {
+        items.insert("maxLength".into(), labels::MAX_VALUE_LENGTH.into());
+        items.insert("pattern".into(), patterns::LABEL_VALUE.into());
+    }
+}
+
+/// How a requirement relates its key to its values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum Operator {
+    /// The label's value is one of the values.
+    In,
+    /// The label is absent or its value is none of the values.
+    NotIn,
+    /// The label is present.
+    Exists,
+    /// The label is absent.
+    DoesNotExist,
+    /// The label's value, an integer, is greater than the value.
+    Gt,
+    /// The label's value, an integer, is less than the value.
+    Lt,
+    /// The label's value, an integer, is greater than or equal to the value.
+    Gte,
+    /// The label's value, an integer, is less than or equal to the value.
+    Lte,
+}
+
+impl Operator {
+    /// The operator as the API spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::In => "In",
+            Self::NotIn => "NotIn",
+            Self::Exists => "Exists",
+            Self::DoesNotExist => "DoesNotExist",
+            Self::Gt => "Gt",
+            Self::Lt => "Lt",
+            Self::Gte => "Gte",
+            Self::Lte => "Lte",
+        }
+    }
+
+    /// Whether the operator compares integers.
+    pub fn is_numeric(self) -> bool {
+        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
+    }
+}
+
+/// CEL's `int(x) >= 0` on a string: an optionally signed decimal that fits an `i64`.
+fn is_non_negative_int(value: &str) -> bool {
+    value.parse::<i64>().is_ok_and(|v| v >= 0)
+}
+
+/// Checks a requirements list (the CRD's `maxItems`, key, value and operator rules).
+pub fn check_requirements(
+    errors: &mut Errors,
+    path: &FieldPath,
+    requirements: &[NodeSelectorRequirementWithMinValues],
+    key_use: KeyUse,
+    extra: &[RestrictedDomain<'_>],
+) {
+    errors.max_items(path, requirements, MAX_REQUIREMENTS);
+    for (i, r) in requirements.iter().enumerate() {
+        let at = path.index(i);
+        check_label_key(errors, &at.field("key"), &r.key, key_use, extra);
+        let values = at.field("values");
+        for (j, value) in r.values.iter().enumerate() {
+            if let Err(e) = labels::check_label_value(value) {
+                errors.push(values.index(j), e);
+            }
+        }
+        if r.operator == Operator::In && r.values.is_empty() {
+            errors.push(values.clone(), Violation::InWithoutValues);
+        }
+        if r.operator.is_numeric()
+            && !matches!(r.values.as_slice(), [only] if is_non_negative_int(only))
+        {
+            errors.push(
+                values.clone(),
+                Violation::NotOneInteger(r.operator.as_str()),
+            );
+        }
+        if let Some(min_values) = r.min_values {
+            errors.range(
+                &at.field("minValues"),
+                min_values,
+                Some(MIN_VALUES_RANGE.0),
+                Some(MIN_VALUES_RANGE.1),
+            );
+            let enough = usize::try_from(min_values).is_ok_and(|m| r.values.len() >= m);
+            if r.operator == Operator::In && !enough {
+                errors.push(values, Violation::FewerValuesThanMinValues(min_values));
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! Validation errors and the checks NodePools and NodeClaims share.
+//!
+//! The rules are the CRDs' (OpenAPI patterns, bounds, CEL), enforced again in Rust: the
+//! simulator loads manifests no API server has seen, and core should not trust that every object
+//! it reads was admitted by the CRDs this repository ships. Each error names the field by its
+//! JSON path (`spec.template.spec.requirements[0].values`) and the rule it breaks; messages
+//! follow the CEL rules' wording where there is one.
+
+use std::{collections::BTreeMap, fmt};
+
+use k8s_openapi::api::core::v1::Taint;
+
+use super::{
+    labels::{self, InvalidKey, InvalidValue, KeyUse, RestrictedDomain, RestrictedKey},
+    patterns,
+};
+
+/// The taint effects Kubernetes knows.
+pub const TAINT_EFFECTS: [&str; 3] = ["NoSchedule", "PreferNoSchedule", "NoExecute"];
+
+/// A field path, `spec.template.spec.requirements[0].values`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct FieldPath(String);
+
+impl FieldPath {
+    /// A path starting at a top-level field (`spec`).
+    pub fn root(field: &str) -> Self {
+        Self(field.to_owned())
+    }
+
+    /// `self.field`.
+    pub fn field(&self, field: &str) -> Self {
+        Self(format!("{}.{field}", self.0))
+    }
+
+    /// `self[index]`.
+    pub fn index(&self, index: usize) -> Self {
+        Self(format!("{}[{index}]", self.0))
+    }
+
+    /// `self["key"]`, for map entries.
+    pub fn key(&self, key: &str) -> Self {
+        Self(format!("{}[{key:?}]", self.0))
+    }
+
+    /// The path as a string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One broken rule, and where.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{path}: {violation}")]
+pub struct ValidationError {
+    /// The field that breaks the rule.
+    pub path: FieldPath,
+    /// The rule.
+    pub violation: Violation,
+}
+
+/// The rules, with the message each prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Violation {
+    /// A required string is empty (`self != ''`).
+    #[error("{0} may not be empty")]
+    Empty(&'static str),
+    /// A list is longer than the CRD allows (`maxItems`).
+    #[error("must have at most {0} items")]
+    TooManyItems(usize),
+    /// A map has more entries than the CRD allows (`maxProperties`).
+    #[error("must have at most {0} entries")]
+    TooManyEntries(usize),
+    /// A string is longer than the CRD allows (`maxLength`).
+    #[error("must be no more than {0} characters")]
+    TooLong(usize),
+    /// A number is below the CRD's `minimum`.
+    #[error("must be greater than or equal to {0}")]
+    BelowMinimum(i64),
+    /// A number is above the CRD's `maximum`.
+    #[error("must be less than or equal to {0}")]
+    AboveMaximum(i64),
+    /// A string does not match the CRD's `pattern`.
+    #[error("{value:?} does not match {pattern}")]
+    Pattern {
+        /// The string.
+        value: String,
+        /// The expression it should match.
+        pattern: &'static str,
+    },
+    /// A value outside the CRD's `enum`.
+    #[error("{value:?} is not one of {allowed:?}")]
+    NotOneOf {
+        /// The value.
+        value: String,
+        /// What is allowed.
+        allowed: &'static [&'static str],
+    },
+    /// A `listType=set` list repeats an item.
+    #[error("duplicate value {0:?}")]
+    Duplicate(String),
+    /// A label key is not a qualified name.
+    #[error(transparent)]
+    InvalidKey(#[from] InvalidKey),
+    /// A label value is malformed.
+    #[error(transparent)]
+    InvalidValue(#[from] InvalidValue),
+    /// A label key is reserved.
+    #[error(transparent)]
+    RestrictedKey(#[from] RestrictedKey),
+    /// Two taints share key and effect.
+    #[error("duplicate taint Key/Effect pair {key}={effect}")]
+    DuplicateTaint {
+        /// The key.
+        key: String,
+        /// The effect.
+        effect: String,
+    },
+    /// `In` with no values.
+    #[error("In requires at least one value")]
+    InWithoutValues,
+    /// `Gt`, `Lt`, `Gte`, `Lte` without exactly one non-negative integer.
+    #[error("{0} requires a single non-negative integer value")]
+    NotOneInteger(&'static str),
+    /// `In` with fewer values than `minValues`.
+    #[error("In with minValues {0} requires at least {0} values")]
+    FewerValuesThanMinValues(i64),
+    /// A budget has a schedule without a duration, or the reverse.
+    #[error("'schedule' must be set with 'duration'")]
+    ScheduleWithoutDuration,
+    /// A field that may not change after creation changed.
+    #[error("{0} is immutable")]
+    Immutable(&'static str),
+    /// `replicas` added to or removed from an existing NodePool.
+    #[error(
+        "Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) \
+         provisioning modes"
+    )]
+    StaticDynamicTransition,
+    /// A static NodePool limits something other than `nodes`.
+    #[error("only 'limits.nodes' is supported on static NodePools")]
+    StaticLimits,
+    /// A static NodePool has a weight.
+    #[error("'weight' is not supported on static NodePools")]
+    StaticWeight,
+}
+
+/// Collects errors while a validator walks an object.
+#[derive(Debug, Default)]
+pub struct Errors(Vec<ValidationError>);
+
+impl Errors {
+    /// Records that `path` breaks `violation`.
+    pub fn push(&mut self, path: FieldPath, violation: impl Into<Violation>) {
+        self.0.push(ValidationError {
+            path,
+            violation: violation.into(),
+        });
+    }
+
+    /// `Ok` if nothing was recorded.
+    pub fn into_result(self) -> Result<(), Vec<ValidationError>> {
+        if self.0.is_empty() {
+            Ok(())
+        } else {
+            Err(self.0)
+        }
+    }
+
+    /// Checks a `maxItems`.
+    pub fn max_items<T>(&mut self, path: &FieldPath, items: &[T], max: usize) {
+        if items.len() > max {
+            self.push(path.clone(), Violation::TooManyItems(max));
+        }
+    }
+
+    /// Checks a string against a pattern, given the pattern's matcher.
+    pub fn pattern(
+        &mut self,
+        path: &FieldPath,
+        value: &str,
+        pattern: &'static str,
+        matches: fn(&str) -> bool,
+    ) {
+        if !matches(value) {
+            self.push(
+                path.clone(),
+                Violation::Pattern {
+                    value: value.to_owned(),
+                    pattern,
+                },
+            );
+        }
+    }
+
+    /// Checks a number's `minimum` and `maximum`.
+    pub fn range(&mut self, path: &FieldPath, value: i64, min: Option<i64>, max: Option<i64>) {
+        if let Some(min) = min
+            && value < min
+        {
+            self.push(path.clone(), Violation::BelowMinimum(min));
+        }
+        if let Some(max) = max
+            && value > max
+        {
+            self.push(path.clone(), Violation::AboveMaximum(max));
+        }
+    }
+
+    /// Checks a required string is not empty.
+    pub fn not_empty(&mut self, path: &FieldPath, value: &str, name: &'static str) {
+        if value.is_empty() {
+            self.push(path.clone(), Violation::Empty(name));
+        }
+    }
+}
+
+/// Checks a label key: qualified name, length, and the restricted domains and keys.
+pub fn check_label_key(
+    errors: &mut Errors,
+    path: &FieldPath,
+    key: &str,
+    key_use: KeyUse,
+    extra: &[RestrictedDomain<'_>],
+) {
+    if key.len() > labels::MAX_KEY_LENGTH {
+        errors.push(path.clone(), Violation::TooLong(labels::MAX_KEY_LENGTH));
+    }
+    if let Err(e) = labels::check_qualified_name(key) {
+        errors.push(path.clone(), e);
+    }
+    for restricted in labels::restrictions(key, key_use, extra) {
+        errors.push(path.clone(), restricted);
+    }
+}
+
+/// Checks template labels: at most 100, valid keys and values, no restricted keys.
+pub fn check_labels(
+    errors: &mut Errors,
+    path: &FieldPath,
+    labels_: &BTreeMap<String, String>,
+    extra: &[RestrictedDomain<'_>],
+) {
+    const MAX_LABELS: usize = 100;
+    if labels_.len() > MAX_LABELS {
+        errors.push(path.clone(), Violation::TooManyEntries(MAX_LABELS));
+    }
+    for (key, value) in labels_ {
+        let entry = path.key(key);
+        check_label_key(errors, &entry, key, KeyUse::NodePool, extra);
+        if let Err(e) = labels::check_label_value(value) {
+            errors.push(entry, e);
+        }
+    }
+}
+
+/// Checks `taints` and `startupTaints` together: upstream rejects a key/effect pair that appears
+/// twice across both lists.
+pub fn check_taints(errors: &mut Errors, lists: &[(FieldPath, &[Taint])]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for (path, taints) in lists {
+        for (i, taint) in taints.iter().enumerate() {
+            let at = path.index(i);
+            if taint.key.is_empty() {
+                errors.push(at.field("key"), Violation::Empty("key"));
+            } else {
+                errors.pattern(
+                    &at.field("key"),
+                    &taint.key,
+                    patterns::QUALIFIED_NAME,
+                    patterns::is_qualified_name,
+                );
+            }
+            if let Some(value) = taint.value.as_deref().filter(|v| !v.is_empty()) {
+                errors.pattern(
+                    &at.field("value"),
+                    value,
+                    patterns::QUALIFIED_NAME,
+                    patterns::is_qualified_name,
+                );
+            }
+            if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
+                errors.push(
+                    at.field("effect"),
+                    Violation::NotOneOf {
+                        value: taint.effect.clone(),
+                        allowed: &TAINT_EFFECTS,
+                    },
+                );
+            }
+            if !seen.insert((taint.key.as_str(), taint.effect.as_str())) {
+                errors.push(
+                    at,
+                    Violation::DuplicateTaint {
+                        key: taint.key.clone(),
+                        effect: taint.effect.clone(),
+                    },
+                );
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_render_like_json_paths() {
+        let p = FieldPath::root("spec")
+            .field("template")
+            .field("metadata")
+            .field("labels")
+            .key("karpenter.sh/foo");
+        assert_eq!(
+            p.as_str(),
+            r#"spec.template.metadata.labels["karpenter.sh/foo"]"#
+        );
+        assert_eq!(
+            FieldPath::root("spec").field("a").index(3).as_str(),
+            "spec.a[3]"
+        );
+    }
+
+    #[test]
+    fn errors_print_path_then_rule() {
+        let mut errors = Errors::default();
+        errors.push(
+            FieldPath::root("spec")
+                .field("disruption")
+                .field("budgets")
+                .index(1),
+            Violation::ScheduleWithoutDuration,
+        );
+        let errs = errors.into_result().unwrap_err();
+        assert_eq!(
+            errs[0].to_string(),
+            "spec.disruption.budgets[1]: 'schedule' must be set with 'duration'"
+        );
+    }
+}
