@@ -129,8 +129,14 @@ fn offerings(
     offerings
 }
 
+/// `key In [values]`; with no values (a type with no available offering has no zone to
+/// offer), `DoesNotExist`, which selects the same nodes (none carrying a value) in a form the
+/// API accepts: `In` needs at least one value.
 fn requirement_in<'a>(key: &str, values: impl IntoIterator<Item = &'a str>) -> Requirement {
     let mut values: Vec<String> = values.into_iter().map(str::to_owned).collect();
+    if values.is_empty() {
+        return does_not_exist(key);
+    }
     values.sort();
     values.dedup();
     Requirement {
@@ -665,6 +671,11 @@ mod tests {
         assert!(
             g4dn.offerings.iter().all(|o| !o.available),
             "not offered in any zone given: all unavailable, none omitted"
+        );
+        assert_eq!(
+            label(&g4dn, LABEL_TOPOLOGY_ZONE),
+            Some(("OPERATOR_DOES_NOT_EXIST", vec![])),
+            "no zone to offer"
         );
         assert!(!g4dn.offerings.is_empty());
         let graviton = instance_type(

@@ -11,55 +11,17 @@ use aws_plugin::apis::{
     AMIFamily, EC2NodeClass, InstanceStorePolicy, MetadataOptions,
     ec2nodeclass::{HttpTokens, InstanceMatchCriteria, Toggle, VolumeType},
 };
+use karpenter_api::testing::{self, Fixtures, assert_round_trips};
 use serde_json::{Value, json};
 
-fn fixture(name: &str) -> String {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
+const FIXTURES: Fixtures = Fixtures::new(env!("CARGO_MANIFEST_DIR"));
 
 fn load(name: &str) -> (EC2NodeClass, Value) {
-    let text = fixture(name);
-    let value: Value = serde_yaml::from_str(&text).unwrap();
-    let typed: EC2NodeClass = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-    (typed, value)
-}
-
-/// Every value in `input` is in `output` with the same meaning.
-fn assert_kept(input: &Value, output: &Value, path: &str) {
-    match (input, output) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in a {
-                let out = b.get(k).unwrap_or_else(|| panic!("{path}.{k} was dropped"));
-                assert_kept(v, out, &format!("{path}.{k}"));
-            }
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            assert_eq!(a.len(), b.len(), "{path}: length changed");
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                assert_kept(x, y, &format!("{path}[{i}]"));
-            }
-        }
-        (Value::Number(n), Value::String(s)) => assert_eq!(&n.to_string(), s, "{path}"),
-        _ => assert_eq!(input, output, "{path}"),
-    }
-}
-
-fn assert_round_trips(typed: &EC2NodeClass, input: &Value) -> Value {
-    let output = serde_json::to_value(typed).unwrap();
-    assert_kept(input, &output, "");
-    let again: EC2NodeClass = serde_json::from_value(output.clone()).unwrap();
-    assert_eq!(&again, typed);
-    output
+    FIXTURES.load(name)
 }
 
 fn errors(nc: &EC2NodeClass) -> Vec<String> {
-    nc.validate()
-        .err()
-        .unwrap_or_default()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    testing::messages(nc.validate())
 }
 
 #[test]
@@ -248,7 +210,7 @@ fn unknown_kubelet_settings_are_kept() {
 
 #[test]
 fn unknown_fields_elsewhere_are_ignored_as_the_api_server_prunes_them() {
-    let mut manifest: Value = serde_yaml::from_str(&fixture("ec2nodeclass-minimal.yaml")).unwrap();
+    let mut manifest: Value = FIXTURES.yaml("ec2nodeclass-minimal.yaml");
     manifest["spec"]["futureField"] = json!(true);
     let nc: EC2NodeClass = serde_json::from_value(manifest).unwrap();
     assert!(
@@ -260,7 +222,7 @@ fn unknown_fields_elsewhere_are_ignored_as_the_api_server_prunes_them() {
 
 #[test]
 fn malformed_values_fail_to_load() {
-    let mut manifest: Value = serde_yaml::from_str(&fixture("ec2nodeclass-minimal.yaml")).unwrap();
+    let mut manifest: Value = FIXTURES.yaml("ec2nodeclass-minimal.yaml");
     manifest["spec"]["amiFamily"] = json!("Ubuntu");
     let err = serde_json::from_value::<EC2NodeClass>(manifest).unwrap_err();
     assert!(

@@ -8,43 +8,14 @@
 )]
 
 use aws_plugin::apis::{EC2NodeClass, patterns};
-use serde_json::Value;
+use karpenter_api::testing::{self, Fixtures};
 
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
-
-/// RFC 7386 JSON merge patch.
-fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(patch) => {
-            if !target.is_object() {
-                *target = Value::Object(serde_json::Map::new());
-            }
-            let target = target.as_object_mut().unwrap();
-            for (k, v) in patch {
-                if v.is_null() {
-                    target.remove(k);
-                } else {
-                    merge(target.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
+const FIXTURES: Fixtures = Fixtures::new(env!("CARGO_MANIFEST_DIR"));
 
 fn errors(patch_yaml: &str) -> Vec<String> {
-    let mut manifest = fixture("ec2nodeclass-minimal.yaml");
-    merge(&mut manifest, &serde_yaml::from_str(patch_yaml).unwrap());
+    let manifest = FIXTURES.patched("ec2nodeclass-minimal.yaml", patch_yaml);
     let nc: EC2NodeClass = serde_json::from_value(manifest).unwrap();
-    nc.validate()
-        .err()
-        .unwrap_or_default()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    testing::messages(nc.validate())
 }
 
 #[track_caller]

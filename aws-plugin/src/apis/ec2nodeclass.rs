@@ -43,38 +43,21 @@ pub const RESTRICTED_TAGS: [(&str, bool); 5] = [
 ];
 
 /// The top-level EC2NodeClass specification: what the AWS plugin needs to launch instances.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats its keys; clippy reads them as one attribute list"
-)]
+// The `#[kube]` attributes are laid out as `karpenter_api::crd` says.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(group = "karpenter.k8s.aws", version = "v1", kind = "EC2NodeClass")]
+#[kube(doc = "EC2NodeClass is the Schema for the EC2NodeClass API")]
 #[kube(
-    group = "karpenter.k8s.aws",
-    version = "v1",
-    kind = "EC2NodeClass",
     plural = "ec2nodeclasses",
     category = "karpenter",
     shortname = "ec2nc",
-    shortname = "ec2ncs",
-    status = "EC2NodeClassStatus",
-    derive = "PartialEq",
-    doc = "EC2NodeClass is the Schema for the EC2NodeClass API",
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Role",
-        type_ = "string",
-        json_path = ".spec.role",
-        priority = 1
-    )
+    shortname = "ec2ncs"
+)]
+#[kube(status = "EC2NodeClassStatus", derive = "PartialEq")]
+#[kube(
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Role", "type": "string", "jsonPath": ".spec.role", "priority": 1}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(transform = spec_rules)]
@@ -196,7 +179,7 @@ pub struct EC2NodeClassSpec {
     /// Tags for the instances, volumes and launch templates Karpenter creates.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(
-        schema_with = "string_map",
+        schema_with = "karpenter_api::schema::string_map",
         extend("x-kubernetes-validations" = [
             { "rule": "self.all(k, k != '')", "message": "empty tag keys aren't supported" },
             {
@@ -280,10 +263,6 @@ fn spec_rules(schema: &mut Schema) {
         "message": "must specify amiFamily if amiSelectorTerms does not contain an alias",
     }));
     schema.insert("x-kubernetes-validations".into(), rules.into());
-}
-
-fn string_map(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "object", "additionalProperties": { "type": "string" } })
 }
 
 /// A subnet selector term: tags, or an ID.
@@ -587,7 +566,7 @@ pub struct BlockDevice {
 }
 
 fn volume_size(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({ "type": "string", "pattern": patterns::VOLUME_SIZE })
+    json_schema!({ "type": "string", "pattern": patterns::VOLUME_SIZE.as_str() })
 }
 
 /// An EBS volume type.

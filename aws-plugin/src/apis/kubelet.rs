@@ -11,6 +11,8 @@ use std::collections::BTreeMap;
 use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
+use super::validation::{Violation, quoted};
+
 /// The keys `systemReserved` and `kubeReserved` accept.
 pub const RESERVED_RESOURCES: [&str; 4] = ["cpu", "memory", "ephemeral-storage", "pid"];
 
@@ -104,46 +106,40 @@ pub struct KubeletConfiguration {
     pub other: BTreeMap<String, serde_json::Value>,
 }
 
-fn quoted(items: &[&str]) -> String {
-    items
-        .iter()
-        .map(|i| format!("'{i}'"))
-        .collect::<Vec<_>>()
-        .join(",")
-}
-
 fn set_rules(schema: &mut Schema, rules: Vec<serde_json::Value>) {
     schema.insert("x-kubernetes-validations".into(), rules.into());
 }
 
-fn reserved_rules(schema: &mut Schema, field: &str) {
+// The CEL messages are the Rust violations' messages, so the CRD and `validate` say the same.
+fn reserved_rules(schema: &mut Schema, field: &'static str) {
     let checks = RESERVED_RESOURCES
         .iter()
         .map(|r| format!("x=='{r}'"))
         .collect::<Vec<_>>()
         .join(" || ");
+    let allowed = &RESERVED_RESOURCES;
     set_rules(
         schema,
         vec![
             serde_json::json!({
                 "rule": format!("self.all(x, {checks})"),
-                "message": format!("valid keys for {field} are [{}]", quoted(&RESERVED_RESOURCES)),
+                "message": Violation::InvalidKubeletKey { field, allowed }.to_string(),
             }),
             serde_json::json!({
                 "rule": "self.all(x, !self[x].startsWith('-'))",
-                "message": format!("{field} value cannot be a negative resource quantity"),
+                "message": Violation::NegativeReserved(field).to_string(),
             }),
         ],
     );
 }
 
-fn signal_rules(schema: &mut Schema, field: &str) {
-    let signals = quoted(&EVICTION_SIGNALS);
+fn signal_rules(schema: &mut Schema, field: &'static str) {
+    let allowed = &EVICTION_SIGNALS;
     set_rules(
         schema,
         vec![serde_json::json!({
-            "rule": format!("self.all(x, x in [{signals}])"),
-            "message": format!("valid keys for {field} are [{signals}]"),
+            "rule": format!("self.all(x, x in [{}])", quoted(allowed, ",")),
+            "message": Violation::InvalidKubeletKey { field, allowed }.to_string(),
         })],
     );
 }

@@ -2,26 +2,32 @@
 //! the same semantics (Go RE2, as kube-apiserver evaluates OpenAPI `pattern`s), so the schema and
 //! the Rust validation cannot disagree. Several of upstream's are unanchored (`subnet-[0-9a-z]+`
 //! matches anywhere in the string); the matchers reproduce that rather than the intent.
+//!
+//! Only EC2NodeClass's own: the patterns every Karpenter API group shares (condition types and
+//! reasons, label keys and values, quantities) are `karpenter_api::patterns`, whose [`Pattern`]
+//! pairs each expression with its matcher here too.
+
+pub use karpenter_api::patterns::Pattern;
 
 /// `subnetSelectorTerms[].id` (unanchored).
-pub const SUBNET_ID: &str = "subnet-[0-9a-z]+";
+pub const SUBNET_ID: Pattern = Pattern::new("subnet-[0-9a-z]+", is_subnet_id);
 /// `securityGroupSelectorTerms[].id` (unanchored).
-pub const SECURITY_GROUP_ID: &str = "sg-[0-9a-z]+";
+pub const SECURITY_GROUP_ID: Pattern = Pattern::new("sg-[0-9a-z]+", is_security_group_id);
 /// `amiSelectorTerms[].id` (unanchored).
-pub const AMI_ID: &str = "ami-[0-9a-z]+";
+pub const AMI_ID: Pattern = Pattern::new("ami-[0-9a-z]+", is_ami_id);
 /// Capacity reservation IDs.
-pub const CAPACITY_RESERVATION_ID: &str = "^cr-[0-9a-z]+$";
+pub const CAPACITY_RESERVATION_ID: Pattern =
+    Pattern::new("^cr-[0-9a-z]+$", is_capacity_reservation_id);
 /// AWS account IDs.
-pub const ACCOUNT_ID: &str = "^[0-9]{12}$";
+pub const ACCOUNT_ID: Pattern = Pattern::new("^[0-9]{12}$", is_account_id);
 /// `amiSelectorTerms[].alias` (checked by CEL `matches`).
-pub const ALIAS: &str = "^[a-zA-Z0-9]+@.+$";
+pub const ALIAS: Pattern = Pattern::new("^[a-zA-Z0-9]+@.+$", is_alias);
 /// `blockDeviceMappings[].ebs.volumeSize`: Gi up to 59000, G up to 64000, Ti and T (upstream's
 /// alternations for Ti and T include an empty branch, so `Ti` and `T` alone match too).
-pub const VOLUME_SIZE: &str = "^((?:[1-9][0-9]{0,3}|[1-4][0-9]{4}|[5][0-8][0-9]{3}|59000)Gi|(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|[6][0-3][0-9]{3}|64000)G|([1-9]||[1-5][0-7]|58)Ti|([1-9]||[1-5][0-9]|6[0-3]|64)T)$";
-/// `status.conditions[].type`.
-pub const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
-/// `status.conditions[].reason`.
-pub const CONDITION_REASON: &str = "^([A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?|)$";
+pub const VOLUME_SIZE: Pattern = Pattern::new(
+    "^((?:[1-9][0-9]{0,3}|[1-4][0-9]{4}|[5][0-8][0-9]{3}|59000)Gi|(?:[1-9][0-9]{0,3}|[1-5][0-9]{4}|[6][0-3][0-9]{3}|64000)G|([1-9]||[1-5][0-7]|58)Ti|([1-9]||[1-5][0-9]|6[0-3]|64)T)$",
+    is_volume_size,
+);
 
 /// `<prefix>[0-9a-z]+` somewhere in `s`.
 fn contains_id(s: &str, prefix: &str) -> bool {
@@ -33,22 +39,22 @@ fn contains_id(s: &str, prefix: &str) -> bool {
     })
 }
 
-/// Matches [`SUBNET_ID`].
+/// The matcher of [`SUBNET_ID`].
 pub fn is_subnet_id(s: &str) -> bool {
     contains_id(s, "subnet-")
 }
 
-/// Matches [`SECURITY_GROUP_ID`].
+/// The matcher of [`SECURITY_GROUP_ID`].
 pub fn is_security_group_id(s: &str) -> bool {
     contains_id(s, "sg-")
 }
 
-/// Matches [`AMI_ID`].
+/// The matcher of [`AMI_ID`].
 pub fn is_ami_id(s: &str) -> bool {
     contains_id(s, "ami-")
 }
 
-/// Matches [`CAPACITY_RESERVATION_ID`].
+/// The matcher of [`CAPACITY_RESERVATION_ID`].
 pub fn is_capacity_reservation_id(s: &str) -> bool {
     s.strip_prefix("cr-").is_some_and(|rest| {
         !rest.is_empty()
@@ -58,12 +64,12 @@ pub fn is_capacity_reservation_id(s: &str) -> bool {
     })
 }
 
-/// Matches [`ACCOUNT_ID`].
+/// The matcher of [`ACCOUNT_ID`].
 pub fn is_account_id(s: &str) -> bool {
     s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Matches [`ALIAS`].
+/// The matcher of [`ALIAS`].
 pub fn is_alias(s: &str) -> bool {
     s.split_once('@').is_some_and(|(family, version)| {
         !family.is_empty()
@@ -73,7 +79,7 @@ pub fn is_alias(s: &str) -> bool {
     })
 }
 
-/// Matches [`VOLUME_SIZE`].
+/// The matcher of [`VOLUME_SIZE`].
 pub fn is_volume_size(s: &str) -> bool {
     let digits = |n: &str| n.bytes().all(|b| b.is_ascii_digit());
     let no_leading_zero = |n: &str| !n.starts_with('0');

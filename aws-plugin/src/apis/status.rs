@@ -3,10 +3,11 @@
 use k8s_openapi::{
     api::core::v1::NodeSelectorRequirement, apimachinery::pkg::apis::meta::v1::Time,
 };
+use karpenter_api::Condition;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{condition::Condition, ec2nodeclass::InstanceMatchCriteria, patterns};
+use super::{ec2nodeclass::InstanceMatchCriteria, patterns};
 
 /// SubnetsReady: the subnet selectors matched subnets.
 pub const CONDITION_SUBNETS_READY: &str = "SubnetsReady";

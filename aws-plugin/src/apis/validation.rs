@@ -6,8 +6,15 @@
 //! Where upstream's CEL is weaker than its intent (`!self.all(x, has(x.id) && has(x.tags))`
 //! only fails when every term mixes `id` and `tags`), both the generated CRD and these checks
 //! apply the intent: per term.
+//!
+//! The machinery is karpenter-api's: one [`FieldPath`] and `ValidationError` for every API
+//! group, its shared checks (`maxItems`, `pattern`, bounds), and their messages. The rules
+//! EC2NodeClass adds are this module's [`Violation`], which wraps karpenter-api's.
 
-use std::{collections::BTreeMap, fmt};
+use std::collections::BTreeMap;
+
+pub use karpenter_api::validation::FieldPath;
+use karpenter_api::validation::Violation as CommonViolation;
 
 use super::{
     ec2nodeclass::{
@@ -20,87 +27,29 @@ use super::{
     patterns,
 };
 
-/// A field path, `spec.amiSelectorTerms[0].alias`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct FieldPath(String);
+/// One broken EC2NodeClass rule, and where.
+pub type ValidationError = karpenter_api::validation::ValidationError<Violation>;
 
-impl FieldPath {
-    /// A path starting at a top-level field (`spec`).
-    pub fn root(field: &str) -> Self {
-        Self(field.to_owned())
-    }
+/// Collects errors while the validator walks an object.
+type Errors = karpenter_api::validation::Errors<Violation>;
 
-    /// `self.field`.
-    pub fn field(&self, field: &str) -> Self {
-        Self(format!("{}.{field}", self.0))
-    }
-
-    /// `self[index]`.
-    pub fn index(&self, index: usize) -> Self {
-        Self(format!("{}[{index}]", self.0))
-    }
-
-    /// `self["key"]`, for map entries.
-    pub fn key(&self, key: &str) -> Self {
-        Self(format!("{}[{key:?}]", self.0))
-    }
-
-    /// The path as a string.
-    pub fn as_str(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Display for FieldPath {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-/// One broken rule, and where.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{path}: {violation}")]
-pub struct ValidationError {
-    /// The field that breaks the rule.
-    pub path: FieldPath,
-    /// The rule.
-    pub violation: Violation,
-}
-
-/// The rules, with the message each prints.
+/// The rules, with the message each prints: the ones every API group shares, and
+/// EC2NodeClass's own.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
-    /// A required list or string is empty.
+    /// A rule every API group's schema has (`maxItems`, `maxProperties`, `maxLength`, bounds,
+    /// `pattern`), with karpenter-api's message.
+    #[error(transparent)]
+    Common(#[from] CommonViolation),
+    /// A required list or string is empty (the EC2NodeClass CRD's wording, which is not
+    /// karpenter.sh's "may not be empty").
     #[error("{0} cannot be empty")]
     Empty(&'static str),
-    /// A list is longer than the CRD allows (`maxItems`).
-    #[error("must have at most {0} items")]
-    TooManyItems(usize),
     /// A list must not be empty (`minItems`).
     #[error("must have at least one item")]
     NoItems,
-    /// A map has more entries than the CRD allows (`maxProperties`).
-    #[error("must have at most {0} entries")]
-    TooManyEntries(usize),
-    /// A string is longer than the CRD allows (`maxLength`).
-    #[error("must be no more than {0} characters")]
-    TooLong(usize),
-    /// A number is below the CRD's `minimum`.
-    #[error("must be greater than or equal to {0}")]
-    BelowMinimum(i64),
-    /// A number is above the CRD's `maximum`.
-    #[error("must be less than or equal to {0}")]
-    AboveMaximum(i64),
-    /// A string does not match the CRD's `pattern`.
-    #[error("{value:?} does not match {pattern}")]
-    Pattern {
-        /// The string.
-        value: String,
-        /// The expression it should match.
-        pattern: &'static str,
-    },
     /// A selector term sets none of its selectors.
-    #[error("expected at least one, got none, {}", list(.0))]
+    #[error("expected at least one, got none, [{}]", quoted(.0, ", "))]
     NoSelector(&'static [&'static str]),
     /// A selector term combines a field that must stand alone with others.
     #[error("'{0}' is mutually exclusive with other fields")]
@@ -114,7 +63,7 @@ pub enum Violation {
     /// An alias names an unknown family.
     #[error(
         "family is not supported, must be one of the following: {}",
-        joined(&ALIAS_FAMILIES)
+        quoted(&ALIAS_FAMILIES, ", ")
     )]
     AliasFamily,
     /// A Windows alias pins a version.
@@ -142,7 +91,7 @@ pub enum Violation {
     #[error("tag contains a restricted tag matching {0}")]
     RestrictedTag(String),
     /// A kubelet map has a key outside its allowed set.
-    #[error("valid keys for {field} are [{}]", quoted(.allowed))]
+    #[error("valid keys for {field} are [{}]", quoted(.allowed, ","))]
     InvalidKubeletKey {
         /// The map.
         field: &'static str,
@@ -172,88 +121,34 @@ pub enum Violation {
     InitializationRateWithoutSnapshot,
 }
 
-fn joined(items: &[&str]) -> String {
-    let quoted: Vec<String> = items.iter().map(|i| format!("'{i}'")).collect();
-    quoted.join(", ")
-}
-
-fn list(items: &[&str]) -> String {
-    format!("[{}]", joined(items))
-}
-
-fn quoted(items: &[&str]) -> String {
+/// Each item in single quotes, joined by `separator`: how upstream's messages and CEL rules quote
+/// lists.
+pub(super) fn quoted(items: &[&str], separator: &str) -> String {
     items
         .iter()
         .map(|i| format!("'{i}'"))
         .collect::<Vec<_>>()
-        .join(",")
+        .join(separator)
 }
 
-/// Collects errors while the validator walks an object.
-#[derive(Debug, Default)]
-struct Errors(Vec<ValidationError>);
-
-impl Errors {
-    fn push(&mut self, path: FieldPath, violation: Violation) {
-        self.0.push(ValidationError { path, violation });
+/// Checks a list of selector terms: not empty, at most [`MAX_SELECTOR_TERMS`].
+fn check_terms<T>(errors: &mut Errors, path: &FieldPath, terms: &[T], name: &'static str) {
+    if terms.is_empty() {
+        errors.push(path.clone(), Violation::Empty(name));
     }
+    errors.max_items(path, terms, MAX_SELECTOR_TERMS);
+}
 
-    fn pattern(
-        &mut self,
-        path: FieldPath,
-        value: &str,
-        pattern: &'static str,
-        matches: fn(&str) -> bool,
-    ) {
-        if !matches(value) {
-            self.push(
-                path,
-                Violation::Pattern {
-                    value: value.to_owned(),
-                    pattern,
-                },
-            );
-        }
-    }
-
-    fn range(&mut self, path: FieldPath, value: i64, min: Option<i64>, max: Option<i64>) {
-        if let Some(min) = min
-            && value < min
-        {
-            self.push(path.clone(), Violation::BelowMinimum(min));
-        }
-        if let Some(max) = max
-            && value > max
-        {
-            self.push(path, Violation::AboveMaximum(max));
-        }
-    }
-
-    fn terms<T>(&mut self, path: &FieldPath, terms: &[T], name: &'static str) {
-        if terms.is_empty() {
-            self.push(path.clone(), Violation::Empty(name));
-        }
-        if terms.len() > MAX_SELECTOR_TERMS {
-            self.push(path.clone(), Violation::TooManyItems(MAX_SELECTOR_TERMS));
-        }
-    }
-
-    fn selector_tags(&mut self, path: FieldPath, tags: Option<&BTreeMap<String, String>>) {
-        let Some(tags) = tags else { return };
-        if tags.len() > MAX_SELECTOR_TAGS {
-            self.push(path.clone(), Violation::TooManyEntries(MAX_SELECTOR_TAGS));
-        }
-        if tags.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
-            self.push(path, Violation::EmptySelectorTag);
-        }
-    }
-
-    fn into_result(self) -> Result<(), Vec<ValidationError>> {
-        if self.0.is_empty() {
-            Ok(())
-        } else {
-            Err(self.0)
-        }
+/// Checks a selector term's tags: at most [`MAX_SELECTOR_TAGS`], no empty key or value.
+fn check_selector_tags(
+    errors: &mut Errors,
+    path: &FieldPath,
+    tags: Option<&BTreeMap<String, String>>,
+) {
+    let Some(tags) = tags else { return };
+    errors.max_entries(path, tags.len(), MAX_SELECTOR_TAGS);
+    if tags.iter().any(|(k, v)| k.is_empty() || v.is_empty()) {
+        errors.push(path.clone(), Violation::EmptySelectorTag);
     }
 }
 
@@ -269,13 +164,19 @@ impl EC2NodeClass {
 impl EC2NodeClassSpec {
     fn check(&self, errors: &mut Errors, path: &FieldPath) {
         let subnets = path.field("subnetSelectorTerms");
-        errors.terms(&subnets, &self.subnet_selector_terms, "subnetSelectorTerms");
+        check_terms(
+            errors,
+            &subnets,
+            &self.subnet_selector_terms,
+            "subnetSelectorTerms",
+        );
         for (i, term) in self.subnet_selector_terms.iter().enumerate() {
             term.check(errors, subnets.index(i));
         }
 
         let groups = path.field("securityGroupSelectorTerms");
-        errors.terms(
+        check_terms(
+            errors,
             &groups,
             &self.security_group_selector_terms,
             "securityGroupSelectorTerms",
@@ -285,12 +186,11 @@ impl EC2NodeClassSpec {
         }
 
         let reservations = path.field("capacityReservationSelectorTerms");
-        if self.capacity_reservation_selector_terms.len() > MAX_SELECTOR_TERMS {
-            errors.push(
-                reservations.clone(),
-                Violation::TooManyItems(MAX_SELECTOR_TERMS),
-            );
-        }
+        errors.max_items(
+            &reservations,
+            &self.capacity_reservation_selector_terms,
+            MAX_SELECTOR_TERMS,
+        );
         for (i, term) in self.capacity_reservation_selector_terms.iter().enumerate() {
             term.check(errors, reservations.index(i));
         }
@@ -337,12 +237,11 @@ impl EC2NodeClassSpec {
         }
 
         let devices = path.field("blockDeviceMappings");
-        if self.block_device_mappings.len() > MAX_BLOCK_DEVICE_MAPPINGS {
-            errors.push(
-                devices.clone(),
-                Violation::TooManyItems(MAX_BLOCK_DEVICE_MAPPINGS),
-            );
-        }
+        errors.max_items(
+            &devices,
+            &self.block_device_mappings,
+            MAX_BLOCK_DEVICE_MAPPINGS,
+        );
         if self
             .block_device_mappings
             .iter()
@@ -357,14 +256,15 @@ impl EC2NodeClassSpec {
         }
 
         errors.range(
-            path.field("metadataOptions")
+            &path
+                .field("metadataOptions")
                 .field("httpPutResponseHopLimit"),
             self.metadata_options.http_put_response_hop_limit,
             Some(1),
             Some(64),
         );
         if let Some(count) = self.ip_prefix_count {
-            errors.range(path.field("ipPrefixCount"), count.into(), Some(0), None);
+            errors.range(&path.field("ipPrefixCount"), count.into(), Some(0), None);
         }
     }
 
@@ -374,9 +274,7 @@ impl EC2NodeClassSpec {
         if terms.is_empty() {
             errors.push(amis.clone(), Violation::NoItems);
         }
-        if terms.len() > MAX_SELECTOR_TERMS {
-            errors.push(amis.clone(), Violation::TooManyItems(MAX_SELECTOR_TERMS));
-        }
+        errors.max_items(&amis, terms, MAX_SELECTOR_TERMS);
         for (i, term) in terms.iter().enumerate() {
             term.check(errors, amis.index(i));
         }
@@ -405,15 +303,8 @@ impl SubnetSelectorTerm {
         if self.id.is_some() && self.tags.is_some() {
             errors.push(path.clone(), Violation::MutuallyExclusive("id"));
         }
-        if let Some(id) = &self.id {
-            errors.pattern(
-                path.field("id"),
-                id,
-                patterns::SUBNET_ID,
-                patterns::is_subnet_id,
-            );
-        }
-        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+        errors.pattern(&path.field("id"), self.id.as_deref(), patterns::SUBNET_ID);
+        check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
     }
 }
 
@@ -429,15 +320,12 @@ impl SecurityGroupSelectorTerm {
         if name && (tags || id) {
             errors.push(path.clone(), Violation::MutuallyExclusive("name"));
         }
-        if let Some(id) = &self.id {
-            errors.pattern(
-                path.field("id"),
-                id,
-                patterns::SECURITY_GROUP_ID,
-                patterns::is_security_group_id,
-            );
-        }
-        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+        errors.pattern(
+            &path.field("id"),
+            self.id.as_deref(),
+            patterns::SECURITY_GROUP_ID,
+        );
+        check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
     }
 }
 
@@ -457,23 +345,11 @@ impl CapacityReservationSelectorTerm {
         if id && (tags || criteria || self.owner_id.is_some()) {
             errors.push(path.clone(), Violation::MutuallyExclusive("id"));
         }
-        if let Some(id) = &self.id {
-            errors.pattern(
-                path.field("id"),
-                id,
-                patterns::CAPACITY_RESERVATION_ID,
-                patterns::is_capacity_reservation_id,
-            );
-        }
-        if let Some(owner) = &self.owner_id {
-            errors.pattern(
-                path.field("ownerID"),
-                owner,
-                patterns::ACCOUNT_ID,
-                patterns::is_account_id,
-            );
-        }
-        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+        let id = self.id.as_deref();
+        errors.pattern(&path.field("id"), id, patterns::CAPACITY_RESERVATION_ID);
+        let owner = self.owner_id.as_deref();
+        errors.pattern(&path.field("ownerID"), owner, patterns::ACCOUNT_ID);
+        check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
     }
 }
 
@@ -502,19 +378,17 @@ impl AMISelectorTerm {
         if let Some(value) = &self.alias {
             check_alias(errors, path.field("alias"), value);
         }
-        if let Some(id) = &self.id {
-            errors.pattern(path.field("id"), id, patterns::AMI_ID, patterns::is_ami_id);
-        }
-        errors.selector_tags(path.field("tags"), self.tags.as_ref());
+        errors.pattern(&path.field("id"), self.id.as_deref(), patterns::AMI_ID);
+        check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
     }
 }
 
 fn check_alias(errors: &mut Errors, path: FieldPath, alias: &str) {
     const MAX_ALIAS_LENGTH: usize = super::ec2nodeclass::MAX_ALIAS_LENGTH;
     if alias.len() > MAX_ALIAS_LENGTH {
-        errors.push(path.clone(), Violation::TooLong(MAX_ALIAS_LENGTH));
+        errors.push(path.clone(), CommonViolation::TooLong(MAX_ALIAS_LENGTH));
     }
-    if !patterns::is_alias(alias) {
+    if !patterns::ALIAS.matches(alias) {
         errors.push(path.clone(), Violation::AliasFormat);
     }
     // CEL's `split('@')[0]` and `[1]`: the text before the first '@', and between it and the
@@ -537,7 +411,7 @@ impl KubeletConfiguration {
             ("podsPerCore", self.pods_per_core),
         ] {
             if let Some(v) = value {
-                errors.range(path.field(field), v.into(), Some(0), None);
+                errors.range(&path.field(field), v.into(), Some(0), None);
             }
         }
         let thresholds = [
@@ -552,7 +426,7 @@ impl KubeletConfiguration {
         ];
         for (field, value) in thresholds {
             if let Some(v) = value {
-                errors.range(path.field(field), v.into(), Some(0), Some(100));
+                errors.range(&path.field(field), v.into(), Some(0), Some(100));
             }
         }
         if let (Some(high), Some(low)) = (
@@ -636,19 +510,13 @@ impl BlockDeviceMapping {
                 errors.push(at.clone(), Violation::InitializationRateWithoutSnapshot);
             }
             errors.range(
-                at.field("volumeInitializationRate"),
+                &at.field("volumeInitializationRate"),
                 rate.into(),
                 Some(100),
                 Some(300),
             );
         }
-        if let Some(size) = &ebs.volume_size {
-            errors.pattern(
-                at.field("volumeSize"),
-                &size.0,
-                patterns::VOLUME_SIZE,
-                patterns::is_volume_size,
-            );
-        }
+        let size = ebs.volume_size.as_ref().map(|q| q.0.as_str());
+        errors.pattern(&at.field("volumeSize"), size, patterns::VOLUME_SIZE);
     }
 }

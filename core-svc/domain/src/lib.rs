@@ -10,3 +10,4 @@ pub mod labels;
 pub mod quantity;
 pub mod requirements;
 pub mod resources;
+pub mod scheduler;

@@ -491,6 +491,15 @@ impl Requirement {
         Self::from_parts(key, false, ValueSet::from_unsorted(values))
     }
 
+    /// `key In values` for values already shared elsewhere (say the names of the instance
+    /// types a NodeClaim may launch): the strings are not copied, and requirements built from
+    /// the same vector share one value slice.
+    pub fn in_shared_values(key: &str, mut values: Vec<Arc<str>>) -> Self {
+        values.sort_unstable();
+        values.dedup();
+        Self::from_parts(key, false, ValueSet::from_sorted_unique(values))
+    }
+
     /// `key NotIn values`; with no values, the same as `Exists`.
     pub fn not_in<I>(key: &str, values: I) -> Self
     where
@@ -1311,6 +1320,25 @@ mod tests {
         );
         assert_eq!(fixture("key", "gt1lt9").to_string(), "key Exists >=2 <=8");
         assert_eq!(fixture("key", "notInA12").to_string(), "key NotIn [1 2 A]");
+    }
+
+    #[test]
+    fn shared_values_equal_copied_ones_and_share_their_slice() {
+        let names: Vec<Arc<str>> = vec!["m5.large".into(), "c5.large".into(), "m5.large".into()];
+        let shared = Requirement::in_shared_values(LABEL_INSTANCE_TYPE, names.clone());
+        assert_eq!(
+            shared,
+            Requirement::in_values(LABEL_INSTANCE_TYPE, ["c5.large", "m5.large"])
+        );
+        let again = Requirement::in_shared_values(LABEL_INSTANCE_TYPE, names.clone());
+        let (Some(a), Some(b)) = (&shared.values.0, &again.values.0) else {
+            panic!("both have values");
+        };
+        assert!(
+            Arc::ptr_eq(&a[0], &b[0]),
+            "the strings are the caller's, not copies"
+        );
+        assert!(Arc::ptr_eq(&a[1], &names[0]));
     }
 
     #[test]

@@ -352,6 +352,12 @@ impl ResourceList {
         self
     }
 
+    /// Whether any resource other than `cpu`, `memory`, `ephemeral-storage` and `pods` is
+    /// non-zero (then comparing the fixed fields alone is not enough).
+    pub fn has_extended_resources(&self) -> bool {
+        !self.extended.is_empty()
+    }
+
     /// Whether every resource is zero.
     pub fn is_zero(&self) -> bool {
         self.cpu_millis == 0
@@ -951,6 +957,15 @@ mod tests {
         let mut gpu = ResourceList::new().with("nvidia.com/gpu", 2);
         gpu.saturating_add_assign(&ResourceList::new().with("nvidia.com/gpu", -2));
         assert_eq!(gpu, ResourceList::new());
+    }
+
+    #[test]
+    fn only_non_fixed_resources_count_as_extended() {
+        let fixed = list(&[("cpu", "1"), ("memory", "1Gi"), ("pods", "3")]);
+        assert!(!fixed.has_extended_resources());
+        let gpu = fixed.clone().with("nvidia.com/gpu", 1);
+        assert!(gpu.has_extended_resources());
+        assert!(!gpu.with("nvidia.com/gpu", 0).has_extended_resources());
     }
 
     #[test]

@@ -1,18 +1,26 @@
-//! Validation errors and the checks NodePools and NodeClaims share.
+//! Validation errors, and the checks every Karpenter API group's objects share.
 //!
 //! The rules are the CRDs' (OpenAPI patterns, bounds, CEL), enforced again in Rust: the
 //! simulator loads manifests no API server has seen, and core should not trust that every object
 //! it reads was admitted by the CRDs this repository ships. Each error names the field by its
 //! JSON path (`spec.template.spec.requirements[0].values`) and the rule it breaks; messages
-//! follow the CEL rules' wording where there is one.
+//! follow the CRDs' CEL wording where there is one.
+//!
+//! One [`FieldPath`], [`ValidationError`] and [`Errors`] serve every API group. They are generic
+//! over the violation type `V`, which defaults to [`Violation`]: the karpenter.sh rules plus the
+//! OpenAPI ones any schema has (`maxItems`, `maxProperties`, `maxLength`, bounds, `pattern`). A
+//! provider's group with rules of its own (EC2NodeClass's selector terms, say) defines its own
+//! violation enum with a variant `#[error(transparent)] Common(#[from] Violation)`, so the shared
+//! checks ([`Errors::pattern`], [`Errors::range`], ...) serve it unchanged, with the same
+//! messages, and its own rules stay in its own crate.
 
 use std::{collections::BTreeMap, fmt};
 
 use k8s_openapi::api::core::v1::Taint;
 
-use super::{
-    labels::{self, InvalidKey, InvalidValue, KeyUse, RestrictedDomain, RestrictedKey},
-    patterns,
+use crate::{
+    labels::{self, InvalidKey, InvalidValue, KeyUse, LabelPolicy, RestrictedKey},
+    patterns::{self, Pattern},
 };
 
 /// The taint effects Kubernetes knows.
@@ -55,17 +63,19 @@ impl fmt::Display for FieldPath {
     }
 }
 
-/// One broken rule, and where.
+/// One broken rule, and where. `V` is the API group's violation type; karpenter.sh's is
+/// [`Violation`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{path}: {violation}")]
-pub struct ValidationError {
+pub struct ValidationError<V = Violation> {
     /// The field that breaks the rule.
     pub path: FieldPath,
     /// The rule.
-    pub violation: Violation,
+    pub violation: V,
 }
 
-/// The rules, with the message each prints.
+/// The rules, with the message each prints: karpenter.sh's, and the OpenAPI ones every API
+/// group's schema has.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum Violation {
     /// A required string is empty (`self != ''`).
@@ -151,13 +161,21 @@ pub enum Violation {
     StaticWeight,
 }
 
-/// Collects errors while a validator walks an object.
-#[derive(Debug, Default)]
-pub struct Errors(Vec<ValidationError>);
+/// Collects errors while a validator walks an object. `V` is the API group's violation type; the
+/// shared checks need only that a [`Violation`] converts into it.
+#[derive(Debug)]
+pub struct Errors<V = Violation>(Vec<ValidationError<V>>);
 
-impl Errors {
+// Not derived: the derive would require `V: Default`, which no violation type is.
+impl<V> Default for Errors<V> {
+    fn default() -> Self {
+        Self(Vec::new())
+    }
+}
+
+impl<V> Errors<V> {
     /// Records that `path` breaks `violation`.
-    pub fn push(&mut self, path: FieldPath, violation: impl Into<Violation>) {
+    pub fn push(&mut self, path: FieldPath, violation: impl Into<V>) {
         self.0.push(ValidationError {
             path,
             violation: violation.into(),
@@ -165,14 +183,16 @@ impl Errors {
     }
 
     /// `Ok` if nothing was recorded.
-    pub fn into_result(self) -> Result<(), Vec<ValidationError>> {
+    pub fn into_result(self) -> Result<(), Vec<ValidationError<V>>> {
         if self.0.is_empty() {
             Ok(())
         } else {
             Err(self.0)
         }
     }
+}
 
+impl<V: From<Violation>> Errors<V> {
     /// Checks a `maxItems`.
     pub fn max_items<T>(&mut self, path: &FieldPath, items: &[T], max: usize) {
         if items.len() > max {
@@ -180,20 +200,29 @@ impl Errors {
         }
     }
 
-    /// Checks a string against a pattern, given the pattern's matcher.
-    pub fn pattern(
+    /// Checks a `maxProperties`, given how many entries the map has.
+    pub fn max_entries(&mut self, path: &FieldPath, entries: usize, max: usize) {
+        if entries > max {
+            self.push(path.clone(), Violation::TooManyEntries(max));
+        }
+    }
+
+    /// Checks a string against a `pattern`. An optional field may pass `None`: an absent field
+    /// breaks no pattern, as in OpenAPI.
+    pub fn pattern<'a>(
         &mut self,
         path: &FieldPath,
-        value: &str,
-        pattern: &'static str,
-        matches: fn(&str) -> bool,
+        value: impl Into<Option<&'a str>>,
+        pattern: Pattern,
     ) {
-        if !matches(value) {
+        if let Some(value) = value.into()
+            && !pattern.matches(value)
+        {
             self.push(
                 path.clone(),
                 Violation::Pattern {
                     value: value.to_owned(),
-                    pattern,
+                    pattern: pattern.as_str(),
                 },
             );
         }
@@ -213,7 +242,7 @@ impl Errors {
         }
     }
 
-    /// Checks a required string is not empty.
+    /// Checks a required string is not empty (karpenter.sh's `self != ''` wording).
     pub fn not_empty(&mut self, path: &FieldPath, value: &str, name: &'static str) {
         if value.is_empty() {
             self.push(path.clone(), Violation::Empty(name));
@@ -221,13 +250,14 @@ impl Errors {
     }
 }
 
-/// Checks a label key: qualified name, length, and the restricted domains and keys.
+/// Checks a label key: qualified name, length, and the restricted domains and keys (`policy`
+/// adds the cloud provider's domains and well-known labels to karpenter.sh's).
 pub fn check_label_key(
     errors: &mut Errors,
     path: &FieldPath,
     key: &str,
     key_use: KeyUse,
-    extra: &[RestrictedDomain<'_>],
+    policy: &LabelPolicy,
 ) {
     if key.len() > labels::MAX_KEY_LENGTH {
         errors.push(path.clone(), Violation::TooLong(labels::MAX_KEY_LENGTH));
@@ -235,7 +265,7 @@ pub fn check_label_key(
     if let Err(e) = labels::check_qualified_name(key) {
         errors.push(path.clone(), e);
     }
-    for restricted in labels::restrictions(key, key_use, extra) {
+    for restricted in labels::restrictions(key, key_use, policy) {
         errors.push(path.clone(), restricted);
     }
 }
@@ -245,15 +275,13 @@ pub fn check_labels(
     errors: &mut Errors,
     path: &FieldPath,
     labels_: &BTreeMap<String, String>,
-    extra: &[RestrictedDomain<'_>],
+    policy: &LabelPolicy,
 ) {
     const MAX_LABELS: usize = 100;
-    if labels_.len() > MAX_LABELS {
-        errors.push(path.clone(), Violation::TooManyEntries(MAX_LABELS));
-    }
+    errors.max_entries(path, labels_.len(), MAX_LABELS);
     for (key, value) in labels_ {
         let entry = path.key(key);
-        check_label_key(errors, &entry, key, KeyUse::NodePool, extra);
+        check_label_key(errors, &entry, key, KeyUse::NodePool, policy);
         if let Err(e) = labels::check_label_value(value) {
             errors.push(entry, e);
         }
@@ -272,19 +300,13 @@ pub fn check_taints(errors: &mut Errors, lists: &[(FieldPath, &[Taint])]) {
             } else {
                 errors.pattern(
                     &at.field("key"),
-                    &taint.key,
+                    taint.key.as_str(),
                     patterns::QUALIFIED_NAME,
-                    patterns::is_qualified_name,
                 );
             }
-            if let Some(value) = taint.value.as_deref().filter(|v| !v.is_empty()) {
-                errors.pattern(
-                    &at.field("value"),
-                    value,
-                    patterns::QUALIFIED_NAME,
-                    patterns::is_qualified_name,
-                );
-            }
+            // An empty value is no value: the pattern applies to the ones given.
+            let value = taint.value.as_deref().filter(|v| !v.is_empty());
+            errors.pattern(&at.field("value"), value, patterns::QUALIFIED_NAME);
             if !TAINT_EFFECTS.contains(&taint.effect.as_str()) {
                 errors.push(
                     at.field("effect"),
@@ -330,7 +352,7 @@ mod tests {
 
     #[test]
     fn errors_print_path_then_rule() {
-        let mut errors = Errors::default();
+        let mut errors: Errors = Errors::default();
         errors.push(
             FieldPath::root("spec")
                 .field("disruption")

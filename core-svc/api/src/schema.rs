@@ -1,12 +1,12 @@
 //! Schema pieces the derives cannot express: Kubernetes types whose generated schemas are not
 //! what Karpenter's CRDs say (taints with patterns, resource lists), and the label-key CEL rules,
-//! generated from the same lists [`super::labels`] checks in Rust so the two cannot drift.
+//! generated from the same lists [`crate::labels`] checks in Rust so the two cannot drift.
 
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde_json::{Value, json};
 
-use super::{
-    labels::{self, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL},
+use crate::{
+    labels::{self, RestrictedKey},
     patterns,
     requirement::{self, NodeSelectorRequirementWithMinValues},
     validation::TAINT_EFFECTS,
@@ -42,7 +42,7 @@ pub fn taints(_: &mut SchemaGenerator) -> Schema {
                     "description": "The taint key to be applied to a node.",
                     "type": "string",
                     "minLength": 1,
-                    "pattern": patterns::QUALIFIED_NAME,
+                    "pattern": patterns::QUALIFIED_NAME.as_str(),
                 },
                 "timeAdded": {
                     "description": "The time at which the taint was added.",
@@ -52,7 +52,7 @@ pub fn taints(_: &mut SchemaGenerator) -> Schema {
                 "value": {
                     "description": "The taint value corresponding to the taint key.",
                     "type": "string",
-                    "pattern": patterns::QUALIFIED_NAME,
+                    "pattern": patterns::QUALIFIED_NAME.as_str(),
                 },
             },
         },
@@ -68,43 +68,35 @@ fn quoted_list(items: &[&str]) -> String {
     format!("[{}]", quoted.join(", "))
 }
 
-/// The label-key restrictions as CEL over the string `var`, in the order the CRDs list them.
+/// The label-key restrictions as CEL over the string `var`, in the order the CRDs list them:
+/// generated from [`labels::DOMAIN_RULES`] and [`labels::KeyUse::restricted_keys`], which the
+/// Rust checks ([`labels::restrictions`]) use too, with the same messages.
 fn key_rules(var: &str, key_use: labels::KeyUse) -> Vec<(String, String)> {
     let domain = |d: &str| format!("{var}.find(\"^([^/]+)\").endsWith(\"{d}\")");
-    let mut rules = vec![
+    let mut rules: Vec<(String, String)> = labels::DOMAIN_RULES
+        .iter()
+        .map(|rule| {
+            let allowed = (!rule.allowed_keys.is_empty())
+                .then(|| format!("{var} in {}", quoted_list(rule.allowed_keys)));
+            let exceptions = rule.exceptions.iter().map(|e| domain(e));
+            let restricted = format!("!{}", domain(rule.domain));
+            let cel: Vec<String> = allowed
+                .into_iter()
+                .chain(exceptions)
+                .chain([restricted])
+                .collect();
+            (
+                cel.join(" || "),
+                RestrictedKey::Domain(rule.domain.into()).to_string(),
+            )
+        })
+        .collect();
+    rules.extend(key_use.restricted_keys().map(|key| {
         (
-            format!(
-                "{var} in {} || {} || {} || !{}",
-                quoted_list(&labels::KUBERNETES_IO_ALLOWED),
-                domain("node.kubernetes.io"),
-                domain("node-restriction.kubernetes.io"),
-                domain("kubernetes.io"),
-            ),
-            "label domain \"kubernetes.io\" is restricted".to_owned(),
-        ),
-        (
-            format!("{} || !{}", domain("kops.k8s.io"), domain("k8s.io")),
-            "label domain \"k8s.io\" is restricted".to_owned(),
-        ),
-        (
-            format!(
-                "{var} in {} || !{}",
-                quoted_list(&[LABEL_CAPACITY_TYPE, LABEL_NODEPOOL]),
-                domain("karpenter.sh"),
-            ),
-            "label domain \"karpenter.sh\" is restricted".to_owned(),
-        ),
-    ];
-    if key_use == labels::KeyUse::NodePool {
-        rules.push((
-            format!("{var} != \"{LABEL_NODEPOOL}\""),
-            format!("label \"{LABEL_NODEPOOL}\" is restricted"),
-        ));
-    }
-    rules.push((
-        format!("{var} != \"{LABEL_HOSTNAME}\""),
-        format!("label \"{LABEL_HOSTNAME}\" is restricted"),
-    ));
+            format!("{var} != \"{key}\""),
+            RestrictedKey::Key(key.into()).to_string(),
+        )
+    }));
     rules
 }
 
@@ -169,7 +161,7 @@ pub fn template_labels(_: &mut SchemaGenerator) -> Schema {
         "additionalProperties": {
             "type": "string",
             "maxLength": labels::MAX_VALUE_LENGTH,
-            "pattern": patterns::LABEL_VALUE,
+            "pattern": patterns::LABEL_VALUE.as_str(),
         },
         "maxProperties": 100,
         "x-kubernetes-map-type": "atomic",

@@ -11,10 +11,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{
+use crate::{
     condition::Condition,
     duration::{GoDuration, NillableDuration},
-    labels::{KeyUse, RestrictedDomain},
+    labels::{KeyUse, LabelPolicy},
     patterns,
     requirement::{NodeSelectorRequirementWithMinValues, check_requirements},
     schema,
@@ -53,76 +53,24 @@ pub(crate) fn default_expire_after() -> NillableDuration {
 }
 
 /// The desired state of a NodeClaim. Immutable: changing a NodeClaim means replacing it.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats its keys; clippy reads them as one attribute list"
-)]
+// The `#[kube]` attributes are laid out as `crate::crd` says.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(group = "karpenter.sh", version = "v1", kind = "NodeClaim")]
+#[kube(doc = "NodeClaim is the Schema for the NodeClaims API")]
+#[kube(plural = "nodeclaims", category = "karpenter")]
+#[kube(status = "NodeClaimStatus", derive = "PartialEq")]
 #[kube(
-    group = "karpenter.sh",
-    version = "v1",
-    kind = "NodeClaim",
-    plural = "nodeclaims",
-    category = "karpenter",
-    status = "NodeClaimStatus",
-    derive = "PartialEq",
-    doc = "NodeClaim is the Schema for the NodeClaims API",
-    printcolumn(
-        name = "Type",
-        type_ = "string",
-        json_path = ".metadata.labels.node\\.kubernetes\\.io/instance-type"
-    ),
-    printcolumn(
-        name = "Capacity",
-        type_ = "string",
-        json_path = ".metadata.labels.karpenter\\.sh/capacity-type"
-    ),
-    printcolumn(
-        name = "Zone",
-        type_ = "string",
-        json_path = ".metadata.labels.topology\\.kubernetes\\.io/zone"
-    ),
-    printcolumn(name = "Node", type_ = "string", json_path = ".status.nodeName"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "ImageID",
-        type_ = "string",
-        json_path = ".status.imageID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "ID",
-        type_ = "string",
-        json_path = ".status.providerID",
-        priority = 1
-    ),
-    printcolumn(
-        name = "NodePool",
-        type_ = "string",
-        json_path = ".metadata.labels.karpenter\\.sh/nodepool",
-        priority = 1
-    ),
-    printcolumn(
-        name = "NodeClass",
-        type_ = "string",
-        json_path = ".spec.nodeClassRef.name",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Drifted",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Drifted\")].status",
-        priority = 1
-    )
+    printcolumn = r#"{"name": "Type", "type": "string", "jsonPath": ".metadata.labels.node\\.kubernetes\\.io/instance-type"}"#,
+    printcolumn = r#"{"name": "Capacity", "type": "string", "jsonPath": ".metadata.labels.karpenter\\.sh/capacity-type"}"#,
+    printcolumn = r#"{"name": "Zone", "type": "string", "jsonPath": ".metadata.labels.topology\\.kubernetes\\.io/zone"}"#,
+    printcolumn = r#"{"name": "Node", "type": "string", "jsonPath": ".status.nodeName"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "ImageID", "type": "string", "jsonPath": ".status.imageID", "priority": 1}"#,
+    printcolumn = r#"{"name": "ID", "type": "string", "jsonPath": ".status.providerID", "priority": 1}"#,
+    printcolumn = r#"{"name": "NodePool", "type": "string", "jsonPath": ".metadata.labels.karpenter\\.sh/nodepool", "priority": 1}"#,
+    printcolumn = r#"{"name": "NodeClass", "type": "string", "jsonPath": ".spec.nodeClassRef.name", "priority": 1}"#,
+    printcolumn = r#"{"name": "Drifted", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Drifted\")].status", "priority": 1}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -203,12 +151,7 @@ pub fn check_node_class_ref(errors: &mut Errors, path: &FieldPath, r: &NodeClass
     errors.not_empty(&path.field("kind"), &r.kind, "kind");
     errors.not_empty(&path.field("name"), &r.name, "name");
     errors.not_empty(&path.field("group"), &r.group, "group");
-    errors.pattern(
-        &path.field("group"),
-        &r.group,
-        patterns::GROUP,
-        patterns::is_group,
-    );
+    errors.pattern(&path.field("group"), r.group.as_str(), patterns::GROUP);
 }
 
 /// Checks a `terminationGracePeriod` against the CRD's pattern (stricter than Go syntax: whole
@@ -218,24 +161,12 @@ pub(crate) fn check_termination_grace_period(
     path: &FieldPath,
     tgp: Option<&GoDuration>,
 ) {
-    if let Some(tgp) = tgp {
-        errors.pattern(
-            path,
-            tgp.as_str(),
-            patterns::DURATION,
-            patterns::is_duration,
-        );
-    }
+    errors.pattern(path, tgp.map(GoDuration::as_str), patterns::DURATION);
 }
 
 /// Checks an `expireAfter` against the CRD's pattern.
 pub(crate) fn check_expire_after(errors: &mut Errors, path: &FieldPath, d: &NillableDuration) {
-    errors.pattern(
-        path,
-        d.as_str(),
-        patterns::DURATION_OR_NEVER,
-        patterns::is_duration_or_never,
-    );
+    errors.pattern(path, d.as_str(), patterns::DURATION_OR_NEVER);
 }
 
 /// The observed state of a NodeClaim.
@@ -273,12 +204,13 @@ pub struct NodeClaimStatus {
 }
 
 impl NodeClaim {
-    /// Checks the NodeClaim against the rules its CRD enforces on creation. `extra` are the
-    /// cloud provider's restricted label domains.
-    pub fn validate(&self, extra: &[RestrictedDomain<'_>]) -> Result<(), Vec<ValidationError>> {
+    /// Checks the NodeClaim against the rules its CRD enforces on creation. `policy` holds the
+    /// label rules, karpenter.sh's plus the cloud provider's restricted domains and well-known
+    /// labels.
+    pub fn validate(&self, policy: &LabelPolicy) -> Result<(), Vec<ValidationError>> {
         let mut errors = Errors::default();
         self.spec
-            .check(&mut errors, &FieldPath::root("spec"), extra);
+            .check(&mut errors, &FieldPath::root("spec"), policy);
         errors.into_result()
     }
 
@@ -286,11 +218,11 @@ impl NodeClaim {
     pub fn validate_update(
         &self,
         old: &Self,
-        extra: &[RestrictedDomain<'_>],
+        policy: &LabelPolicy,
     ) -> Result<(), Vec<ValidationError>> {
         let mut errors = Errors::default();
         let spec = FieldPath::root("spec");
-        self.spec.check(&mut errors, &spec, extra);
+        self.spec.check(&mut errors, &spec, policy);
         if self.spec != old.spec {
             errors.push(spec, Violation::Immutable("spec"));
         }
@@ -299,7 +231,7 @@ impl NodeClaim {
 }
 
 impl NodeClaimSpec {
-    fn check(&self, errors: &mut Errors, path: &FieldPath, extra: &[RestrictedDomain<'_>]) {
+    fn check(&self, errors: &mut Errors, path: &FieldPath, policy: &LabelPolicy) {
         check_taints(
             errors,
             &[
@@ -312,7 +244,7 @@ impl NodeClaimSpec {
             &path.field("requirements"),
             &self.requirements,
             KeyUse::NodeClaim,
-            extra,
+            policy,
         );
         check_node_class_ref(errors, &path.field("nodeClassRef"), &self.node_class_ref);
         check_termination_grace_period(

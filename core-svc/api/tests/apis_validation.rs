@@ -7,55 +7,24 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use core_svc::apis::{NodeClaim, NodePool, RestrictedDomain};
-use serde_json::Value;
+use karpenter_api::{
+    LabelPolicy, NodeClaim, NodePool,
+    testing::{Fixtures, messages as strings},
+};
 
-fn fixture(name: &str) -> Value {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    serde_yaml::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
-}
+const FIXTURES: Fixtures = Fixtures::new(env!("CARGO_MANIFEST_DIR"));
 
-/// RFC 7386 JSON merge patch.
-fn merge(target: &mut Value, patch: &Value) {
-    match patch {
-        Value::Object(patch) => {
-            if !target.is_object() {
-                *target = Value::Object(serde_json::Map::new());
-            }
-            let target = target.as_object_mut().unwrap();
-            for (k, v) in patch {
-                if v.is_null() {
-                    target.remove(k);
-                } else {
-                    merge(target.entry(k.clone()).or_insert(Value::Null), v);
-                }
-            }
-        }
-        other => *target = other.clone(),
-    }
-}
-
-fn patched(base: &str, patch_yaml: &str) -> Value {
-    let mut manifest = fixture(base);
-    merge(&mut manifest, &serde_yaml::from_str(patch_yaml).unwrap());
-    manifest
+/// karpenter.sh's label rules alone, no cloud provider's.
+fn core() -> LabelPolicy {
+    LabelPolicy::core()
 }
 
 fn nodepool(patch_yaml: &str) -> NodePool {
-    serde_json::from_value(patched("nodepool-minimal.yaml", patch_yaml)).unwrap()
+    serde_json::from_value(FIXTURES.patched("nodepool-minimal.yaml", patch_yaml)).unwrap()
 }
 
 fn nodepool_errors(patch_yaml: &str) -> Vec<String> {
-    strings(nodepool(patch_yaml).validate(&[]))
-}
-
-fn strings<E: ToString>(result: Result<(), Vec<E>>) -> Vec<String> {
-    result
-        .err()
-        .unwrap_or_default()
-        .iter()
-        .map(ToString::to_string)
-        .collect()
+    strings(nodepool(patch_yaml).validate(&core()))
 }
 
 /// A patch replacing the minimal fixture's requirements.
@@ -394,17 +363,15 @@ fn requirement_keys_and_values() {
 
 #[test]
 fn provider_restricted_domains() {
-    let aws = RestrictedDomain {
-        domain: "karpenter.k8s.aws",
-        allowed_keys: &["karpenter.k8s.aws/instance-family"],
-    };
+    let aws =
+        LabelPolicy::with_provider(["karpenter.k8s.aws"], ["karpenter.k8s.aws/instance-family"]);
     let np = nodepool(&with_requirement(
         "{key: karpenter.k8s.aws/instance-family, operator: Exists}",
     ));
-    assert!(np.validate(&[aws]).is_ok());
+    assert!(np.validate(&aws).is_ok());
     let np = nodepool(&with_label("karpenter.k8s.aws/ec2nodeclass", "x"));
     assert_eq!(
-        strings(np.validate(&[aws])),
+        strings(np.validate(&aws)),
         [
             "spec.template.metadata.labels[\"karpenter.k8s.aws/ec2nodeclass\"]: label domain \"karpenter.k8s.aws\" is restricted"
         ]
@@ -494,7 +461,7 @@ fn taints() {
         "spec: {template: {spec: {startupTaints: [{key: 'bad key', effect: NoSchedule}]}}}",
         &[&format!(
             "spec.template.spec.startupTaints[0].key: \"bad key\" does not match {}",
-            core_svc::apis::patterns::QUALIFIED_NAME
+            karpenter_api::patterns::QUALIFIED_NAME
         )],
     );
     check(
@@ -549,12 +516,12 @@ fn static_nodepools() {
 fn nodepool_transitions() {
     let old = nodepool("{}");
     let same = nodepool("{}");
-    assert!(same.validate_update(&old, &[]).is_ok());
+    assert!(same.validate_update(&old, &core()).is_ok());
     let regrouped = nodepool(
         "spec: {template: {spec: {nodeClassRef: {group: example.com, kind: Other, name: other}}}}",
     );
     assert_eq!(
-        strings(regrouped.validate_update(&old, &[])),
+        strings(regrouped.validate_update(&old, &core())),
         [
             "spec.template.spec.nodeClassRef.group: nodeClassRef.group is immutable",
             "spec.template.spec.nodeClassRef.kind: nodeClassRef.kind is immutable",
@@ -562,12 +529,12 @@ fn nodepool_transitions() {
     );
     let renamed = nodepool("spec: {template: {spec: {nodeClassRef: {name: other}}}}");
     assert!(
-        renamed.validate_update(&old, &[]).is_ok(),
+        renamed.validate_update(&old, &core()).is_ok(),
         "the name may change"
     );
     let made_static = nodepool("spec: {replicas: 1}");
     assert_eq!(
-        strings(made_static.validate_update(&old, &[])),
+        strings(made_static.validate_update(&old, &core())),
         [
             "spec: Cannot transition NodePool between static (replicas set) and dynamic (replicas unset) provisioning modes"
         ]
@@ -575,34 +542,34 @@ fn nodepool_transitions() {
 }
 
 fn nodeclaim(patch_yaml: &str) -> NodeClaim {
-    serde_json::from_value(patched("nodeclaim-docs.yaml", patch_yaml)).unwrap()
+    serde_json::from_value(FIXTURES.patched("nodeclaim-docs.yaml", patch_yaml)).unwrap()
 }
 
 #[test]
 fn nodeclaim_rules() {
-    assert!(nodeclaim("{}").validate(&[]).is_ok());
+    assert!(nodeclaim("{}").validate(&core()).is_ok());
     assert_eq!(
         strings(
             nodeclaim("spec: {requirements: [{key: kubernetes.io/arch, operator: In}]}")
-                .validate(&[])
+                .validate(&core())
         ),
         ["spec.requirements[0].values: In requires at least one value"]
     );
     assert_eq!(
         strings(
             nodeclaim("spec: {requirements: [{key: karpenter.sh/foo, operator: Exists}]}")
-                .validate(&[])
+                .validate(&core())
         ),
         ["spec.requirements[0].key: label domain \"karpenter.sh\" is restricted"]
     );
     assert_eq!(
-        strings(nodeclaim("spec: {terminationGracePeriod: 1.5h}").validate(&[])),
+        strings(nodeclaim("spec: {terminationGracePeriod: 1.5h}").validate(&core())),
         [format!(
             "spec.terminationGracePeriod: \"1.5h\" does not match {DURATION}"
         )]
     );
     assert_eq!(
-        strings(nodeclaim("spec: {nodeClassRef: {kind: ''}}").validate(&[])),
+        strings(nodeclaim("spec: {nodeClassRef: {kind: ''}}").validate(&core())),
         ["spec.nodeClassRef.kind: kind may not be empty"]
     );
 }
@@ -611,10 +578,10 @@ fn nodeclaim_rules() {
 fn nodeclaim_spec_is_immutable() {
     let old = nodeclaim("{}");
     let relabeled = nodeclaim("metadata: {labels: {extra: x}}");
-    assert!(relabeled.validate_update(&old, &[]).is_ok());
+    assert!(relabeled.validate_update(&old, &core()).is_ok());
     let changed = nodeclaim("spec: {expireAfter: Never}");
     assert_eq!(
-        strings(changed.validate_update(&old, &[])),
+        strings(changed.validate_update(&old, &core())),
         ["spec: spec is immutable"]
     );
 }

@@ -9,78 +9,27 @@
 
 use std::time::Duration;
 
-use core_svc::apis::{
-    ConsolidationPolicy, DisruptionReason, NodeClaim, NodePool, Operator, RestrictedDomain,
-    condition,
+use core_domain::labels::aws;
+use karpenter_api::{
+    ConsolidationPolicy, DisruptionReason, LabelPolicy, NodeClaim, NodePool, Operator, condition,
+    testing::{Fixtures, assert_round_trips},
 };
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-fn fixture(name: &str) -> String {
-    let path = format!("{}/tests/fixtures/{name}", env!("CARGO_MANIFEST_DIR"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-fn load<T: DeserializeOwned>(name: &str) -> (T, Value) {
-    let text = fixture(name);
-    let value: Value = serde_yaml::from_str(&text).unwrap();
-    let typed: T = serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-    (typed, value)
-}
-
-/// Every value in `input` is in `output` with the same meaning: equal, or a number that became
-/// the same quantity string.
-fn assert_kept(input: &Value, output: &Value, path: &str) {
-    match (input, output) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in a {
-                let out = b.get(k).unwrap_or_else(|| panic!("{path}.{k} was dropped"));
-                assert_kept(v, out, &format!("{path}.{k}"));
-            }
-        }
-        (Value::Array(a), Value::Array(b)) => {
-            assert_eq!(a.len(), b.len(), "{path}: length changed");
-            for (i, (x, y)) in a.iter().zip(b).enumerate() {
-                assert_kept(x, y, &format!("{path}[{i}]"));
-            }
-        }
-        (Value::Number(n), Value::String(s)) => assert_eq!(&n.to_string(), s, "{path}"),
-        _ => assert_eq!(input, output, "{path}"),
-    }
-}
-
-/// Serializes, checks nothing was lost, and checks the result reads back as the same object.
-fn assert_round_trips<T>(typed: &T, input: &Value) -> Value
-where
-    T: serde::Serialize + DeserializeOwned + PartialEq + std::fmt::Debug,
-{
-    let output = serde_json::to_value(typed).unwrap();
-    assert_kept(input, &output, "");
-    let again: T = serde_json::from_value(output.clone()).unwrap();
-    assert_eq!(&again, typed);
-    output
-}
+const FIXTURES: Fixtures = Fixtures::new(env!("CARGO_MANIFEST_DIR"));
 
 fn hours(h: u64) -> Duration {
     Duration::from_secs(h * 3600)
 }
 
-/// The AWS provider's restricted domain, with its well-known labels allowed.
-const AWS: RestrictedDomain<'static> = RestrictedDomain {
-    domain: "karpenter.k8s.aws",
-    allowed_keys: &[
-        "karpenter.k8s.aws/instance-category",
-        "karpenter.k8s.aws/instance-family",
-        "karpenter.k8s.aws/instance-cpu",
-        "karpenter.k8s.aws/instance-hypervisor",
-        "karpenter.k8s.aws/instance-generation",
-        "karpenter.k8s.aws/instance-memory",
-    ],
-};
+/// The AWS provider's label rules: its restricted domain, with its well-known labels allowed.
+fn aws_policy() -> LabelPolicy {
+    LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS)
+}
 
 #[test]
 fn docs_nodepool_loads_with_its_values() {
-    let (np, input) = load::<NodePool>("nodepool-docs.yaml");
+    let (np, input) = FIXTURES.load::<NodePool>("nodepool-docs.yaml");
     assert_eq!(np.metadata.name.as_deref(), Some("default"));
     let template = &np.spec.template;
     assert_eq!(template.metadata.labels["billing-team"], "my-team");
@@ -138,18 +87,15 @@ fn docs_nodepool_loads_with_its_values() {
     assert!(!np.is_static());
 
     assert_round_trips(&np, &input);
-    np.validate(&[AWS]).unwrap();
+    np.validate(&aws_policy()).unwrap();
 }
 
 #[test]
 fn provider_domains_without_exceptions_restrict_the_docs_requirements() {
-    let (np, _) = load::<NodePool>("nodepool-docs.yaml");
-    let strict = RestrictedDomain {
-        domain: "karpenter.k8s.aws",
-        allowed_keys: &[],
-    };
+    let (np, _) = FIXTURES.load::<NodePool>("nodepool-docs.yaml");
+    let strict = LabelPolicy::with_provider([aws::AWS_GROUP], std::iter::empty::<&str>());
     let errors: Vec<String> = np
-        .validate(&[strict])
+        .validate(&strict)
         .unwrap_err()
         .iter()
         .map(ToString::to_string)
@@ -166,7 +112,7 @@ fn provider_domains_without_exceptions_restrict_the_docs_requirements() {
 
 #[test]
 fn docs_budgets_load_with_reasons_and_schedules() {
-    let (np, input) = load::<NodePool>("nodepool-budgets.yaml");
+    let (np, input) = FIXTURES.load::<NodePool>("nodepool-budgets.yaml");
     let budgets = &np.spec.disruption.budgets;
     assert_eq!(budgets.len(), 3);
     assert_eq!(budgets[0].nodes, "20%");
@@ -190,12 +136,12 @@ fn docs_budgets_load_with_reasons_and_schedules() {
     );
     assert!(np.spec.template.spec.requirements.is_empty());
     assert_round_trips(&np, &input);
-    np.validate(&[]).unwrap();
+    np.validate(&LabelPolicy::core()).unwrap();
 }
 
 #[test]
 fn omitted_fields_take_upstream_defaults() {
-    let (np, input) = load::<NodePool>("nodepool-minimal.yaml");
+    let (np, input) = FIXTURES.load::<NodePool>("nodepool-minimal.yaml");
     let out = assert_round_trips(&np, &input);
     assert_eq!(
         out["spec"]["disruption"],
@@ -217,7 +163,7 @@ fn omitted_fields_take_upstream_defaults() {
     assert!(spec.limits.is_empty());
     assert_eq!((spec.weight, spec.replicas), (None, None));
     assert!(np.status.is_none());
-    np.validate(&[]).unwrap();
+    np.validate(&LabelPolicy::core()).unwrap();
 }
 
 #[test]
@@ -273,7 +219,7 @@ fn a_given_disruption_requires_consolidate_after_as_upstream() {
 
 #[test]
 fn static_nodepool_loads() {
-    let (np, input) = load::<NodePool>("nodepool-static.yaml");
+    let (np, input) = FIXTURES.load::<NodePool>("nodepool-static.yaml");
     assert!(np.is_static());
     assert_eq!(np.spec.replicas, Some(3));
     assert_eq!(np.spec.limits["nodes"].0, "5");
@@ -282,12 +228,12 @@ fn static_nodepool_loads() {
         Operator::Gte
     );
     assert_round_trips(&np, &input);
-    np.validate(&[AWS]).unwrap();
+    np.validate(&aws_policy()).unwrap();
 }
 
 #[test]
 fn docs_nodeclaim_loads_with_spec_and_status() {
-    let (nc, input) = load::<NodeClaim>("nodeclaim-docs.yaml");
+    let (nc, input) = FIXTURES.load::<NodeClaim>("nodeclaim-docs.yaml");
     let spec = &nc.spec;
     assert_eq!(spec.node_class_ref.name, "default");
     assert_eq!(spec.requirements.len(), 5);
@@ -314,12 +260,12 @@ fn docs_nodeclaim_loads_with_spec_and_status() {
     assert!(status.last_pod_event_time.is_some());
 
     assert_round_trips(&nc, &input);
-    nc.validate(&[AWS]).unwrap();
+    nc.validate(&aws_policy()).unwrap();
 }
 
 #[test]
 fn unknown_fields_are_ignored_as_the_api_server_prunes_them() {
-    let mut manifest: Value = serde_yaml::from_str(&fixture("nodepool-minimal.yaml")).unwrap();
+    let mut manifest: Value = FIXTURES.yaml("nodepool-minimal.yaml");
     manifest["spec"]["futureField"] = json!({ "a": 1 });
     manifest["spec"]["template"]["spec"]["kubelet"] = json!({ "maxPods": 10 });
     let np: NodePool = serde_json::from_value(manifest).unwrap();
@@ -330,7 +276,7 @@ fn unknown_fields_are_ignored_as_the_api_server_prunes_them() {
 
 #[test]
 fn malformed_values_fail_to_load_with_a_typed_reason() {
-    let mut manifest: Value = serde_yaml::from_str(&fixture("nodepool-minimal.yaml")).unwrap();
+    let mut manifest: Value = FIXTURES.yaml("nodepool-minimal.yaml");
     manifest["spec"]["template"]["spec"]["expireAfter"] = json!("30d");
     let err = serde_json::from_value::<NodePool>(manifest.clone()).unwrap_err();
     assert!(err.to_string().contains("unknown unit \"d\""), "{err}");

@@ -1,13 +1,14 @@
-//! Status conditions as upstream writes them (`github.com/awslabs/operatorpkg/status.Condition`).
-//!
-//! The same type as core-svc's `apis::condition`: the plugin does not depend on core-svc (it
-//! talks to it over gRPC only), so the few lines are repeated rather than shared.
+//! Status conditions as upstream writes them (`github.com/awslabs/operatorpkg/status.Condition`):
+//! `metav1.Condition` with `reason` and `message` optional, and the schema Karpenter's CRDs use.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::patterns;
+use crate::patterns;
+
+/// The condition type every Karpenter object rolls its other conditions up into.
+pub const CONDITION_READY: &str = "Ready";
 
 /// One observation about an object.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -44,4 +45,14 @@ pub enum ConditionStatus {
     False,
     /// Not known yet.
     Unknown,
+}
+
+/// Finds the condition of type `type_` in `conditions`.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+/// Whether the condition of type `type_` is present and `True`.
+pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
+    find(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
 }

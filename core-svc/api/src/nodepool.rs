@@ -11,10 +11,10 @@ use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use super::{
+use crate::{
     condition::Condition,
     duration::{GoDuration, NillableDuration},
-    labels::{KeyUse, RestrictedDomain},
+    labels::{KeyUse, LabelPolicy},
     nodeclaim::{
         NodeClassReference, check_expire_after, check_node_class_ref,
         check_termination_grace_period, default_expire_after,
@@ -43,58 +43,24 @@ pub const LIMIT_NODES: &str = "nodes";
 
 /// The top-level NodePool specification: NodePools launch nodes for pods that are unschedulable;
 /// node properties come from the template combined with the pods' scheduling constraints.
-#[allow(
-    clippy::duplicated_attributes,
-    reason = "each printcolumn(...) repeats its keys; clippy reads them as one attribute list"
-)]
+// The `#[kube]` attributes are laid out as `crate::crd` says.
 #[derive(CustomResource, Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[kube(group = "karpenter.sh", version = "v1", kind = "NodePool")]
+#[kube(doc = "NodePool is the Schema for the NodePools API")]
+#[kube(plural = "nodepools", category = "karpenter")]
+#[kube(status = "NodePoolStatus", derive = "PartialEq")]
+#[kube(scale(
+    spec_replicas_path = ".spec.replicas",
+    status_replicas_path = ".status.nodes"
+))]
 #[kube(
-    group = "karpenter.sh",
-    version = "v1",
-    kind = "NodePool",
-    plural = "nodepools",
-    category = "karpenter",
-    status = "NodePoolStatus",
-    derive = "PartialEq",
-    doc = "NodePool is the Schema for the NodePools API",
-    scale(
-        spec_replicas_path = ".spec.replicas",
-        status_replicas_path = ".status.nodes"
-    ),
-    printcolumn(
-        name = "NodeClass",
-        type_ = "string",
-        json_path = ".spec.template.spec.nodeClassRef.name"
-    ),
-    printcolumn(name = "Nodes", type_ = "string", json_path = ".status.nodes"),
-    printcolumn(
-        name = "Ready",
-        type_ = "string",
-        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
-    ),
-    printcolumn(
-        name = "Age",
-        type_ = "date",
-        json_path = ".metadata.creationTimestamp"
-    ),
-    printcolumn(
-        name = "Weight",
-        type_ = "integer",
-        json_path = ".spec.weight",
-        priority = 1
-    ),
-    printcolumn(
-        name = "CPU",
-        type_ = "string",
-        json_path = ".status.resources.cpu",
-        priority = 1
-    ),
-    printcolumn(
-        name = "Memory",
-        type_ = "string",
-        json_path = ".status.resources.memory",
-        priority = 1
-    )
+    printcolumn = r#"{"name": "NodeClass", "type": "string", "jsonPath": ".spec.template.spec.nodeClassRef.name"}"#,
+    printcolumn = r#"{"name": "Nodes", "type": "string", "jsonPath": ".status.nodes"}"#,
+    printcolumn = r#"{"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
+    printcolumn = r#"{"name": "Weight", "type": "integer", "jsonPath": ".spec.weight", "priority": 1}"#,
+    printcolumn = r#"{"name": "CPU", "type": "string", "jsonPath": ".status.resources.cpu", "priority": 1}"#,
+    printcolumn = r#"{"name": "Memory", "type": "string", "jsonPath": ".status.resources.memory", "priority": 1}"#
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -342,12 +308,13 @@ pub struct NodePoolStatus {
 }
 
 impl NodePool {
-    /// Checks the NodePool against the rules its CRD enforces on creation. `extra` are the cloud
-    /// provider's restricted label domains.
-    pub fn validate(&self, extra: &[RestrictedDomain<'_>]) -> Result<(), Vec<ValidationError>> {
+    /// Checks the NodePool against the rules its CRD enforces on creation. `policy` holds the
+    /// label rules, karpenter.sh's plus the cloud provider's restricted domains and well-known
+    /// labels.
+    pub fn validate(&self, policy: &LabelPolicy) -> Result<(), Vec<ValidationError>> {
         let mut errors = Errors::default();
         self.spec
-            .check(&mut errors, &FieldPath::root("spec"), extra);
+            .check(&mut errors, &FieldPath::root("spec"), policy);
         errors.into_result()
     }
 
@@ -356,11 +323,11 @@ impl NodePool {
     pub fn validate_update(
         &self,
         old: &Self,
-        extra: &[RestrictedDomain<'_>],
+        policy: &LabelPolicy,
     ) -> Result<(), Vec<ValidationError>> {
         let mut errors = Errors::default();
         let spec = FieldPath::root("spec");
-        self.spec.check(&mut errors, &spec, extra);
+        self.spec.check(&mut errors, &spec, policy);
         if self.spec.replicas.is_some() != old.spec.replicas.is_some() {
             errors.push(spec.clone(), Violation::StaticDynamicTransition);
         }
@@ -389,8 +356,8 @@ impl NodePool {
 }
 
 impl NodePoolSpec {
-    fn check(&self, errors: &mut Errors, path: &FieldPath, extra: &[RestrictedDomain<'_>]) {
-        self.template.check(errors, &path.field("template"), extra);
+    fn check(&self, errors: &mut Errors, path: &FieldPath, policy: &LabelPolicy) {
+        self.template.check(errors, &path.field("template"), policy);
         self.disruption.check(errors, &path.field("disruption"));
         if let Some(weight) = self.weight {
             errors.range(&path.field("weight"), weight.into(), Some(1), Some(100));
@@ -408,12 +375,12 @@ impl NodePoolSpec {
 }
 
 impl NodeClaimTemplate {
-    fn check(&self, errors: &mut Errors, path: &FieldPath, extra: &[RestrictedDomain<'_>]) {
+    fn check(&self, errors: &mut Errors, path: &FieldPath, policy: &LabelPolicy) {
         check_labels(
             errors,
             &path.field("metadata").field("labels"),
             &self.metadata.labels,
-            extra,
+            policy,
         );
         let spec_path = path.field("spec");
         let spec = &self.spec;
@@ -432,7 +399,7 @@ impl NodeClaimTemplate {
             &spec_path.field("requirements"),
             &spec.requirements,
             KeyUse::NodePool,
-            extra,
+            policy,
         );
         check_node_class_ref(
             errors,
@@ -454,7 +421,6 @@ impl Disruption {
             &path.field("consolidateAfter"),
             self.consolidate_after.as_str(),
             patterns::DURATION_OR_NEVER,
-            patterns::is_duration_or_never,
         );
         let budgets = path.field("budgets");
         errors.max_items(&budgets, &self.budgets, MAX_BUDGETS);
@@ -468,26 +434,13 @@ impl Budget {
     fn check(&self, errors: &mut Errors, path: &FieldPath) {
         errors.pattern(
             &path.field("nodes"),
-            &self.nodes,
+            self.nodes.as_str(),
             patterns::BUDGET_NODES,
-            patterns::is_budget_nodes,
         );
-        if let Some(schedule) = &self.schedule {
-            errors.pattern(
-                &path.field("schedule"),
-                schedule,
-                patterns::BUDGET_SCHEDULE,
-                patterns::is_budget_schedule,
-            );
-        }
-        if let Some(duration) = &self.duration {
-            errors.pattern(
-                &path.field("duration"),
-                duration.as_str(),
-                patterns::BUDGET_DURATION,
-                patterns::is_budget_duration,
-            );
-        }
+        let schedule = self.schedule.as_deref();
+        errors.pattern(&path.field("schedule"), schedule, patterns::BUDGET_SCHEDULE);
+        let duration = self.duration.as_ref().map(GoDuration::as_str);
+        errors.pattern(&path.field("duration"), duration, patterns::BUDGET_DURATION);
         if self.schedule.is_some() != self.duration.is_some() {
             errors.push(path.clone(), Violation::ScheduleWithoutDuration);
         }

@@ -1,11 +1,12 @@
 //! Node selector requirements with `minValues` (upstream `NodeSelectorRequirementWithMinValues`):
 //! what NodePools and NodeClaims constrain instances with.
 
-use schemars::JsonSchema;
+pub use core_domain::requirements::Operator;
+use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
-use super::{
-    labels::{self, KeyUse, RestrictedDomain},
+use crate::{
+    labels::{self, KeyUse, LabelPolicy},
     patterns,
     validation::{Errors, FieldPath, Violation, check_label_key},
 };
@@ -24,6 +25,8 @@ pub struct NodeSelectorRequirementWithMinValues {
     #[schemars(length(max = 316), regex(pattern = patterns::QUALIFIED_NAME))]
     pub key: String,
     /// The key's relationship to the values.
+    #[serde(with = "operator_serde")]
+    #[schemars(schema_with = "operator_schema")]
     pub operator: Operator,
     /// The values: non-empty for In and NotIn, one non-negative integer for Gt, Lt, Gte and Lte,
     /// empty for Exists and DoesNotExist.
@@ -44,50 +47,45 @@ pub struct NodeSelectorRequirementWithMinValues {
 fn label_value_items(schema: &mut schemars::Schema) {
     if let Some(items) = schema.get_mut("items").and_then(|i| i.as_object_mut()) {
         items.insert("maxLength".into(), labels::MAX_VALUE_LENGTH.into());
-        items.insert("pattern".into(), patterns::LABEL_VALUE.into());
+        items.insert("pattern".into(), patterns::LABEL_VALUE.as_str().into());
     }
 }
 
-/// How a requirement relates its key to its values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
-pub enum Operator {
-    /// The label's value is one of the values.
-    In,
-    /// The label is absent or its value is none of the values.
-    NotIn,
-    /// The label is present.
-    Exists,
-    /// The label is absent.
-    DoesNotExist,
-    /// The label's value, an integer, is greater than the value.
-    Gt,
-    /// The label's value, an integer, is less than the value.
-    Lt,
-    /// The label's value, an integer, is greater than or equal to the value.
-    Gte,
-    /// The label's value, an integer, is less than or equal to the value.
-    Lte,
+/// Serde for [`Operator`], which the domain defines without serde (it depends on nothing): the
+/// API's spelling is [`Operator::as_str`].
+mod operator_serde {
+    use serde::{Deserialize, Deserializer, Serializer, de::Error};
+
+    use super::Operator;
+
+    pub(super) fn serialize<S: Serializer>(
+        op: &Operator,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(op.as_str())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Operator, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Operator::ALL
+            .into_iter()
+            .find(|op| op.as_str() == name)
+            .ok_or_else(|| {
+                let expected: Vec<&str> = Operator::ALL.iter().map(|op| op.as_str()).collect();
+                D::Error::custom(format_args!(
+                    "unknown variant `{name}`, expected one of {}",
+                    expected.join(", ")
+                ))
+            })
+    }
 }
 
-impl Operator {
-    /// The operator as the API spells it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::In => "In",
-            Self::NotIn => "NotIn",
-            Self::Exists => "Exists",
-            Self::DoesNotExist => "DoesNotExist",
-            Self::Gt => "Gt",
-            Self::Lt => "Lt",
-            Self::Gte => "Gte",
-            Self::Lte => "Lte",
-        }
-    }
-
-    /// Whether the operator compares integers.
-    pub fn is_numeric(self) -> bool {
-        matches!(self, Self::Gt | Self::Lt | Self::Gte | Self::Lte)
-    }
+/// The schema of [`Operator`]: its names, in the API's order.
+fn operator_schema(_: &mut SchemaGenerator) -> Schema {
+    let names = Operator::ALL.map(Operator::as_str);
+    json_schema!({ "type": "string", "enum": names })
 }
 
 /// CEL's `int(x) >= 0` on a string: an optionally signed decimal that fits an `i64`.
@@ -101,12 +99,12 @@ pub fn check_requirements(
     path: &FieldPath,
     requirements: &[NodeSelectorRequirementWithMinValues],
     key_use: KeyUse,
-    extra: &[RestrictedDomain<'_>],
+    policy: &LabelPolicy,
 ) {
     errors.max_items(path, requirements, MAX_REQUIREMENTS);
     for (i, r) in requirements.iter().enumerate() {
         let at = path.index(i);
-        check_label_key(errors, &at.field("key"), &r.key, key_use, extra);
+        check_label_key(errors, &at.field("key"), &r.key, key_use, policy);
         let values = at.field("values");
         for (j, value) in r.values.iter().enumerate() {
             if let Err(e) = labels::check_label_value(value) {
@@ -116,7 +114,7 @@ pub fn check_requirements(
         if r.operator == Operator::In && r.values.is_empty() {
             errors.push(values.clone(), Violation::InWithoutValues);
         }
-        if r.operator.is_numeric()
+        if r.operator.is_bound()
             && !matches!(r.values.as_slice(), [only] if is_non_negative_int(only))
         {
             errors.push(

@@ -2,35 +2,83 @@
 //! semantics (Go RE2, as kube-apiserver evaluates OpenAPI `pattern`s), so the schema and the Rust
 //! validation cannot disagree. Hand-written because the crate has no regex dependency; the tests
 //! pin each matcher against the cases that tell the expression's corners apart.
+//!
+//! An expression Rust checks is a [`Pattern`], which carries its matcher, so no check can pair
+//! an expression with another's matcher; one only the schema carries is a plain string.
+
+use std::fmt;
+
+/// A CRD `pattern` and the matcher that implements it. It displays as the expression, which is
+/// what schemas and error messages show.
+#[derive(Debug, Clone, Copy)]
+pub struct Pattern {
+    regex: &'static str,
+    matcher: fn(&str) -> bool,
+}
+
+impl Pattern {
+    /// Pairs an expression with its matcher.
+    pub const fn new(regex: &'static str, matcher: fn(&str) -> bool) -> Self {
+        Self { regex, matcher }
+    }
+
+    /// The expression, as the CRD carries it.
+    pub const fn as_str(self) -> &'static str {
+        self.regex
+    }
+
+    /// Whether `s` matches the expression.
+    pub fn matches(self, s: &str) -> bool {
+        (self.matcher)(s)
+    }
+}
+
+impl fmt::Display for Pattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.regex)
+    }
+}
 
 /// `spec.disruption.budgets[].nodes`: a percentage (0–100) or a count.
-pub const BUDGET_NODES: &str = "^((100|[0-9]{1,2})%|[0-9]+)$";
+pub const BUDGET_NODES: Pattern = Pattern::new("^((100|[0-9]{1,2})%|[0-9]+)$", is_budget_nodes);
 
 /// `spec.disruption.budgets[].schedule`: a cron macro or five fields. Upstream's alternation is
 /// anchored on one side each (`^(@…)|(…)$`); the matcher reproduces that, not the intent.
-pub const BUDGET_SCHEDULE: &str =
-    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$";
+pub const BUDGET_SCHEDULE: Pattern = Pattern::new(
+    r"^(@(annually|yearly|monthly|weekly|daily|midnight|hourly))|((.+)\s(.+)\s(.+)\s(.+)\s(.+))$",
+    is_budget_schedule,
+);
 
 /// `spec.disruption.budgets[].duration`: minutes and hours only (cron has no seconds), with the
 /// `0s` Go's `Duration.String()` appends.
-pub const BUDGET_DURATION: &str = "^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$";
+pub const BUDGET_DURATION: Pattern = Pattern::new(
+    "^((([0-9]+(h|m))|([0-9]+h[0-9]+m))(0s)?)$",
+    is_budget_duration,
+);
 
 /// `consolidateAfter` and `expireAfter`: whole seconds, minutes, hours, or `Never`.
-pub const DURATION_OR_NEVER: &str = "^(([0-9]+(s|m|h))+|Never)$";
+pub const DURATION_OR_NEVER: Pattern =
+    Pattern::new("^(([0-9]+(s|m|h))+|Never)$", is_duration_or_never);
 
 /// `terminationGracePeriod`: whole seconds, minutes, hours.
-pub const DURATION: &str = "^([0-9]+(s|m|h))+$";
+pub const DURATION: Pattern = Pattern::new("^([0-9]+(s|m|h))+$", is_duration);
 
 /// A label value: empty, or up to 63 alphanumerics, `-`, `_`, `.`, starting and ending with an
 /// alphanumeric (the length is a separate `maxLength`).
-pub const LABEL_VALUE: &str = "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$";
+pub const LABEL_VALUE: Pattern = Pattern::new(
+    "^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$",
+    is_label_value,
+);
 
 /// A label key (requirement keys, taint keys): an optional DNS-subdomain prefix and `/`, then a
 /// name. Upstream uses the same expression for taint values.
-pub const QUALIFIED_NAME: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$";
+pub const QUALIFIED_NAME: Pattern = Pattern::new(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*(\/))?([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$",
+    is_qualified_name,
+);
 
 /// `nodeClassRef.group`: no `/` (a group, not an apiVersion).
-pub const GROUP: &str = "^[^/]*$";
+pub const GROUP: Pattern = Pattern::new("^[^/]*$", is_group);
 
 /// `status.conditions[].type`.
 pub const CONDITION_TYPE: &str = r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$";
@@ -45,7 +93,7 @@ fn all_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
-/// Matches [`BUDGET_NODES`].
+/// The matcher of [`BUDGET_NODES`].
 pub fn is_budget_nodes(s: &str) -> bool {
     match s.strip_suffix('%') {
         Some(pct) => pct == "100" || (all_digits(pct) && pct.len() <= 2),
@@ -58,7 +106,7 @@ fn is_re2_space(c: char) -> bool {
     matches!(c, '\t' | '\n' | '\x0c' | '\r' | ' ')
 }
 
-/// Matches [`BUDGET_SCHEDULE`].
+/// The matcher of [`BUDGET_SCHEDULE`].
 pub fn is_budget_schedule(s: &str) -> bool {
     const MACROS: [&str; 7] = [
         "annually", "yearly", "monthly", "weekly", "daily", "midnight", "hourly",
@@ -109,18 +157,18 @@ fn duration_parts(s: &str) -> Option<Vec<(&str, char)>> {
     Some(parts)
 }
 
-/// Matches [`DURATION`].
+/// The matcher of [`DURATION`].
 pub fn is_duration(s: &str) -> bool {
     duration_parts(s)
         .is_some_and(|p| !p.is_empty() && p.iter().all(|(_, u)| matches!(u, 's' | 'm' | 'h')))
 }
 
-/// Matches [`DURATION_OR_NEVER`].
+/// The matcher of [`DURATION_OR_NEVER`].
 pub fn is_duration_or_never(s: &str) -> bool {
     s == "Never" || is_duration(s)
 }
 
-/// Matches [`BUDGET_DURATION`].
+/// The matcher of [`BUDGET_DURATION`].
 pub fn is_budget_duration(s: &str) -> bool {
     let body = s.strip_suffix("0s").unwrap_or(s);
     let Some(parts) = duration_parts(body) else {
@@ -144,7 +192,7 @@ fn is_label_name(s: &str) -> bool {
             .all(|c| is_alnum(c) || matches!(c, '-' | '_' | '.'))
 }
 
-/// Matches [`LABEL_VALUE`].
+/// The matcher of [`LABEL_VALUE`].
 pub fn is_label_value(s: &str) -> bool {
     s.is_empty() || is_label_name(s)
 }
@@ -171,7 +219,7 @@ pub fn is_qualified_name(s: &str) -> bool {
     }
 }
 
-/// Matches [`GROUP`].
+/// The matcher of [`GROUP`].
 pub fn is_group(s: &str) -> bool {
     !s.contains('/')
 }

@@ -1,0 +1,648 @@
+//! A NodePool's instance types as the scheduler's hot path reads them: the types compatible
+//! with the NodePool, each with its allocatable as four integers and its available offerings
+//! as interned (zone, capacity type, price) triples. A planned NodeClaim's options are a
+//! [`Bits`] over this table; narrowing them re-checks only what changed.
+//!
+//! # Why the interning
+//!
+//! Zones and capacity types are what topology and pod requirements narrow most, and every
+//! type has a dozen offerings. Checking `Offering::is_compatible` for each costs a
+//! requirements intersection; with the values interned, a NodeClaim's allowed zones and
+//! capacity types become two boolean vectors computed once per narrowing, and an offering
+//! check is two lookups. Offerings that carry further keys (zone ID, reservation ID) fall back
+//! to the exact check only when the NodeClaim constrains one of those keys.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::instance_type::InstanceType;
+use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
+use crate::requirements::{Operator, Requirements};
+use crate::resources::ResourceName;
+use crate::scheduler::bits::Bits;
+pub(super) use crate::scheduler::dimensions::{Dimensions, ValueIndex};
+use crate::scheduler::fit::{Demand, Fixed};
+use crate::scheduler::nodepool::NODES;
+
+/// Which interned zones and capacity types a NodeClaim's requirements allow.
+type AllowedOfferings = (Vec<bool>, Vec<bool>);
+
+/// How a type's own requirement on zone or capacity type is checked.
+#[derive(Debug, Clone, Copy)]
+enum KeyValues {
+    /// The type does not constrain the key.
+    Unconstrained,
+    /// The type allows these interned values (`listed[start..end]`).
+    In { start: u32, end: u32 },
+    /// Any other form (`NotIn`, bounds): checked with the requirement itself.
+    Exact,
+}
+
+/// An available offering, interned.
+#[derive(Debug, Clone, Copy)]
+struct CompactOffering {
+    zone: u32,
+    capacity_type: u32,
+    price: f64,
+    /// Index into the type's `offerings()`.
+    index: u32,
+    /// Whether the offering has requirements beyond zone and capacity type.
+    extra: bool,
+}
+
+#[derive(Debug)]
+struct Entry {
+    instance_type: Arc<InstanceType>,
+    name: Arc<str>,
+    allocatable: Fixed,
+    offerings: (u32, u32),
+    zones: KeyValues,
+    capacity_types: KeyValues,
+}
+
+/// What changed between two versions of a NodeClaim's requirements, and so what its options
+/// must be re-checked against.
+#[derive(Debug)]
+pub(super) struct Narrowing<'a> {
+    requirements: &'a Requirements,
+    /// Changed requirements on keys other than zone and capacity type.
+    other_keys: Requirements,
+    /// Allowed zones and capacity types, when zone, capacity type or offering keys changed.
+    dimensions: Option<AllowedOfferings>,
+    /// Whether the requirements constrain an offering key beyond zone and capacity type.
+    exact_offerings: bool,
+}
+
+impl<'a> Narrowing<'a> {
+    /// Only resources changed.
+    pub(super) fn none(requirements: &'a Requirements) -> Self {
+        Narrowing {
+            requirements,
+            other_keys: Requirements::new(),
+            dimensions: None,
+            exact_offerings: false,
+        }
+    }
+}
+
+/// Options after a narrowing, with the per-resource extremes of their allocatable.
+#[derive(Debug, Clone)]
+pub(super) struct Filtered {
+    /// The remaining options.
+    pub(super) options: Bits,
+    /// The smallest allocatable of each resource among them.
+    pub(super) smallest: Fixed,
+    /// The largest allocatable of each resource among them.
+    pub(super) largest: Fixed,
+}
+
+/// A NodePool's instance types compatible with its requirements.
+#[derive(Debug)]
+pub(super) struct Catalog {
+    entries: Vec<Entry>,
+    offerings: Vec<CompactOffering>,
+    listed: Vec<u32>,
+    /// Offering requirement keys beyond zone and capacity type, sorted.
+    extra_offering_keys: Vec<Arc<str>>,
+    /// Options ordered by price for each (allowed zones, allowed capacity types).
+    price_orders: HashMap<AllowedOfferings, Arc<[(u32, f64)]>>,
+}
+
+impl Catalog {
+    /// The types of `types` compatible with `base` (the NodePool's requirements), in order.
+    pub(super) fn new(types: &[Arc<InstanceType>], base: &Requirements, dims: &Dimensions) -> Self {
+        let mut catalog = Catalog {
+            entries: Vec::new(),
+            offerings: Vec::new(),
+            listed: Vec::new(),
+            extra_offering_keys: Vec::new(),
+            price_orders: HashMap::new(),
+        };
+        for instance_type in types.iter().filter(|t| t.is_compatible(base)) {
+            let start = catalog.offerings.len();
+            for (index, offering) in instance_type.offerings().iter().enumerate() {
+                if !offering.available {
+                    continue;
+                }
+                let extra = offering
+                    .requirements
+                    .keys()
+                    .filter(|k| *k != LABEL_TOPOLOGY_ZONE && *k != LABEL_CAPACITY_TYPE)
+                    .inspect(|k| {
+                        if !catalog.extra_offering_keys.iter().any(|e| &**e == *k) {
+                            catalog.extra_offering_keys.push((*k).into());
+                        }
+                    })
+                    .count()
+                    > 0;
+                catalog.offerings.push(CompactOffering {
+                    zone: dims.zones.get(&offering.zone).unwrap_or(u32::MAX),
+                    capacity_type: dims
+                        .capacity_types
+                        .get(&offering.capacity_type)
+                        .unwrap_or(u32::MAX),
+                    price: offering.price,
+                    index: to_u32(index),
+                    extra,
+                });
+            }
+            let offerings = (to_u32(start), to_u32(catalog.offerings.len()));
+            let zones = catalog.key_values(instance_type, LABEL_TOPOLOGY_ZONE, &dims.zones);
+            let capacity_types =
+                catalog.key_values(instance_type, LABEL_CAPACITY_TYPE, &dims.capacity_types);
+            catalog.entries.push(Entry {
+                instance_type: instance_type.clone(),
+                name: instance_type.name().into(),
+                allocatable: Fixed::of(instance_type.allocatable()),
+                offerings,
+                zones,
+                capacity_types,
+            });
+        }
+        catalog.extra_offering_keys.sort();
+        catalog
+    }
+
+    fn key_values(
+        &mut self,
+        instance_type: &InstanceType,
+        key: &str,
+        index: &ValueIndex,
+    ) -> KeyValues {
+        match instance_type.requirements().get(key) {
+            None => KeyValues::Unconstrained,
+            Some(requirement) if requirement.operator() == Operator::In => {
+                let start = to_u32(self.listed.len());
+                self.listed
+                    .extend(requirement.values().filter_map(|v| index.get(v)));
+                KeyValues::In {
+                    start,
+                    end: to_u32(self.listed.len()),
+                }
+            }
+            Some(_) => KeyValues::Exact,
+        }
+    }
+
+    /// The number of types.
+    pub(super) fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// The instance type at `index`.
+    pub(super) fn instance_type(&self, index: usize) -> &Arc<InstanceType> {
+        &self.entries[index].instance_type
+    }
+
+    /// The name of the type at `index`, shared.
+    pub(super) fn name(&self, index: usize) -> &Arc<str> {
+        &self.entries[index].name
+    }
+
+    /// What must be re-checked when a NodeClaim's requirements go from `before` to `after`
+    /// (which only ever narrow).
+    pub(super) fn narrowing<'a>(
+        &self,
+        before: &Requirements,
+        after: &'a Requirements,
+        dims: &Dimensions,
+    ) -> Narrowing<'a> {
+        let mut other_keys = Requirements::new();
+        let mut offerings_changed = false;
+        for requirement in after.iter() {
+            if before.get(requirement.key()) == Some(requirement) {
+                continue;
+            }
+            let key = requirement.key();
+            if key == LABEL_TOPOLOGY_ZONE || key == LABEL_CAPACITY_TYPE {
+                offerings_changed = true;
+            } else {
+                if self.is_offering_key(key) {
+                    offerings_changed = true;
+                }
+                other_keys.add(requirement.clone());
+            }
+        }
+        let dimensions = offerings_changed.then(|| {
+            (
+                dims.zones.allowed(after.get(LABEL_TOPOLOGY_ZONE)),
+                dims.capacity_types.allowed(after.get(LABEL_CAPACITY_TYPE)),
+            )
+        });
+        Narrowing {
+            requirements: after,
+            other_keys,
+            dimensions,
+            exact_offerings: self.constrains_offering_keys(after),
+        }
+    }
+
+    fn is_offering_key(&self, key: &str) -> bool {
+        self.extra_offering_keys.iter().any(|k| &**k == key)
+    }
+
+    fn constrains_offering_keys(&self, requirements: &Requirements) -> bool {
+        self.extra_offering_keys
+            .iter()
+            .any(|k| requirements.contains_key(k))
+    }
+
+    /// The options of `from` that still satisfy `narrowing` and fit `demand`.
+    pub(super) fn filter(
+        &self,
+        from: &Bits,
+        narrowing: &Narrowing<'_>,
+        demand: &Demand,
+    ) -> Filtered {
+        let mut options = from.clone();
+        let mut smallest = Fixed::MAX;
+        let mut largest = Fixed::ZERO;
+        for index in from.iter() {
+            let entry = &self.entries[index];
+            let keep = demand.fits(entry.instance_type.allocatable(), &entry.allocatable)
+                && self.satisfies(entry, narrowing);
+            if keep {
+                smallest = smallest.min(&entry.allocatable);
+                largest = largest.max(&entry.allocatable);
+            } else {
+                options.remove(index);
+            }
+        }
+        Filtered {
+            options,
+            smallest,
+            largest,
+        }
+    }
+
+    fn satisfies(&self, entry: &Entry, narrowing: &Narrowing<'_>) -> bool {
+        if !narrowing.other_keys.is_empty()
+            && !narrowing
+                .other_keys
+                .is_intersecting(entry.instance_type.requirements())
+        {
+            return false;
+        }
+        let Some((zones, capacity_types)) = &narrowing.dimensions else {
+            return true;
+        };
+        let requirements = narrowing.requirements;
+        self.key_allows(entry, entry.zones, zones, requirements, LABEL_TOPOLOGY_ZONE)
+            && self.key_allows(
+                entry,
+                entry.capacity_types,
+                capacity_types,
+                requirements,
+                LABEL_CAPACITY_TYPE,
+            )
+            && self
+                .available(
+                    entry,
+                    zones,
+                    capacity_types,
+                    requirements,
+                    narrowing.exact_offerings,
+                )
+                .next()
+                .is_some()
+    }
+
+    fn key_allows(
+        &self,
+        entry: &Entry,
+        values: KeyValues,
+        allowed: &[bool],
+        requirements: &Requirements,
+        key: &str,
+    ) -> bool {
+        match values {
+            KeyValues::Unconstrained => true,
+            KeyValues::In { start, end } => self.listed[start as usize..end as usize]
+                .iter()
+                .any(|&v| allowed.get(v as usize).copied().unwrap_or(false)),
+            KeyValues::Exact => match (
+                entry.instance_type.requirements().get(key),
+                requirements.get(key),
+            ) {
+                (Some(own), Some(wanted)) => own.intersects(wanted),
+                _ => true,
+            },
+        }
+    }
+
+    /// The available offerings of `entry` that `requirements` (as interned allowances) accept.
+    fn available<'a>(
+        &'a self,
+        entry: &'a Entry,
+        zones: &'a [bool],
+        capacity_types: &'a [bool],
+        requirements: &'a Requirements,
+        exact: bool,
+    ) -> impl Iterator<Item = &'a CompactOffering> + 'a {
+        let (start, end) = entry.offerings;
+        let allowed =
+            |allowed: &[bool], index: u32| allowed.get(index as usize).copied().unwrap_or(false);
+        self.offerings[start as usize..end as usize]
+            .iter()
+            .filter(move |o| {
+                allowed(zones, o.zone)
+                    && allowed(capacity_types, o.capacity_type)
+                    && (!exact
+                        || !o.extra
+                        || entry.instance_type.offerings()[o.index as usize]
+                            .is_compatible(requirements))
+            })
+    }
+
+    /// The options, cheapest first (by their cheapest offering `requirements` accept, then by
+    /// name, as [`crate::instance_type::order_by_price`]), leaving out any without such an
+    /// offering.
+    pub(super) fn by_price(
+        &mut self,
+        options: &Bits,
+        requirements: &Requirements,
+        dims: &Dimensions,
+    ) -> Vec<u32> {
+        let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
+        let capacity_types = dims
+            .capacity_types
+            .allowed(requirements.get(LABEL_CAPACITY_TYPE));
+        if self.constrains_offering_keys(requirements) {
+            let mut priced: Vec<(u32, f64)> = options
+                .iter()
+                .filter_map(|i| {
+                    let entry = &self.entries[i];
+                    let price = self
+                        .available(entry, &zones, &capacity_types, requirements, true)
+                        .map(|o| o.price)
+                        .min_by(f64::total_cmp)?;
+                    Some((to_u32(i), price))
+                })
+                .collect();
+            self.sort_by_price(&mut priced);
+            return priced.into_iter().map(|(i, _)| i).collect();
+        }
+        let key = (zones, capacity_types);
+        let order = match self.price_orders.get(&key) {
+            Some(order) => order.clone(),
+            None => {
+                let (zones, capacity_types) = &key;
+                let mut priced: Vec<(u32, f64)> = (0..self.entries.len())
+                    .filter_map(|i| {
+                        let entry = &self.entries[i];
+                        let price = self
+                            .available(entry, zones, capacity_types, requirements, false)
+                            .map(|o| o.price)
+                            .min_by(f64::total_cmp)?;
+                        Some((to_u32(i), price))
+                    })
+                    .collect();
+                self.sort_by_price(&mut priced);
+                let order: Arc<[(u32, f64)]> = priced.into();
+                self.price_orders.insert(key, order.clone());
+                order
+            }
+        };
+        order
+            .iter()
+            .filter(|(i, _)| options.contains(*i as usize))
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    fn sort_by_price(&self, priced: &mut [(u32, f64)]) {
+        priced.sort_by(|(a, pa), (b, pb)| {
+            pa.total_cmp(pb).then_with(|| {
+                self.entries[*a as usize]
+                    .name
+                    .cmp(&self.entries[*b as usize].name)
+            })
+        });
+    }
+
+    /// The zones and capacity types of the available offerings of `options` that
+    /// `requirements` accept, as sorted values.
+    pub(super) fn offered(
+        &self,
+        options: impl IntoIterator<Item = u32>,
+        requirements: &Requirements,
+        dims: &Dimensions,
+    ) -> (Vec<Arc<str>>, Vec<Arc<str>>) {
+        let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
+        let capacity_types = dims
+            .capacity_types
+            .allowed(requirements.get(LABEL_CAPACITY_TYPE));
+        let exact = self.constrains_offering_keys(requirements);
+        let mut offered_zones = vec![false; zones.len()];
+        let mut offered_capacity_types = vec![false; capacity_types.len()];
+        for index in options {
+            let entry = &self.entries[index as usize];
+            for offering in self.available(entry, &zones, &capacity_types, requirements, exact) {
+                offered_zones[offering.zone as usize] = true;
+                offered_capacity_types[offering.capacity_type as usize] = true;
+            }
+        }
+        let values = |offered: Vec<bool>, index: &ValueIndex| {
+            let mut values: Vec<Arc<str>> = offered
+                .iter()
+                .enumerate()
+                .filter(|(_, on)| **on)
+                .map(|(i, _)| index.value(to_u32(i)).clone())
+                .collect();
+            values.sort();
+            values
+        };
+        (
+            values(offered_zones, &dims.zones),
+            values(offered_capacity_types, &dims.capacity_types),
+        )
+    }
+
+    /// The capacity of `resource` of the type at `index` (a node counts one under [`NODES`]).
+    pub(super) fn capacity(&self, index: usize, resource: &ResourceName) -> i64 {
+        if resource.as_str() == NODES {
+            1
+        } else {
+            self.entries[index].instance_type.capacity().get(resource)
+        }
+    }
+
+    /// The largest capacity of `resource` among `options`: what a NodeClaim may add to its
+    /// NodePool's usage.
+    pub(super) fn largest_capacity(&self, options: &Bits, resource: &ResourceName) -> i64 {
+        options
+            .iter()
+            .map(|i| self.capacity(i, resource))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The types whose capacity fits `remaining` for every limited resource (upstream
+    /// `filterByRemainingResources`).
+    pub(super) fn within(&self, remaining: &[(ResourceName, i64)]) -> Bits {
+        let mut within = Bits::empty(self.len());
+        for i in 0..self.entries.len() {
+            if remaining
+                .iter()
+                .all(|(resource, left)| self.capacity(i, resource) <= *left)
+            {
+                within.insert(i);
+            }
+        }
+        within
+    }
+}
+
+fn to_u32(n: usize) -> u32 {
+    u32::try_from(n).unwrap_or(u32::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::instance_type::order_by_price;
+    use crate::requirements::Requirement;
+    use crate::resources::fits;
+    use crate::scheduler::testing::{TypeSpec, resources};
+
+    fn types() -> Vec<Arc<InstanceType>> {
+        vec![
+            TypeSpec::new("c5.large", 2, 4, 0.10)
+                .zones(&["zone-a", "zone-b"])
+                .build(),
+            TypeSpec::new("c5.xlarge", 4, 8, 0.20)
+                .capacity_types(&["on-demand", "spot"])
+                .build(),
+            TypeSpec::new("m5.xlarge", 4, 16, 0.15)
+                .zones(&["zone-c"])
+                .build(),
+            TypeSpec::new("r5.xlarge", 4, 32, 0.30)
+                .capacity_types(&["spot"])
+                .zones(&["zone-b", "zone-c"])
+                .build(),
+            TypeSpec::new("g5.xlarge", 4, 16, 1.00)
+                .extended("nvidia.com/gpu", 1)
+                .build(),
+        ]
+    }
+
+    fn requirements(pairs: &[(&str, &[&str])]) -> Requirements {
+        pairs
+            .iter()
+            .map(|(key, values)| Requirement::in_values(key, values.iter()))
+            .collect()
+    }
+
+    fn names(catalog: &Catalog, indices: impl IntoIterator<Item = usize>) -> Vec<String> {
+        indices
+            .into_iter()
+            .map(|i| catalog.name(i).to_string())
+            .collect()
+    }
+
+    #[test]
+    fn given_narrowed_requirements_when_filtering_then_the_result_equals_the_exact_checks() {
+        let types = types();
+        let mut dims = Dimensions::default();
+        dims.add_types(&types);
+        let base = Requirements::new();
+        let catalog = Catalog::new(&types, &base, &dims);
+        let all = Bits::full(catalog.len());
+        let cases: [&[(&str, &[&str])]; 6] = [
+            &[],
+            &[(LABEL_TOPOLOGY_ZONE, &["zone-a"])],
+            &[(LABEL_CAPACITY_TYPE, &["spot"])],
+            &[
+                (LABEL_CAPACITY_TYPE, &["spot"]),
+                (LABEL_TOPOLOGY_ZONE, &["zone-c"]),
+            ],
+            &[("karpenter.k8s.aws/instance-family", &["m5", "r5"])],
+            &[(LABEL_TOPOLOGY_ZONE, &["zone-z"])],
+        ];
+        let demands = [
+            resources(1000, 1),
+            resources(3000, 10),
+            resources(1000, 1).with("nvidia.com/gpu", 1),
+        ];
+        for case in cases {
+            let wanted = requirements(case);
+            for demand in &demands {
+                let narrowing = catalog.narrowing(&base, &wanted, &dims);
+                let filtered = catalog.filter(&all, &narrowing, &Demand::new(demand.clone()));
+                let exact: Vec<String> = types
+                    .iter()
+                    .filter(|t| t.is_compatible(&wanted) && fits(demand, t.allocatable()).is_ok())
+                    .map(|t| t.name().to_owned())
+                    .collect();
+                assert_eq!(
+                    names(&catalog, filtered.options.iter()),
+                    exact,
+                    "{wanted} {demand}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn given_options_when_ordered_by_price_then_the_order_equals_order_by_price() {
+        let types = types();
+        let mut dims = Dimensions::default();
+        dims.add_types(&types);
+        let mut catalog = Catalog::new(&types, &Requirements::new(), &dims);
+        let all = Bits::full(catalog.len());
+        for case in [
+            requirements(&[]),
+            requirements(&[(LABEL_CAPACITY_TYPE, &["spot"])]),
+            requirements(&[(LABEL_TOPOLOGY_ZONE, &["zone-b", "zone-c"])]),
+        ] {
+            let mut expected: Vec<Arc<InstanceType>> = types
+                .iter()
+                .filter(|t| t.is_compatible(&case))
+                .cloned()
+                .collect();
+            order_by_price(&mut expected, &case);
+            let ordered = catalog.by_price(&all, &case, &dims);
+            let ordered = names(&catalog, ordered.into_iter().map(|i| i as usize));
+            let expected: Vec<&str> = expected.iter().map(|t| t.name()).collect();
+            assert_eq!(ordered, expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn given_a_template_when_building_the_catalogue_then_only_compatible_types_are_kept() {
+        let types = types();
+        let mut dims = Dimensions::default();
+        dims.add_types(&types);
+        let spot = requirements(&[(LABEL_CAPACITY_TYPE, &["spot"])]);
+        let catalog = Catalog::new(&types, &spot, &dims);
+        assert_eq!(
+            names(&catalog, 0..catalog.len()),
+            ["c5.xlarge", "r5.xlarge"]
+        );
+        let (zones, capacity_types) = catalog.offered([0, 1], &spot, &dims);
+        assert_eq!(
+            zones.iter().map(|z| &**z).collect::<Vec<_>>(),
+            ["zone-a", "zone-b", "zone-c"]
+        );
+        assert_eq!(
+            capacity_types.iter().map(|c| &**c).collect::<Vec<_>>(),
+            ["spot"]
+        );
+    }
+
+    #[test]
+    fn given_limits_when_filtering_by_remaining_then_types_larger_than_what_is_left_are_out() {
+        let types = types();
+        let mut dims = Dimensions::default();
+        dims.add_types(&types);
+        let catalog = Catalog::new(&types, &Requirements::new(), &dims);
+        let within = catalog.within(&[(ResourceName::CPU, 3000)]);
+        assert_eq!(names(&catalog, within.iter()), ["c5.large"]);
+        let nodes = catalog.within(&[(ResourceName::new(NODES), 0)]);
+        assert!(nodes.is_empty());
+        assert_eq!(
+            catalog.largest_capacity(&Bits::full(catalog.len()), &ResourceName::CPU),
+            4000
+        );
+    }
+}

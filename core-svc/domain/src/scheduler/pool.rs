@@ -1,0 +1,208 @@
+//! A NodePool during a run: its template requirements, its catalogue, what its limits still
+//! allow (upstream's `remainingResources`, reduced by the largest option of every NodeClaim
+//! it plans), and the DaemonSet overhead every new node of it carries.
+
+use std::sync::Arc;
+
+use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_TOPOLOGY_ZONE};
+use crate::requirements::{AllowUndefined, Operator, Requirement, Requirements};
+use crate::resources::{ResourceList, ResourceName};
+use crate::scheduler::bits::Bits;
+use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
+use crate::scheduler::constraints::HostPort;
+use crate::scheduler::fit::Demand;
+use crate::scheduler::node::counted;
+use crate::scheduler::nodepool::NodePoolSpec;
+use crate::scheduler::pod::Pod;
+use crate::scheduler::taints::{Taint, first_untolerated};
+
+/// What is left of one limit.
+#[derive(Debug, Clone)]
+pub(super) struct Remaining {
+    /// The limited resource.
+    pub(super) resource: ResourceName,
+    /// What is left: the limit less usage, less the largest option of each NodeClaim planned.
+    pub(super) left: i64,
+    /// The limit itself, for messages.
+    pub(super) limit: i64,
+}
+
+/// A NodePool during a run.
+#[derive(Debug)]
+pub(super) struct PoolState<'a> {
+    pub(super) spec: &'a NodePoolSpec,
+    /// The template's requirements, labels and `karpenter.sh/nodepool` included.
+    pub(super) base: Requirements,
+    pub(super) catalog: Catalog,
+    /// Every type of the catalogue.
+    pub(super) all: Filtered,
+    /// The types the limits still allow.
+    pub(super) within: Filtered,
+    pub(super) remaining: Vec<Remaining>,
+    /// Changes whenever what the NodePool can launch changes (its limits are consumed), so
+    /// that refusals remembered for an earlier generation are not reused.
+    pub(super) generation: u64,
+    /// The DaemonSet pods' requests on a new node, each pod counted.
+    pub(super) daemon: Demand,
+    /// The same without the pod count, for messages.
+    pub(super) daemon_requests: ResourceList,
+    pub(super) daemon_ports: Vec<HostPort>,
+}
+
+impl<'a> PoolState<'a> {
+    /// Prepares `spec` for a run.
+    pub(super) fn new(
+        spec: &'a NodePoolSpec,
+        dims: &Dimensions,
+        daemon_set_pods: &[Pod],
+        allow: AllowUndefined<'_>,
+    ) -> Self {
+        let mut base = spec.requirements.clone();
+        base.add_all(&Requirements::from_labels(&spec.labels));
+        base.add(Requirement::in_values(LABEL_NODEPOOL, [spec.name.as_str()]));
+        let catalog = Catalog::new(&spec.instance_types, &base, dims);
+        let all = catalog.filter(
+            &Bits::full(catalog.len()),
+            &Narrowing::none(&base),
+            &Demand::default(),
+        );
+        let remaining: Vec<Remaining> = spec
+            .limits
+            .iter()
+            .map(|(resource, limit)| Remaining {
+                resource: resource.clone(),
+                left: limit.saturating_sub(spec.usage.get(resource)),
+                limit,
+            })
+            .collect();
+        let daemons: Vec<&Pod> = daemon_set_pods
+            .iter()
+            .filter(|ds| daemon_runs_on(ds, &spec.taints, &base, allow))
+            .collect();
+        let daemon_requests: ResourceList = daemons.iter().map(|ds| &ds.requests).sum();
+        let counted_requests: Vec<ResourceList> =
+            daemons.iter().map(|ds| counted(&ds.requests)).collect();
+        let mut pool = PoolState {
+            spec,
+            base,
+            within: all.clone(),
+            all,
+            catalog,
+            remaining,
+            generation: 0,
+            daemon: Demand::new(counted_requests.iter().sum()),
+            daemon_requests,
+            daemon_ports: daemons
+                .iter()
+                .flat_map(|ds| ds.host_ports.iter().copied())
+                .collect(),
+        };
+        pool.refresh_within();
+        pool
+    }
+
+    /// Recomputes the types the limits allow.
+    fn refresh_within(&mut self) {
+        if self.remaining.is_empty() {
+            return;
+        }
+        let left: Vec<(ResourceName, i64)> = self
+            .remaining
+            .iter()
+            .map(|r| (r.resource.clone(), r.left))
+            .collect();
+        self.within = self.catalog.filter(
+            &self.catalog.within(&left),
+            &Narrowing::none(&self.base),
+            &Demand::default(),
+        );
+    }
+
+    /// Accounts for a NodeClaim with `options` (upstream `subtractMax`): the largest of them
+    /// may be launched, so that much is no longer available.
+    pub(super) fn reserve(&mut self, options: &Bits) {
+        if self.remaining.is_empty() {
+            return;
+        }
+        for remaining in &mut self.remaining {
+            let largest = self.catalog.largest_capacity(options, &remaining.resource);
+            remaining.left = remaining.left.saturating_sub(largest);
+        }
+        self.generation += 1;
+        self.refresh_within();
+    }
+
+    /// The limit that keeps every type of `candidates` out: the first that excludes them all,
+    /// else the first that excludes any.
+    pub(super) fn limiting(&self, candidates: &Bits) -> Option<&Remaining> {
+        let excludes = |r: &Remaining, i: usize| self.catalog.capacity(i, &r.resource) > r.left;
+        self.remaining
+            .iter()
+            .find(|r| candidates.iter().all(|i| excludes(r, i)))
+            .or_else(|| {
+                self.remaining
+                    .iter()
+                    .find(|r| candidates.iter().any(|i| excludes(r, i)))
+            })
+    }
+
+    /// The values of `key` that nodes of this NodePool can have: the zones and capacity types
+    /// of its available offerings, or the values its types or its template allow.
+    pub(super) fn domain_values(&self, key: &str, dims: &Dimensions) -> Vec<Arc<str>> {
+        let indices = self
+            .all
+            .options
+            .iter()
+            .map(|i| u32::try_from(i).unwrap_or(u32::MAX));
+        if key == LABEL_TOPOLOGY_ZONE || key == LABEL_CAPACITY_TYPE {
+            let (zones, capacity_types) = self.catalog.offered(indices, &self.base, dims);
+            return if key == LABEL_TOPOLOGY_ZONE {
+                zones
+            } else {
+                capacity_types
+            };
+        }
+        let template = self.base.get(key);
+        let mut values: Vec<Arc<str>> = Vec::new();
+        for index in self.all.options.iter() {
+            let own = self.catalog.instance_type(index).requirements().get(key);
+            let source = own.or(template);
+            if let Some(requirement) = source
+                && requirement.operator() == Operator::In
+            {
+                values.extend(
+                    requirement
+                        .values()
+                        .filter(|v| template.is_none_or(|t| t.has(v)))
+                        .map(Arc::from),
+                );
+            }
+        }
+        values.sort();
+        values.dedup();
+        values
+    }
+}
+
+/// Whether a DaemonSet pod would run on nodes with `taints` and `requirements`
+/// (upstream `isDaemonPodCompatible`): it tolerates the taints (`PreferNoSchedule` does not
+/// keep a DaemonSet away) and one of its required node affinity terms is compatible.
+pub(super) fn daemon_runs_on(
+    daemon: &Pod,
+    taints: &[Taint],
+    requirements: &Requirements,
+    allow: AllowUndefined<'_>,
+) -> bool {
+    if first_untolerated(taints, &daemon.tolerations, true).is_some() {
+        return false;
+    }
+    let node_selector = Requirements::from_labels(&daemon.node_selector);
+    if daemon.required_node_affinity.is_empty() {
+        return requirements.is_compatible(&node_selector, allow);
+    }
+    daemon.required_node_affinity.iter().any(|term| {
+        let mut merged = node_selector.clone();
+        merged.add_all(term);
+        requirements.is_compatible(&merged, allow)
+    })
+}

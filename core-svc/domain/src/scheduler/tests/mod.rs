@@ -1,0 +1,10 @@
+//! Behaviour tests of the scheduler, one file per concern, through [`solve`](super::solve)
+//! with the builders of [`testing`](super::testing).
+
+mod existing;
+mod node_pools;
+mod packing;
+mod preferences;
+mod results;
+mod scale;
+mod topology;

@@ -1,0 +1,125 @@
+//! Runs the scheduler once per case on the real us-east-1 catalogue and reports what a person
+//! compares between versions: time, pods per second, nodes, estimated cost per hour, pods left
+//! unschedulable and the process's peak memory. Each case runs in its own process (the binary
+//! re-runs itself), so peak memory belongs to that case alone.
+//!
+//! ```text
+//! cargo run --release -p simulator --bin scheduler-report            # every case, a table
+//! cargo run --release -p simulator --bin scheduler-report -- --mix plain --pods 5000
+//! ```
+
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use simulator::workloads::{self, Mix};
+
+const SIZES: [usize; 4] = [1_000, 5_000, 20_000, 50_000];
+const SEED: u64 = 42;
+
+#[allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a report tool: its output is the report"
+)]
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |flag: &str| {
+        args.iter()
+            .position(|a| a == flag)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    match (value("--mix"), value("--pods")) {
+        (Some(mix), Some(pods)) => match (mix.parse::<Mix>(), pods.parse::<usize>()) {
+            (Ok(mix), Ok(pods)) => match run_case(mix, pods) {
+                Ok(row) => {
+                    println!("{row}");
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("scheduler-report: {e:#}");
+                    ExitCode::FAILURE
+                }
+            },
+            (Err(e), _) => {
+                eprintln!("scheduler-report: --mix: {e}");
+                ExitCode::from(2)
+            }
+            (_, Err(e)) => {
+                eprintln!("scheduler-report: --pods {pods:?}: {e}");
+                ExitCode::from(2)
+            }
+        },
+        (None, None) => run_all(),
+        _ => {
+            eprintln!("scheduler-report: give both --mix and --pods, or neither for every case");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a report tool: its output is the report"
+)]
+fn run_all() -> ExitCode {
+    let Ok(me) = std::env::current_exe() else {
+        eprintln!("scheduler-report: cannot find its own executable");
+        return ExitCode::FAILURE;
+    };
+    println!(
+        "| mix | pods | solve ms | pods/s | nodes | cost $/h | unschedulable | peak RSS MiB |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    let mut failed = false;
+    for mix in Mix::ALL {
+        for pods in SIZES {
+            let output = Command::new(&me)
+                .args(["--mix", &mix.to_string(), "--pods", &pods.to_string()])
+                .output();
+            match output {
+                Ok(o) if o.status.success() => print!("{}", String::from_utf8_lossy(&o.stdout)),
+                Ok(o) => {
+                    failed = true;
+                    eprintln!("{mix} x {pods}: {}", String::from_utf8_lossy(&o.stderr));
+                }
+                Err(e) => {
+                    failed = true;
+                    eprintln!("{mix} x {pods}: {e}");
+                }
+            }
+        }
+    }
+    if failed {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    }
+}
+
+fn run_case(mix: Mix, pods: usize) -> anyhow::Result<String> {
+    let instance_types = simulator::catalogue::instance_types("us-east-1", true, SEED)?;
+    let input = workloads::input(workloads::pods(mix, pods, SEED), &instance_types);
+    let start = Instant::now();
+    let results = core_domain::scheduler::solve(&input)?;
+    let elapsed = start.elapsed();
+    let seconds = elapsed.as_secs_f64();
+    Ok(format!(
+        "| {mix} | {pods} | {:.1} | {:.0} | {} | {:.2} | {} | {:.0} |",
+        seconds * 1000.0,
+        pods as f64 / seconds,
+        results.node_count(),
+        results.estimated_cost(),
+        results.unschedulable.len(),
+        peak_rss_mib().unwrap_or(f64::NAN),
+    ))
+}
+
+/// The process's peak resident memory (`VmHWM`), in MiB.
+fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kib: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib / 1024.0)
+}
