@@ -220,12 +220,18 @@ def main():
         server,
     )
 
-    old_umask = os.umask(0o177)  # the socket is created 0600, as the API recommends
+    # The socket is created 0600, as the API recommends, under a temporary name, and renamed
+    # into place only once the server accepts connections: whoever waits for the path to
+    # appear can connect at once.
+    temporary_path = f"{socket_path}.{os.getpid()}.tmp"
+    old_umask = os.umask(0o177)
     try:
-        server.add_insecure_port(f"unix://{socket_path}")
+        server.add_insecure_port(f"unix://{temporary_path}")
         server.start()
     finally:
         os.umask(old_umask)
+    os.rename(temporary_path, socket_path)
+    atexit.register(lambda: os.path.exists(socket_path) and os.remove(socket_path))
     logging.info("serving on %s", args.endpoint)
 
     stopped = threading.Event()
