@@ -532,59 +532,37 @@ mod tests {
     #[test]
     fn m5_large_has_upstreams_labels_capacity_and_overhead() {
         let t = m5_large(&NodeSettings::default(), &|_, _, _| false);
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_TYPE),
-            Some(("OPERATOR_IN", vec!["m5.large"]))
-        );
-        assert_eq!(label(&t, LABEL_ARCH), Some(("OPERATOR_IN", vec!["amd64"])));
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_CATEGORY),
-            Some(("OPERATOR_IN", vec!["m"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_GENERATION),
-            Some(("OPERATOR_IN", vec!["5"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_FAMILY),
-            Some(("OPERATOR_IN", vec!["m5"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_SIZE),
-            Some(("OPERATOR_IN", vec!["large"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_CPU),
-            Some(("OPERATOR_IN", vec!["2"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_MEMORY),
-            Some(("OPERATOR_IN", vec!["8192"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_CPU_MANUFACTURER),
-            Some(("OPERATOR_IN", vec!["intel"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_HYPERVISOR),
-            Some(("OPERATOR_IN", vec!["nitro"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_INSTANCE_GPU_NAME),
-            Some(("OPERATOR_DOES_NOT_EXIST", vec![]))
-        );
-        assert_eq!(
-            label(&t, LABEL_WINDOWS_BUILD),
-            Some(("OPERATOR_DOES_NOT_EXIST", vec![]))
-        );
-        assert_eq!(
-            label(&t, LABEL_TOPOLOGY_ZONE),
-            Some(("OPERATOR_IN", vec!["us-east-1a", "us-east-1b"]))
-        );
-        assert_eq!(
-            label(&t, LABEL_CAPACITY_TYPE),
-            Some(("OPERATOR_IN", vec!["on-demand", "spot"]))
-        );
+        let expected: Vec<(&str, &str, Vec<&str>)> = vec![
+            (LABEL_INSTANCE_TYPE, "OPERATOR_IN", vec!["m5.large"]),
+            (LABEL_ARCH, "OPERATOR_IN", vec!["amd64"]),
+            (LABEL_INSTANCE_CATEGORY, "OPERATOR_IN", vec!["m"]),
+            (LABEL_INSTANCE_GENERATION, "OPERATOR_IN", vec!["5"]),
+            (LABEL_INSTANCE_FAMILY, "OPERATOR_IN", vec!["m5"]),
+            (LABEL_INSTANCE_SIZE, "OPERATOR_IN", vec!["large"]),
+            (LABEL_INSTANCE_CPU, "OPERATOR_IN", vec!["2"]),
+            (LABEL_INSTANCE_MEMORY, "OPERATOR_IN", vec!["8192"]),
+            (
+                LABEL_INSTANCE_CPU_MANUFACTURER,
+                "OPERATOR_IN",
+                vec!["intel"],
+            ),
+            (LABEL_INSTANCE_HYPERVISOR, "OPERATOR_IN", vec!["nitro"]),
+            (LABEL_INSTANCE_GPU_NAME, "OPERATOR_DOES_NOT_EXIST", vec![]),
+            (LABEL_WINDOWS_BUILD, "OPERATOR_DOES_NOT_EXIST", vec![]),
+            (
+                LABEL_TOPOLOGY_ZONE,
+                "OPERATOR_IN",
+                vec!["us-east-1a", "us-east-1b"],
+            ),
+            (
+                LABEL_CAPACITY_TYPE,
+                "OPERATOR_IN",
+                vec!["on-demand", "spot"],
+            ),
+        ];
+        for (key, operator, values) in expected {
+            assert_eq!(label(&t, key), Some((operator, values)), "{key}");
+        }
         // 3 ENIs x (10 IPv4 - 1) + 2 = 29 pods (the EKS AMI's eni-max-pods value for m5.large).
         assert_eq!(t.capacity["pods"], "29");
         // 8192 MiB less 7.5% (615 MiB).
