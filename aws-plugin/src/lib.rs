@@ -7,11 +7,13 @@
 //! - [`catalogue`]: the embedded EC2 catalogue (DescribeInstanceTypes data, zones, prices).
 //! - [`instance_types`]: EC2 instance types as the API's `InstanceType` (labels, capacity, overhead, offerings).
 //! - [`aws`]: the AWS configuration the plugin runs with.
+//! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
 
 pub mod apis;
 pub mod aws;
 pub mod catalogue;
 pub mod cli;
+pub mod ec2;
 pub mod identity;
 pub mod instance_types;
 pub mod provider;

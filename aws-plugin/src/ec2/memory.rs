@@ -1,0 +1,917 @@
+//! An in-memory EC2 for the simulator and unit tests. Deterministic: instance types, zones
+//! and on-demand prices come from the embedded catalogue; ids are counters
+//! (`i-0000000000000001`); time is a clock the caller sets or advances (never the wall clock),
+//! and instance states follow it: `pending` until the launch delay has passed, then
+//! `running`; after termination `shutting-down` until the termination delay has passed, then
+//! `terminated`. Capacity errors are configured per instance type, zone and capacity type.
+
+use std::collections::BTreeMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::{
+    CapacityType, Ec2, Ec2Error, Ec2Future, FleetError, FleetInstance, FleetRequest, FleetResult,
+    Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
+    InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, ResourceQuery, SecurityGroup,
+    SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
+};
+use crate::catalogue::{self, CatalogueError};
+
+/// The account the in-memory EC2 pretends to be (owner of the images added to it).
+pub const ACCOUNT_ID: &str = "123456789012";
+
+/// Where the clock starts: 2024-01-01T00:00:00Z, as seconds since the Unix epoch.
+const START: Duration = Duration::from_secs(1_704_067_200);
+
+/// The VPC every subnet and security group belongs to.
+const VPC_ID: &str = "vpc-0000000000000001";
+
+/// Spot prices default to this share of the on-demand price, so the simulator sees spot
+/// cheaper than on-demand without configuring every pool.
+const DEFAULT_SPOT_SHARE: f64 = 0.3;
+
+/// The in-memory EC2. Cheap to share behind an `Arc`; every call locks one mutex.
+#[derive(Debug)]
+pub struct MemoryEc2 {
+    state: Mutex<State>,
+}
+
+#[derive(Debug)]
+struct State {
+    region: String,
+    instance_types: BTreeMap<String, InstanceTypeInfo>,
+    offerings: Vec<InstanceTypeOffering>,
+    on_demand_prices: BTreeMap<String, f64>,
+    spot_prices: BTreeMap<(String, String), (f64, i64)>,
+    capacity_errors: BTreeMap<(String, String, CapacityType), String>,
+    images: BTreeMap<String, Image>,
+    subnets: BTreeMap<String, Subnet>,
+    security_groups: BTreeMap<String, SecurityGroup>,
+    launch_templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateRequest)>,
+    instances: BTreeMap<String, InstanceRecord>,
+    now: Duration,
+    launch_delay: Duration,
+    termination_delay: Duration,
+    next_id: u64,
+}
+
+#[derive(Debug)]
+struct InstanceRecord {
+    instance: Instance,
+    launched_at: Duration,
+    terminated_at: Option<Duration>,
+}
+
+impl MemoryEc2 {
+    /// An EC2 serving the embedded catalogue of `region`, with no images, subnets or security
+    /// groups, a launch and a termination delay of 10 seconds, and the clock at
+    /// 2024-01-01T00:00:00Z.
+    pub fn new(region: &str) -> Result<Self, CatalogueError> {
+        let catalogue = catalogue::embedded(region)?;
+        let on_demand_prices = catalogue.on_demand_prices();
+        let mut offerings = Vec::new();
+        let mut spot_prices = BTreeMap::new();
+        let mut instance_types = BTreeMap::new();
+        for entry in catalogue.instance_types {
+            let name = entry.info.instance_type.clone();
+            for zone in &entry.zones {
+                offerings.push(InstanceTypeOffering {
+                    instance_type: name.clone(),
+                    zone: zone.clone(),
+                });
+                if let Some(price) = on_demand_prices.get(&name) {
+                    let spot = (price * DEFAULT_SPOT_SHARE * 10_000.0).round() / 10_000.0;
+                    spot_prices
+                        .insert((name.clone(), zone.clone()), (spot, START.as_secs() as i64));
+                }
+            }
+            instance_types.insert(name, entry.info);
+        }
+        offerings.sort();
+        Ok(Self {
+            state: Mutex::new(State {
+                region: region.to_owned(),
+                instance_types,
+                offerings,
+                on_demand_prices,
+                spot_prices,
+                capacity_errors: BTreeMap::new(),
+                images: BTreeMap::new(),
+                subnets: BTreeMap::new(),
+                security_groups: BTreeMap::new(),
+                launch_templates: BTreeMap::new(),
+                instances: BTreeMap::new(),
+                now: START,
+                launch_delay: Duration::from_secs(10),
+                termination_delay: Duration::from_secs(10),
+                next_id: 1,
+            }),
+        })
+    }
+
+    /// A poisoned lock only means another test thread panicked mid-call; the state is still
+    /// the best there is.
+    fn state(&self) -> MutexGuard<'_, State> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The region.
+    pub fn region(&self) -> String {
+        self.state().region.clone()
+    }
+
+    /// The clock, as time since the Unix epoch.
+    pub fn now(&self) -> Duration {
+        self.state().now
+    }
+
+    /// Sets the clock. Setting it back in time is allowed (states are computed from it).
+    pub fn set_now(&self, now: Duration) {
+        self.state().now = now;
+    }
+
+    /// Advances the clock.
+    pub fn advance(&self, by: Duration) {
+        let mut state = self.state();
+        state.now += by;
+    }
+
+    /// How long instances stay `pending`.
+    pub fn set_launch_delay(&self, delay: Duration) {
+        self.state().launch_delay = delay;
+    }
+
+    /// How long terminated instances stay `shutting-down`.
+    pub fn set_termination_delay(&self, delay: Duration) {
+        self.state().termination_delay = delay;
+    }
+
+    /// The on-demand price of a type, from the catalogue (EC2 itself has no such call: the
+    /// provider reads prices from the Pricing API or its table).
+    pub fn on_demand_price(&self, instance_type: &str) -> Option<f64> {
+        self.state().on_demand_prices.get(instance_type).copied()
+    }
+
+    /// Sets the spot price of a type in a zone, effective now.
+    pub fn set_spot_price(&self, instance_type: &str, zone: &str, price: f64) {
+        let mut state = self.state();
+        let now = state.now.as_secs() as i64;
+        state
+            .spot_prices
+            .insert((instance_type.to_owned(), zone.to_owned()), (price, now));
+    }
+
+    /// Makes CreateFleet fail for this pool with the EC2 error `code` (for instance
+    /// `InsufficientInstanceCapacity`), or succeed again when `code` is `None`.
+    pub fn set_capacity_error(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        capacity_type: CapacityType,
+        code: Option<&str>,
+    ) {
+        let key = (instance_type.to_owned(), zone.to_owned(), capacity_type);
+        let mut state = self.state();
+        match code {
+            Some(code) => state.capacity_errors.insert(key, code.to_owned()),
+            None => state.capacity_errors.remove(&key),
+        };
+    }
+
+    /// Adds a subnet in `zone` and returns it.
+    pub fn add_subnet(&self, zone: &str, tags: Vec<Tag>) -> Subnet {
+        let mut state = self.state();
+        let subnet = Subnet {
+            id: state.new_id("subnet"),
+            vpc_id: VPC_ID.to_owned(),
+            zone: zone.to_owned(),
+            zone_id: None,
+            available_ip_address_count: 4091,
+            tags,
+        };
+        state.subnets.insert(subnet.id.clone(), subnet.clone());
+        subnet
+    }
+
+    /// Adds a security group and returns it.
+    pub fn add_security_group(&self, name: &str, tags: Vec<Tag>) -> SecurityGroup {
+        let mut state = self.state();
+        let group = SecurityGroup {
+            id: state.new_id("sg"),
+            name: name.to_owned(),
+            vpc_id: Some(VPC_ID.to_owned()),
+            tags,
+        };
+        state
+            .security_groups
+            .insert(group.id.clone(), group.clone());
+        group
+    }
+
+    /// Adds an image owned by [`ACCOUNT_ID`] with the given creation date (ISO 8601), and
+    /// returns it.
+    pub fn add_image(
+        &self,
+        name: &str,
+        architecture: &str,
+        creation_date: &str,
+        tags: Vec<Tag>,
+    ) -> Image {
+        let mut state = self.state();
+        let image = Image {
+            id: state.new_id("ami"),
+            name: name.to_owned(),
+            owner_id: ACCOUNT_ID.to_owned(),
+            architecture: architecture.to_owned(),
+            creation_date: creation_date.to_owned(),
+            state: "available".to_owned(),
+            deprecation_time: None,
+            tags,
+        };
+        state.images.insert(image.id.clone(), image.clone());
+        image
+    }
+
+    /// Publishes an image created now (by the clock): what a new AMI release looks like.
+    pub fn publish_image(&self, name: &str, architecture: &str, tags: Vec<Tag>) -> Image {
+        let date = iso8601(self.now());
+        self.add_image(name, architecture, &date, tags)
+    }
+}
+
+impl State {
+    /// The next id with EC2's prefix: one counter for every kind, so ids never repeat.
+    fn new_id(&mut self, prefix: &str) -> String {
+        let n = self.next_id;
+        self.next_id += 1;
+        format!("{prefix}-{n:016x}")
+    }
+
+    fn instance_state(&self, record: &InstanceRecord) -> InstanceState {
+        match record.terminated_at {
+            Some(at) if self.now >= at + self.termination_delay => InstanceState::Terminated,
+            Some(_) => InstanceState::ShuttingDown,
+            None if self.now >= record.launched_at + self.launch_delay => InstanceState::Running,
+            None => InstanceState::Pending,
+        }
+    }
+
+    fn instance(&self, record: &InstanceRecord) -> Instance {
+        let mut instance = record.instance.clone();
+        instance.state = self.instance_state(record);
+        instance
+    }
+
+    fn launch(&mut self, request: &FleetRequest) -> Result<FleetResult, Ec2Error> {
+        let template = match self.launch_templates.get(&request.launch_template_name) {
+            Some((_, template)) => template.clone(),
+            None => {
+                return Err(Ec2Error::from_code(
+                    "InvalidLaunchTemplateName.NotFoundException",
+                    format!(
+                        "The specified launch template, with template name {}, does not exist.",
+                        request.launch_template_name
+                    ),
+                ));
+            }
+        };
+        if request.target_capacity < 1 {
+            return Err(Ec2Error::from_code(
+                "InvalidParameterValue",
+                "TotalTargetCapacity must be at least 1",
+            ));
+        }
+        let mut overrides: Vec<_> = request.overrides.iter().collect();
+        // Stable: equal priorities keep the caller's order, as EC2's prioritized strategy.
+        overrides.sort_by(|a, b| a.priority.total_cmp(&b.priority));
+        let mut result = FleetResult::default();
+        for o in overrides {
+            let fail = |code: &str, message: String| FleetError {
+                instance_type: Some(o.instance_type.clone()),
+                subnet_id: Some(o.subnet_id.clone()),
+                error: Ec2Error::from_code(code, message),
+            };
+            let Some(subnet) = self.subnets.get(&o.subnet_id).cloned() else {
+                result.errors.push(fail(
+                    "InvalidSubnetID.NotFound",
+                    format!("The subnet ID '{}' does not exist", o.subnet_id),
+                ));
+                continue;
+            };
+            let offered = self
+                .offerings
+                .binary_search(&InstanceTypeOffering {
+                    instance_type: o.instance_type.clone(),
+                    zone: subnet.zone.clone(),
+                })
+                .is_ok();
+            let spot_ok = request.capacity_type == CapacityType::OnDemand
+                || self
+                    .instance_types
+                    .get(&o.instance_type)
+                    .is_some_and(|t| t.supported_usage_classes.iter().any(|c| c == "spot"));
+            if !offered || !spot_ok {
+                result.errors.push(fail(
+                    "Unsupported",
+                    format!(
+                        "Your requested instance type ({}) is not supported in your requested Availability Zone ({}) for {}.",
+                        o.instance_type,
+                        subnet.zone,
+                        request.capacity_type.as_str()
+                    ),
+                ));
+                continue;
+            }
+            let key = (
+                o.instance_type.clone(),
+                subnet.zone.clone(),
+                request.capacity_type,
+            );
+            if let Some(code) = self.capacity_errors.get(&key) {
+                let message = format!(
+                    "We currently do not have sufficient {} capacity in the Availability Zone you requested ({}).",
+                    o.instance_type, subnet.zone
+                );
+                result.errors.push(fail(code, message));
+                continue;
+            }
+            // The whole target from the first pool that has capacity: what an instant fleet
+            // with the prioritized strategy does when that pool is not exhausted.
+            for _ in 0..request.target_capacity {
+                let id = self.new_id("i");
+                let instance = Instance {
+                    id: id.clone(),
+                    instance_type: o.instance_type.clone(),
+                    state: InstanceState::Pending,
+                    zone: Some(subnet.zone.clone()),
+                    subnet_id: Some(subnet.id.clone()),
+                    image_id: Some(template.image_id.clone()),
+                    capacity_type: request.capacity_type,
+                    security_group_ids: template.security_group_ids.clone(),
+                    private_dns_name: Some(format!("ip-10-0-{}.ec2.internal", self.next_id)),
+                    tags: request.tags.clone(),
+                };
+                result.instances.push(FleetInstance {
+                    id: id.clone(),
+                    instance_type: o.instance_type.clone(),
+                    zone: Some(subnet.zone.clone()),
+                    subnet_id: Some(subnet.id.clone()),
+                });
+                self.instances.insert(
+                    id,
+                    InstanceRecord {
+                        instance,
+                        launched_at: self.now,
+                        terminated_at: None,
+                    },
+                );
+            }
+            break;
+        }
+        Ok(result)
+    }
+
+    fn tags_of(&mut self, id: &str) -> Result<&mut Vec<Tag>, Ec2Error> {
+        let tags = if let Some(r) = self.instances.get_mut(id) {
+            Some(&mut r.instance.tags)
+        } else if let Some(i) = self.images.get_mut(id) {
+            Some(&mut i.tags)
+        } else if let Some(s) = self.subnets.get_mut(id) {
+            Some(&mut s.tags)
+        } else if let Some(g) = self.security_groups.get_mut(id) {
+            Some(&mut g.tags)
+        } else {
+            self.launch_templates
+                .values_mut()
+                .find(|(t, _)| t.id == id)
+                .map(|(t, _)| &mut t.tags)
+        };
+        tags.ok_or_else(|| not_found(id))
+    }
+}
+
+/// The NotFound error EC2 gives for an id, by its prefix.
+fn not_found(id: &str) -> Ec2Error {
+    let (code, what) = match id.split('-').next().unwrap_or_default() {
+        "i" => ("InvalidInstanceID.NotFound", "instance ID"),
+        "ami" => ("InvalidAMIID.NotFound", "image id"),
+        "subnet" => ("InvalidSubnetID.NotFound", "subnet ID"),
+        "sg" => ("InvalidGroup.NotFound", "security group ID"),
+        "lt" => ("InvalidLaunchTemplateId.NotFound", "launch template ID"),
+        _ => ("InvalidID", "ID"),
+    };
+    Ec2Error::from_code(code, format!("The {what} '{id}' does not exist"))
+}
+
+fn passes(query: &ResourceQuery, id: &str, tags: &[Tag]) -> bool {
+    (query.ids.is_empty() || query.ids.iter().any(|i| i == id)) && all_pass(&query.tags, tags)
+}
+
+fn all_pass(filters: &[TagFilter], tags: &[Tag]) -> bool {
+    filters.iter().all(|f| f.matches(tags))
+}
+
+/// Every id asked for must exist, as EC2 answers DescribeSubnets/SecurityGroups/Instances.
+fn check_ids<T>(ids: &[String], known: &BTreeMap<String, T>) -> Result<(), Ec2Error> {
+    match ids.iter().find(|id| !known.contains_key(*id)) {
+        Some(id) => Err(not_found(id)),
+        None => Ok(()),
+    }
+}
+
+fn set_tags(target: &mut Vec<Tag>, tags: &[Tag]) {
+    for tag in tags {
+        match target.iter_mut().find(|t| t.key == tag.key) {
+            Some(existing) => existing.value.clone_from(&tag.value),
+            None => target.push(tag.clone()),
+        }
+    }
+}
+
+/// `2024-01-01T00:00:00.000Z` for a time since the Unix epoch (UTC, proleptic Gregorian).
+fn iso8601(since_epoch: Duration) -> String {
+    let secs = since_epoch.as_secs();
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3_600,
+        rem % 3_600 / 60,
+        rem % 60
+    )
+}
+
+impl Ec2 for MemoryEc2 {
+    fn describe_instance_types<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> Ec2Future<'a, Vec<InstanceTypeInfo>> {
+        let state = self.state();
+        let answer = if names.is_empty() {
+            Ok(state.instance_types.values().cloned().collect())
+        } else {
+            names
+                .iter()
+                .map(|name| {
+                    state.instance_types.get(name).cloned().ok_or_else(|| {
+                        Ec2Error::from_code(
+                            "InvalidInstanceType",
+                            format!("The following supplied instance types do not exist: [{name}]"),
+                        )
+                    })
+                })
+                .collect()
+        };
+        Box::pin(async move { answer })
+    }
+
+    fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>> {
+        let answer = self.state().offerings.clone();
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn describe_spot_price_history<'a>(
+        &'a self,
+        instance_types: &'a [String],
+    ) -> Ec2Future<'a, Vec<SpotPrice>> {
+        let answer = self
+            .state()
+            .spot_prices
+            .iter()
+            .filter(|((t, _), _)| instance_types.is_empty() || instance_types.contains(t))
+            .map(|((t, z), (price, timestamp))| SpotPrice {
+                instance_type: t.clone(),
+                zone: z.clone(),
+                price: *price,
+                timestamp: *timestamp,
+            })
+            .collect();
+        Box::pin(async move { Ok(answer) })
+    }
+
+    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> Ec2Future<'a, Vec<Image>> {
+        let state = self.state();
+        let answer = match query.ids.iter().find(|id| !state.images.contains_key(*id)) {
+            Some(id) => Err(not_found(id)),
+            None => Ok(state
+                .images
+                .values()
+                .filter(|i| query.ids.is_empty() || query.ids.contains(&i.id))
+                .filter(|i| {
+                    query.names.is_empty() || query.names.iter().any(|p| wildcard_match(p, &i.name))
+                })
+                .filter(|i| {
+                    query.owners.is_empty()
+                        || query
+                            .owners
+                            .iter()
+                            .any(|o| *o == i.owner_id || (o == "self" && i.owner_id == ACCOUNT_ID))
+                })
+                .filter(|i| all_pass(&query.tags, &i.tags))
+                .cloned()
+                .collect()),
+        };
+        Box::pin(async move { answer })
+    }
+
+    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Subnet>> {
+        let state = self.state();
+        let answer = check_ids(&query.ids, &state.subnets).map(|()| {
+            state
+                .subnets
+                .values()
+                .filter(|s| passes(query, &s.id, &s.tags))
+                .cloned()
+                .collect()
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn describe_security_groups<'a>(
+        &'a self,
+        query: &'a ResourceQuery,
+    ) -> Ec2Future<'a, Vec<SecurityGroup>> {
+        let state = self.state();
+        let answer = check_ids(&query.ids, &state.security_groups).map(|()| {
+            state
+                .security_groups
+                .values()
+                .filter(|g| passes(query, &g.id, &g.tags))
+                .cloned()
+                .collect()
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn create_launch_template<'a>(
+        &'a self,
+        request: &'a LaunchTemplateRequest,
+    ) -> Ec2Future<'a, LaunchTemplate> {
+        let mut state = self.state();
+        let answer = if state.launch_templates.contains_key(&request.name) {
+            Err(Ec2Error::from_code(
+                "InvalidLaunchTemplateName.AlreadyExistsException",
+                format!("Launch template name already in use: {}", request.name),
+            ))
+        } else if !state.images.contains_key(&request.image_id) {
+            Err(not_found(&request.image_id))
+        } else {
+            let template = LaunchTemplate {
+                id: state.new_id("lt"),
+                name: request.name.clone(),
+                tags: request.tags.clone(),
+            };
+            state
+                .launch_templates
+                .insert(request.name.clone(), (template.clone(), request.clone()));
+            Ok(template)
+        };
+        Box::pin(async move { answer })
+    }
+
+    fn describe_launch_templates<'a>(
+        &'a self,
+        query: &'a ResourceQuery,
+    ) -> Ec2Future<'a, Vec<LaunchTemplate>> {
+        let state = self.state();
+        let answer = match query
+            .ids
+            .iter()
+            .find(|n| !state.launch_templates.contains_key(*n))
+        {
+            Some(name) => Err(Ec2Error::from_code(
+                "InvalidLaunchTemplateName.NotFoundException",
+                format!(
+                    "At least one of the launch templates specified in the request does not exist: {name}"
+                ),
+            )),
+            None => Ok(state
+                .launch_templates
+                .values()
+                .filter(|(t, _)| passes(query, &t.name, &t.tags))
+                .map(|(t, _)| t.clone())
+                .collect()),
+        };
+        Box::pin(async move { answer })
+    }
+
+    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> Ec2Future<'a, FleetResult> {
+        let answer = self.state().launch(request);
+        Box::pin(async move { answer })
+    }
+
+    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Instance>> {
+        let state = self.state();
+        let answer = check_ids(&query.ids, &state.instances).map(|()| {
+            state
+                .instances
+                .values()
+                .filter(|r| passes(query, &r.instance.id, &r.instance.tags))
+                .map(|r| state.instance(r))
+                .collect()
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn terminate_instances<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> Ec2Future<'a, Vec<InstanceStateChange>> {
+        let mut state = self.state();
+        let answer = check_ids(ids, &state.instances).map(|()| {
+            let now = state.now;
+            let mut changes = Vec::new();
+            for id in ids {
+                let previous = state.instances.get(id).map(|r| state.instance_state(r));
+                if let Some(record) = state.instances.get_mut(id) {
+                    record.terminated_at.get_or_insert(now);
+                }
+                if let (Some(previous), Some(record)) = (previous, state.instances.get(id)) {
+                    changes.push(InstanceStateChange {
+                        id: id.clone(),
+                        previous,
+                        current: state.instance_state(record),
+                    });
+                }
+            }
+            changes
+        });
+        Box::pin(async move { answer })
+    }
+
+    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> Ec2Future<'a, ()> {
+        let mut state = self.state();
+        // Check every id first: EC2 tags all the resources or none.
+        let answer = resource_ids
+            .iter()
+            .try_for_each(|id| state.tags_of(id).map(drop))
+            .and_then(|()| {
+                resource_ids
+                    .iter()
+                    .try_for_each(|id| state.tags_of(id).map(|target| set_tags(target, tags)))
+            });
+        Box::pin(async move { answer })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ec2::{FleetOverride, contract};
+
+    fn memory() -> MemoryEc2 {
+        MemoryEc2::new("us-east-1").expect("the embedded catalogue")
+    }
+
+    /// The fixtures the contract suite needs, made through the in-memory EC2's own API.
+    fn fixtures(ec2: &MemoryEc2) -> contract::Fixtures {
+        let subnet = ec2.add_subnet(
+            "us-east-1a",
+            vec![Tag::new("karpenter.sh/discovery", "contract")],
+        );
+        let group = ec2.add_security_group(
+            "contract",
+            vec![Tag::new("karpenter.sh/discovery", "contract")],
+        );
+        let old = ec2.add_image(
+            "contract-ami-1.0-x86_64",
+            "x86_64",
+            "2023-01-01T00:00:00.000Z",
+            vec![],
+        );
+        let new = ec2.publish_image("contract-ami-2.0-x86_64", "x86_64", vec![]);
+        contract::Fixtures {
+            subnet_id: subnet.id,
+            zone: subnet.zone,
+            security_group_id: group.id,
+            image_id: old.id,
+            image_name_pattern: "contract-ami-*-x86_64".to_owned(),
+            newest_image_id: new.id,
+        }
+    }
+
+    #[tokio::test]
+    async fn contract_suite() {
+        let ec2 = memory();
+        let fixtures = fixtures(&ec2);
+        contract::run_all(&ec2, &fixtures).await;
+    }
+
+    #[tokio::test]
+    async fn contract_suite_behind_arc_dyn() {
+        let ec2 = std::sync::Arc::new(memory());
+        let fixtures = fixtures(&ec2);
+        let shared: std::sync::Arc<dyn Ec2> = ec2;
+        contract::run_all(shared.as_ref(), &fixtures).await;
+    }
+
+    fn fleet(
+        template: &str,
+        subnet: &str,
+        types: &[&str],
+        capacity_type: CapacityType,
+    ) -> FleetRequest {
+        FleetRequest {
+            launch_template_name: template.to_owned(),
+            overrides: types
+                .iter()
+                .enumerate()
+                .map(|(i, t)| FleetOverride {
+                    instance_type: (*t).to_owned(),
+                    subnet_id: subnet.to_owned(),
+                    priority: i as f64,
+                })
+                .collect(),
+            capacity_type,
+            target_capacity: 1,
+            tags: vec![Tag::new("owner", "test")],
+        }
+    }
+
+    async fn template(ec2: &MemoryEc2) -> (String, String) {
+        let f = fixtures(ec2);
+        let request = LaunchTemplateRequest {
+            name: "lt".to_owned(),
+            image_id: f.image_id,
+            ..LaunchTemplateRequest::default()
+        };
+        ec2.create_launch_template(&request)
+            .await
+            .expect("template");
+        (request.name, f.subnet_id)
+    }
+
+    #[tokio::test]
+    async fn states_follow_the_clock() {
+        let ec2 = memory();
+        ec2.set_launch_delay(Duration::from_secs(30));
+        ec2.set_termination_delay(Duration::from_secs(60));
+        let (lt, subnet) = template(&ec2).await;
+        let launched = ec2
+            .create_fleet(&fleet(&lt, &subnet, &["m5.large"], CapacityType::OnDemand))
+            .await
+            .expect("fleet");
+        let id = launched.instances[0].id.clone();
+        assert_eq!(
+            id, "i-0000000000000006",
+            "ids are one deterministic counter"
+        );
+        let state = async || {
+            ec2.describe_instances(&ResourceQuery::ids([id.clone()]))
+                .await
+                .expect("describe")[0]
+                .state
+                .clone()
+        };
+        assert_eq!(state().await, InstanceState::Pending);
+        ec2.advance(Duration::from_secs(29));
+        assert_eq!(state().await, InstanceState::Pending);
+        ec2.advance(Duration::from_secs(1));
+        assert_eq!(state().await, InstanceState::Running);
+        let changes = ec2
+            .terminate_instances(std::slice::from_ref(&id))
+            .await
+            .expect("terminate");
+        assert_eq!(changes[0].previous, InstanceState::Running);
+        assert_eq!(changes[0].current, InstanceState::ShuttingDown);
+        ec2.advance(Duration::from_secs(59));
+        assert_eq!(state().await, InstanceState::ShuttingDown);
+        ec2.advance(Duration::from_secs(1));
+        assert_eq!(state().await, InstanceState::Terminated);
+    }
+
+    #[tokio::test]
+    async fn capacity_errors_fall_through_to_the_next_override() {
+        let ec2 = memory();
+        let (lt, subnet) = template(&ec2).await;
+        ec2.set_capacity_error(
+            "m5.large",
+            "us-east-1a",
+            CapacityType::Spot,
+            Some("InsufficientInstanceCapacity"),
+        );
+        let result = ec2
+            .create_fleet(&fleet(
+                &lt,
+                &subnet,
+                &["m5.large", "m5.xlarge"],
+                CapacityType::Spot,
+            ))
+            .await
+            .expect("fleet");
+        assert_eq!(result.instances.len(), 1);
+        assert_eq!(result.instances[0].instance_type, "m5.xlarge");
+        assert_eq!(result.errors.len(), 1);
+        assert!(result.errors[0].error.is_insufficient_capacity());
+        assert_eq!(result.errors[0].instance_type.as_deref(), Some("m5.large"));
+
+        // On-demand in the same pool is unaffected; clearing the error restores spot.
+        let od = ec2
+            .create_fleet(&fleet(&lt, &subnet, &["m5.large"], CapacityType::OnDemand))
+            .await
+            .expect("fleet");
+        assert_eq!(od.instances[0].instance_type, "m5.large");
+        ec2.set_capacity_error("m5.large", "us-east-1a", CapacityType::Spot, None);
+        let spot = ec2
+            .create_fleet(&fleet(&lt, &subnet, &["m5.large"], CapacityType::Spot))
+            .await
+            .expect("fleet");
+        assert!(spot.errors.is_empty());
+        assert_eq!(spot.instances[0].instance_type, "m5.large");
+    }
+
+    #[tokio::test]
+    async fn all_overrides_failing_is_an_answer_not_an_error() {
+        let ec2 = memory();
+        let (lt, subnet) = template(&ec2).await;
+        ec2.set_capacity_error(
+            "m5.large",
+            "us-east-1a",
+            CapacityType::OnDemand,
+            Some("UnfulfillableCapacity"),
+        );
+        let result = ec2
+            .create_fleet(&fleet(
+                &lt,
+                &subnet,
+                &["m5.large", "no.such"],
+                CapacityType::OnDemand,
+            ))
+            .await
+            .expect("fleet");
+        assert!(result.instances.is_empty());
+        assert_eq!(result.errors.len(), 2);
+        assert!(
+            result
+                .errors
+                .iter()
+                .all(|e| e.error.is_insufficient_capacity())
+        );
+    }
+
+    #[tokio::test]
+    async fn spot_prices_default_below_on_demand_and_can_be_set() {
+        let ec2 = memory();
+        let types = ["m5.large".to_owned()];
+        let prices = ec2
+            .describe_spot_price_history(&types)
+            .await
+            .expect("prices");
+        let on_demand = ec2.on_demand_price("m5.large").expect("priced");
+        assert!(!prices.is_empty());
+        assert!(prices.iter().all(|p| p.price > 0.0 && p.price < on_demand));
+        ec2.advance(Duration::from_secs(5));
+        ec2.set_spot_price("m5.large", "us-east-1a", 0.01);
+        let prices = ec2
+            .describe_spot_price_history(&types)
+            .await
+            .expect("prices");
+        let a = prices
+            .iter()
+            .find(|p| p.zone == "us-east-1a")
+            .expect("zone a");
+        assert_eq!((a.price, a.timestamp), (0.01, 1_704_067_205));
+    }
+
+    #[tokio::test]
+    async fn a_published_image_is_strictly_the_newest() {
+        let ec2 = memory();
+        let f = fixtures(&ec2);
+        ec2.advance(Duration::from_secs(1));
+        let newer = ec2.publish_image("contract-ami-3.0-x86_64", "x86_64", vec![]);
+        let images = ec2
+            .describe_images(&ImageQuery {
+                names: vec![f.image_name_pattern],
+                ..ImageQuery::default()
+            })
+            .await
+            .expect("images");
+        assert_eq!(images.len(), 3);
+        let newest = images
+            .iter()
+            .max_by(|a, b| a.creation_date.cmp(&b.creation_date));
+        assert_eq!(newest.map(|i| &i.id), Some(&newer.id));
+        assert_eq!(newer.creation_date, "2024-01-01T00:00:01.000Z");
+    }
+
+    #[test]
+    fn iso8601_dates() {
+        assert_eq!(iso8601(START), "2024-01-01T00:00:00.000Z");
+        assert_eq!(iso8601(Duration::from_secs(0)), "1970-01-01T00:00:00.000Z");
+        assert_eq!(
+            iso8601(Duration::from_secs(951_827_696)),
+            "2000-02-29T12:34:56.000Z"
+        );
+    }
+}

@@ -1,0 +1,781 @@
+//! The narrow EC2 port: exactly the EC2 calls the provider makes, in the plugin's own plain
+//! request and answer types, with two implementations: [`sdk::SdkEc2`] on `aws-sdk-ec2` and
+//! [`memory::MemoryEc2`], deterministic, for the simulator and unit tests. One contract suite
+//! (`contract.rs`) runs against both (the SDK one against `moto_server`).
+//!
+//! The trait returns boxed futures rather than using `async fn` in the trait: `async fn` makes
+//! a trait unusable as `dyn`, and the provider holds its EC2 as `Arc<dyn Ec2>` so the binary,
+//! the simulator and the tests pick an implementation at run time without making every caller
+//! generic. One allocation per EC2 call is nothing next to a network round trip.
+//!
+//! Not here yet: the IAM calls for instance profiles and SSM `GetParameter` for image aliases
+//! (they need the `aws-sdk-iam` and `aws-sdk-ssm` clients and belong in sibling ports).
+
+pub mod memory;
+pub mod sdk;
+
+#[cfg(test)]
+pub(crate) mod contract;
+
+use std::future::Future;
+use std::pin::Pin;
+
+pub use crate::catalogue::InstanceTypeInfo;
+
+/// What every [`Ec2`] call returns: a future that may be sent across threads (tokio).
+pub type Ec2Future<'a, T> = Pin<Box<dyn Future<Output = Result<T, Ec2Error>> + Send + 'a>>;
+
+/// The EC2 calls the provider needs. Every query with empty `ids` and empty `tags` means "all".
+pub trait Ec2: Send + Sync + std::fmt::Debug {
+    /// DescribeInstanceTypes: the named types, or every type when `names` is empty.
+    fn describe_instance_types<'a>(
+        &'a self,
+        names: &'a [String],
+    ) -> Ec2Future<'a, Vec<InstanceTypeInfo>>;
+
+    /// DescribeInstanceTypeOfferings with location type `availability-zone`: which type is
+    /// offered in which zone of the region.
+    fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>>;
+
+    /// DescribeSpotPriceHistory for Linux/UNIX: the latest price per instance type and zone,
+    /// for the named types (every type when empty).
+    fn describe_spot_price_history<'a>(
+        &'a self,
+        instance_types: &'a [String],
+    ) -> Ec2Future<'a, Vec<SpotPrice>>;
+
+    /// DescribeImages by ids, name patterns (`*` and `?` wildcards), owners and tags; the
+    /// criteria given are ANDed, the values within one criterion ORed.
+    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> Ec2Future<'a, Vec<Image>>;
+
+    /// DescribeSubnets by ids and tag filters.
+    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Subnet>>;
+
+    /// DescribeSecurityGroups by ids and tag filters.
+    fn describe_security_groups<'a>(
+        &'a self,
+        query: &'a ResourceQuery,
+    ) -> Ec2Future<'a, Vec<SecurityGroup>>;
+
+    /// CreateLaunchTemplate. A name already taken is [`Ec2Error::AlreadyExists`].
+    fn create_launch_template<'a>(
+        &'a self,
+        request: &'a LaunchTemplateRequest,
+    ) -> Ec2Future<'a, LaunchTemplate>;
+
+    /// DescribeLaunchTemplates by names (`ids` of the query) or tag filters. Unlike the other
+    /// describes, EC2 answers a missing name with an error ([`Ec2Error::NotFound`]).
+    fn describe_launch_templates<'a>(
+        &'a self,
+        query: &'a ResourceQuery,
+    ) -> Ec2Future<'a, Vec<LaunchTemplate>>;
+
+    /// CreateFleet of type `instant`: launches up to `target_capacity` instances from the
+    /// launch template, trying the overrides by priority; failures per override come back in
+    /// [`FleetResult::errors`], not as the call's error.
+    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> Ec2Future<'a, FleetResult>;
+
+    /// DescribeInstances by ids and tag filters. An unknown id is [`Ec2Error::NotFound`].
+    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Instance>>;
+
+    /// TerminateInstances: the state change of each instance.
+    fn terminate_instances<'a>(
+        &'a self,
+        ids: &'a [String],
+    ) -> Ec2Future<'a, Vec<InstanceStateChange>>;
+
+    /// CreateTags: adds (or overwrites) the tags on every resource.
+    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> Ec2Future<'a, ()>;
+}
+
+/// A resource tag.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Tag {
+    /// The key.
+    pub key: String,
+    /// The value (may be empty).
+    pub value: String,
+}
+
+impl Tag {
+    /// A tag from its key and value.
+    pub fn new(key: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            value: value.into(),
+        }
+    }
+}
+
+/// A filter on one tag: the key is present with one of `values`, or with any value when
+/// `values` is empty (EC2's `tag:KEY` and `tag-key` filters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TagFilter {
+    /// The tag key.
+    pub key: String,
+    /// The accepted values; empty accepts any.
+    pub values: Vec<String>,
+}
+
+impl TagFilter {
+    /// The tag `key` with exactly `value`.
+    pub fn equals(key: impl Into<String>, value: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            values: vec![value.into()],
+        }
+    }
+
+    /// The tag `key` with any value.
+    pub fn exists(key: impl Into<String>) -> Self {
+        Self {
+            key: key.into(),
+            values: Vec::new(),
+        }
+    }
+
+    /// Whether `tags` pass this filter. EC2 matches tag values exactly (no wildcards needed
+    /// by the provider).
+    pub fn matches(&self, tags: &[Tag]) -> bool {
+        tags.iter().any(|t| {
+            t.key == self.key && (self.values.is_empty() || self.values.contains(&t.value))
+        })
+    }
+}
+
+/// A query by ids and tags, ANDed; both empty means everything.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ResourceQuery {
+    /// Resource ids (names, for launch templates).
+    pub ids: Vec<String>,
+    /// Tag filters, all of which must pass.
+    pub tags: Vec<TagFilter>,
+}
+
+impl ResourceQuery {
+    /// The resources with these ids.
+    pub fn ids(ids: impl IntoIterator<Item = impl Into<String>>) -> Self {
+        Self {
+            ids: ids.into_iter().map(Into::into).collect(),
+            tags: Vec::new(),
+        }
+    }
+
+    /// The resources passing these tag filters.
+    pub fn tags(tags: Vec<TagFilter>) -> Self {
+        Self {
+            ids: Vec::new(),
+            tags,
+        }
+    }
+}
+
+/// One row of DescribeInstanceTypeOfferings.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct InstanceTypeOffering {
+    /// `m5.large`.
+    pub instance_type: String,
+    /// `us-east-1a`.
+    pub zone: String,
+}
+
+/// The latest spot price of a type in a zone.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SpotPrice {
+    /// `m5.large`.
+    pub instance_type: String,
+    /// `us-east-1a`.
+    pub zone: String,
+    /// US dollars per hour.
+    pub price: f64,
+    /// When the price took effect, seconds since the Unix epoch.
+    pub timestamp: i64,
+}
+
+/// A DescribeImages query.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ImageQuery {
+    /// Image ids.
+    pub ids: Vec<String>,
+    /// Name patterns with EC2's `*` and `?` wildcards.
+    pub names: Vec<String>,
+    /// Owner account ids or aliases (`self`, `amazon`).
+    pub owners: Vec<String>,
+    /// Tag filters.
+    pub tags: Vec<TagFilter>,
+}
+
+/// An image (AMI).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Image {
+    /// `ami-...`.
+    pub id: String,
+    /// The image's name.
+    pub name: String,
+    /// The owning account.
+    pub owner_id: String,
+    /// `x86_64`, `arm64`.
+    pub architecture: String,
+    /// ISO 8601 (`2024-01-31T12:00:00.000Z`): comparing the strings orders them by time.
+    pub creation_date: String,
+    /// `available`, `pending`, ...
+    pub state: String,
+    /// When EC2 deprecates it, ISO 8601, if set.
+    pub deprecation_time: Option<String>,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// A subnet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Subnet {
+    /// `subnet-...`.
+    pub id: String,
+    /// `vpc-...`.
+    pub vpc_id: String,
+    /// `us-east-1a`.
+    pub zone: String,
+    /// `use1-az1`, when EC2 says.
+    pub zone_id: Option<String>,
+    /// Free IPv4 addresses.
+    pub available_ip_address_count: i64,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// A security group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SecurityGroup {
+    /// `sg-...`.
+    pub id: String,
+    /// The group name.
+    pub name: String,
+    /// `vpc-...`.
+    pub vpc_id: Option<String>,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// An EBS volume of a launch template's block device mapping.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BlockDeviceMapping {
+    /// `/dev/xvda`.
+    pub device_name: String,
+    /// GiB.
+    pub volume_size_gib: Option<i32>,
+    /// `gp3`, `gp2`, `io1`, ...
+    pub volume_type: Option<String>,
+    /// Provisioned IOPS.
+    pub iops: Option<i32>,
+    /// MiB/s (gp3).
+    pub throughput: Option<i32>,
+    /// Encrypted.
+    pub encrypted: Option<bool>,
+    /// The KMS key for encryption.
+    pub kms_key_id: Option<String>,
+    /// Deleted with the instance.
+    pub delete_on_termination: Option<bool>,
+    /// Created from this snapshot.
+    pub snapshot_id: Option<String>,
+}
+
+/// The instance metadata service options of a launch template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataOptions {
+    /// `enabled` or `disabled`.
+    pub http_endpoint: Option<String>,
+    /// `required` (IMDSv2) or `optional`.
+    pub http_tokens: Option<String>,
+    /// 1 to 64.
+    pub http_put_response_hop_limit: Option<i32>,
+    /// `enabled` or `disabled`.
+    pub http_protocol_ipv6: Option<String>,
+}
+
+/// A CreateLaunchTemplate request.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LaunchTemplateRequest {
+    /// The template's name, unique in the region.
+    pub name: String,
+    /// The image instances boot.
+    pub image_id: String,
+    /// Security groups of the primary network interface.
+    pub security_group_ids: Vec<String>,
+    /// Base64 user data.
+    pub user_data: Option<String>,
+    /// The instance profile's name.
+    pub instance_profile: Option<String>,
+    /// EBS volumes.
+    pub block_device_mappings: Vec<BlockDeviceMapping>,
+    /// IMDS options.
+    pub metadata_options: Option<MetadataOptions>,
+    /// Tags of the template itself.
+    pub tags: Vec<Tag>,
+}
+
+/// A launch template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LaunchTemplate {
+    /// `lt-...`.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// On-demand or spot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum CapacityType {
+    /// On-demand.
+    OnDemand,
+    /// Spot.
+    Spot,
+}
+
+impl CapacityType {
+    /// EC2's name (`on-demand`, `spot`), also the `karpenter.sh/capacity-type` label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::OnDemand => "on-demand",
+            Self::Spot => "spot",
+        }
+    }
+}
+
+/// One instance type x subnet choice of a fleet.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetOverride {
+    /// `m5.large`.
+    pub instance_type: String,
+    /// `subnet-...`.
+    pub subnet_id: String,
+    /// Lower is tried first (the provider orders by price).
+    pub priority: f64,
+}
+
+/// A CreateFleet (type `instant`) request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetRequest {
+    /// The launch template's name (its latest version is used).
+    pub launch_template_name: String,
+    /// The instance type x subnet choices.
+    pub overrides: Vec<FleetOverride>,
+    /// On-demand or spot.
+    pub capacity_type: CapacityType,
+    /// How many instances.
+    pub target_capacity: i32,
+    /// Tags for the instances, their volumes and the fleet itself.
+    pub tags: Vec<Tag>,
+}
+
+/// An instance a fleet launched.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetInstance {
+    /// `i-...`.
+    pub id: String,
+    /// `m5.large`.
+    pub instance_type: String,
+    /// The zone, when EC2 says.
+    pub zone: Option<String>,
+    /// The subnet, when EC2 says.
+    pub subnet_id: Option<String>,
+}
+
+/// Why one override of a fleet launched nothing.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetError {
+    /// The override's instance type, when EC2 says.
+    pub instance_type: Option<String>,
+    /// The override's subnet, when EC2 says.
+    pub subnet_id: Option<String>,
+    /// The classified error.
+    pub error: Ec2Error,
+}
+
+/// What CreateFleet answered.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct FleetResult {
+    /// The instances launched.
+    pub instances: Vec<FleetInstance>,
+    /// The overrides that failed.
+    pub errors: Vec<FleetError>,
+}
+
+/// An instance's lifecycle state.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum InstanceState {
+    /// Booting.
+    Pending,
+    /// Running.
+    Running,
+    /// Terminating.
+    ShuttingDown,
+    /// Gone (EC2 keeps describing it for about an hour).
+    Terminated,
+    /// Stopping.
+    Stopping,
+    /// Stopped.
+    Stopped,
+    /// A state this code does not know, as EC2 named it.
+    Other(String),
+}
+
+impl InstanceState {
+    /// EC2's name of the state.
+    pub fn as_str(&self) -> &str {
+        match self {
+            Self::Pending => "pending",
+            Self::Running => "running",
+            Self::ShuttingDown => "shutting-down",
+            Self::Terminated => "terminated",
+            Self::Stopping => "stopping",
+            Self::Stopped => "stopped",
+            Self::Other(s) => s,
+        }
+    }
+
+    /// The state EC2 names `name`.
+    pub fn from_name(name: &str) -> Self {
+        match name {
+            "pending" => Self::Pending,
+            "running" => Self::Running,
+            "shutting-down" => Self::ShuttingDown,
+            "terminated" => Self::Terminated,
+            "stopping" => Self::Stopping,
+            "stopped" => Self::Stopped,
+            other => Self::Other(other.to_owned()),
+        }
+    }
+
+    /// Shutting down or terminated: the instance is going or gone for good.
+    pub fn is_terminating(&self) -> bool {
+        matches!(self, Self::ShuttingDown | Self::Terminated)
+    }
+}
+
+/// An instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// `i-...`.
+    pub id: String,
+    /// `m5.large`.
+    pub instance_type: String,
+    /// Its state.
+    pub state: InstanceState,
+    /// `us-east-1a`.
+    pub zone: Option<String>,
+    /// `subnet-...`.
+    pub subnet_id: Option<String>,
+    /// The image it booted.
+    pub image_id: Option<String>,
+    /// On-demand or spot.
+    pub capacity_type: CapacityType,
+    /// Its security groups.
+    pub security_group_ids: Vec<String>,
+    /// Its private DNS name, once assigned.
+    pub private_dns_name: Option<String>,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// One instance's state change on termination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceStateChange {
+    /// `i-...`.
+    pub id: String,
+    /// Before the call.
+    pub previous: InstanceState,
+    /// After the call.
+    pub current: InstanceState,
+}
+
+/// An EC2 call failed: classified by EC2's error code at the boundary, with the code and
+/// message kept as EC2 sent them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Ec2Error {
+    /// The resource does not exist (codes containing `NotFound`, `InvalidAMIID.Unavailable`).
+    #[error("EC2 resource not found: {code}: {message}")]
+    NotFound {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// EC2 has no capacity for the request now; other offerings may have some.
+    #[error("EC2 insufficient capacity: {code}: {message}")]
+    InsufficientCapacity {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// The credentials may not make the call.
+    #[error("EC2 unauthorized: {code}: {message}")]
+    Unauthorized {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// Rate limited; retry later.
+    #[error("EC2 throttled: {code}: {message}")]
+    Throttled {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// The request is wrong.
+    #[error("EC2 invalid parameter: {code}: {message}")]
+    InvalidParameter {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// The resource already exists (a launch template's name).
+    #[error("EC2 resource already exists: {code}: {message}")]
+    AlreadyExists {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+    /// No answer from EC2 (connection refused, timeout) or one that does not parse.
+    #[error("EC2 unreachable: {code}: {message}")]
+    Transport {
+        /// What failed (`dispatch`, `timeout`, `response`).
+        code: String,
+        /// The SDK's description.
+        message: String,
+    },
+    /// Any other EC2 error.
+    #[error("EC2 error: {code}: {message}")]
+    Other {
+        /// EC2's error code.
+        code: String,
+        /// EC2's message.
+        message: String,
+    },
+}
+
+impl Ec2Error {
+    /// An error EC2 answered with `code`, classified.
+    pub fn from_code(code: impl Into<String>, message: impl Into<String>) -> Self {
+        let code = code.into();
+        let message = message.into();
+        match code.as_str() {
+            "InsufficientInstanceCapacity"
+            | "InsufficientCapacity"
+            | "InsufficientHostCapacity"
+            | "InsufficientReservedInstanceCapacity"
+            | "InsufficientFreeAddressesInSubnet"
+            | "MaxSpotInstanceCountExceeded"
+            | "MaxFleetCountExceeded"
+            | "UnfulfillableCapacity"
+            | "SpotMaxPriceTooLow"
+            | "VcpuLimitExceeded"
+            | "InstanceLimitExceeded"
+            | "Unsupported" => Self::InsufficientCapacity { code, message },
+            "UnauthorizedOperation"
+            | "AuthFailure"
+            | "AccessDenied"
+            | "AccessDeniedException"
+            | "OptInRequired"
+            | "Blocked"
+            | "PendingVerification" => Self::Unauthorized { code, message },
+            "RequestLimitExceeded"
+            | "Throttling"
+            | "ThrottlingException"
+            | "TooManyRequestsException" => Self::Throttled { code, message },
+            "MissingParameter"
+            | "InvalidParameter"
+            | "InvalidParameterValue"
+            | "InvalidParameterCombination"
+            | "InvalidRequest"
+            | "ValidationError"
+            | "InvalidAMIID.Malformed"
+            | "InvalidInstanceID.Malformed"
+            | "InvalidID"
+            | "InvalidLaunchTemplateName.MalformedException" => {
+                Self::InvalidParameter { code, message }
+            }
+            "InvalidLaunchTemplateName.AlreadyExistsException" | "InvalidGroup.Duplicate" => {
+                Self::AlreadyExists { code, message }
+            }
+            _ if code.contains("NotFound") || code == "InvalidAMIID.Unavailable" => {
+                Self::NotFound { code, message }
+            }
+            _ => Self::Other { code, message },
+        }
+    }
+
+    /// A failure with no EC2 answer to classify.
+    pub fn transport(code: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::Transport {
+            code: code.into(),
+            message: message.into(),
+        }
+    }
+
+    /// EC2's error code.
+    pub fn code(&self) -> &str {
+        match self {
+            Self::NotFound { code, .. }
+            | Self::InsufficientCapacity { code, .. }
+            | Self::Unauthorized { code, .. }
+            | Self::Throttled { code, .. }
+            | Self::InvalidParameter { code, .. }
+            | Self::AlreadyExists { code, .. }
+            | Self::Transport { code, .. }
+            | Self::Other { code, .. } => code,
+        }
+    }
+
+    /// EC2's message.
+    pub fn message(&self) -> &str {
+        match self {
+            Self::NotFound { message, .. }
+            | Self::InsufficientCapacity { message, .. }
+            | Self::Unauthorized { message, .. }
+            | Self::Throttled { message, .. }
+            | Self::InvalidParameter { message, .. }
+            | Self::AlreadyExists { message, .. }
+            | Self::Transport { message, .. }
+            | Self::Other { message, .. } => message,
+        }
+    }
+
+    /// Whether the resource does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(self, Self::NotFound { .. })
+    }
+
+    /// Whether EC2 lacks capacity for the request.
+    pub fn is_insufficient_capacity(&self) -> bool {
+        matches!(self, Self::InsufficientCapacity { .. })
+    }
+}
+
+/// Whether `name` matches the EC2 filter `pattern` (`*` any run of characters, `?` one).
+pub fn wildcard_match(pattern: &str, name: &str) -> bool {
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    // Iterative matching with one backtrack point: linear in practice, no recursion.
+    let (mut pi, mut ni) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while ni < n.len() {
+        if pi < p.len() && (p[pi] == '?' || p[pi] == n[ni]) {
+            pi += 1;
+            ni += 1;
+        } else if pi < p.len() && p[pi] == '*' {
+            star = Some((pi, ni));
+            pi += 1;
+        } else if let Some((sp, sn)) = star {
+            pi = sp + 1;
+            ni = sn + 1;
+            star = Some((sp, sn + 1));
+        } else {
+            return false;
+        }
+    }
+    p[pi..].iter().all(|&c| c == '*')
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_codes_are_insufficient_capacity() {
+        for code in [
+            "InsufficientInstanceCapacity",
+            "InsufficientCapacity",
+            "MaxSpotInstanceCountExceeded",
+            "UnfulfillableCapacity",
+        ] {
+            assert!(
+                Ec2Error::from_code(code, "m").is_insufficient_capacity(),
+                "{code}"
+            );
+        }
+    }
+
+    #[test]
+    fn codes_classify() {
+        let class = |code: &str| {
+            let e = Ec2Error::from_code(code, "m");
+            assert_eq!(e.code(), code);
+            assert_eq!(e.message(), "m");
+            std::mem::discriminant(&e)
+        };
+        let kind = |e: Ec2Error| std::mem::discriminant(&e);
+        let s = String::new;
+        assert_eq!(
+            class("InvalidInstanceID.NotFound"),
+            kind(Ec2Error::NotFound {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            class("InvalidLaunchTemplateName.NotFoundException"),
+            kind(Ec2Error::NotFound {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            class("InvalidInstanceID.Malformed"),
+            kind(Ec2Error::InvalidParameter {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            class("UnauthorizedOperation"),
+            kind(Ec2Error::Unauthorized {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            class("RequestLimitExceeded"),
+            kind(Ec2Error::Throttled {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            class("InternalError"),
+            kind(Ec2Error::Other {
+                code: s(),
+                message: s()
+            })
+        );
+        assert_eq!(
+            Ec2Error::from_code("InvalidInstanceID.NotFound", "no i-1").to_string(),
+            "EC2 resource not found: InvalidInstanceID.NotFound: no i-1"
+        );
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(wildcard_match("amzn2-ami-*-x86_64", "amzn2-ami-1.0-x86_64"));
+        assert!(wildcard_match("a?c", "abc"));
+        assert!(wildcard_match("*", ""));
+        assert!(!wildcard_match("a*b", "ac"));
+        assert!(wildcard_match("a*b*c", "aXbYbZc"));
+        assert!(!wildcard_match("abc", "abcd"));
+    }
+
+    #[test]
+    fn tag_filters() {
+        let tags = [Tag::new("k", "v")];
+        assert!(TagFilter::equals("k", "v").matches(&tags));
+        assert!(TagFilter::exists("k").matches(&tags));
+        assert!(!TagFilter::equals("k", "w").matches(&tags));
+        assert!(!TagFilter::exists("j").matches(&tags));
+    }
+}

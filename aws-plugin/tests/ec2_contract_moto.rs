@@ -1,0 +1,218 @@
+//! The EC2 contract suite (`src/ec2/contract.rs`) against the SDK implementation talking to
+//! `moto_server`, which the test starts on 127.0.0.1 with a free port and kills when done.
+//! `moto_server` comes from `MOTO_SERVER` or `PATH` (`.ci/install-tools` installs it); without
+//! it the test fails, it never skips.
+
+#![allow(
+    clippy::expect_used,
+    reason = "test helpers outside #[test] functions: a failed setup call is a failed test"
+)]
+
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_plugin::ec2::sdk::SdkEc2;
+// The contract module refers to the port's items through `super::`, which is this crate's root.
+use aws_plugin::ec2::{
+    CapacityType, Ec2, Ec2Error, FleetOverride, FleetRequest, ImageQuery, InstanceState,
+    LaunchTemplateRequest, ResourceQuery, Tag, TagFilter, wildcard_match,
+};
+use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
+use aws_sdk_ec2::types as sdk;
+
+#[path = "../src/ec2/contract.rs"]
+mod contract;
+
+/// `moto_server`, from `MOTO_SERVER` or `PATH`.
+fn moto_server() -> PathBuf {
+    if let Some(path) = std::env::var_os("MOTO_SERVER").filter(|p| !p.is_empty()) {
+        return PathBuf::from(path);
+    }
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("moto_server"))
+        .find(|candidate| candidate.is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "moto_server not found: set MOTO_SERVER, or run `.ci/install-tools` and `source` the environment it prints"
+            )
+        })
+}
+
+/// A running `moto_server`, killed on drop.
+#[derive(Debug)]
+struct Moto {
+    child: Child,
+    port: u16,
+}
+
+impl Moto {
+    fn start() -> Self {
+        // Bind port 0 to learn a free port, then hand it to moto: a race with other processes
+        // is possible but harmless here (moto would fail to bind and the wait below reports it).
+        let port = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        let program = moto_server();
+        let child = Command::new(&program)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "starting {}: {e} (run .ci/install-tools)",
+                    program.display()
+                )
+            });
+        let mut moto = Self { child, port };
+        moto.wait_until_listening(Duration::from_secs(60));
+        moto
+    }
+
+    fn wait_until_listening(&mut self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port).into();
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return;
+            }
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "moto_server exited before listening on port {}: {status}",
+                    self.port
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "moto_server did not listen on port {} within {timeout:?}",
+                self.port
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Built explicitly, so nothing from the test process's environment (profiles, endpoint
+    /// variables, real credentials) can reach it.
+    fn sdk_config(&self) -> SdkConfig {
+        SdkConfig::builder()
+            .behavior_version(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(format!("http://127.0.0.1:{}", self.port))
+            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+                "testing", "testing", None, None, "moto",
+            )))
+            .build()
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The fixtures, made through the raw SDK as moto allows: a VPC with a subnet, a security
+/// group, and two images registered one after the other.
+async fn fixtures(client: &aws_sdk_ec2::Client) -> contract::Fixtures {
+    let discovery = |resource: sdk::ResourceType| {
+        sdk::TagSpecification::builder()
+            .resource_type(resource)
+            .tags(
+                sdk::Tag::builder()
+                    .key("karpenter.sh/discovery")
+                    .value("contract")
+                    .build(),
+            )
+            .build()
+    };
+    let vpc = client
+        .create_vpc()
+        .cidr_block("10.42.0.0/16")
+        .send()
+        .await
+        .expect("CreateVpc");
+    let vpc_id = vpc
+        .vpc()
+        .and_then(|v| v.vpc_id())
+        .expect("a VPC id")
+        .to_owned();
+    let subnet = client
+        .create_subnet()
+        .vpc_id(&vpc_id)
+        .cidr_block("10.42.1.0/24")
+        .availability_zone("us-east-1a")
+        .tag_specifications(discovery(sdk::ResourceType::Subnet))
+        .send()
+        .await
+        .expect("CreateSubnet");
+    let subnet = subnet.subnet().expect("a subnet");
+    let group = client
+        .create_security_group()
+        .group_name("contract")
+        .description("contract")
+        .vpc_id(&vpc_id)
+        .tag_specifications(discovery(sdk::ResourceType::SecurityGroup))
+        .send()
+        .await
+        .expect("CreateSecurityGroup");
+    let mut images = Vec::new();
+    for name in ["contract-ami-1.0-x86_64", "contract-ami-2.0-x86_64"] {
+        let image = client
+            .register_image()
+            .name(name)
+            .architecture(sdk::ArchitectureValues::X8664)
+            .root_device_name("/dev/xvda")
+            .send()
+            .await
+            .expect("RegisterImage");
+        images.push(image.image_id().expect("an image id").to_owned());
+    }
+    contract::Fixtures {
+        subnet_id: subnet.subnet_id().expect("a subnet id").to_owned(),
+        zone: subnet.availability_zone().expect("a zone").to_owned(),
+        security_group_id: group.group_id().expect("a group id").to_owned(),
+        image_id: images[0].clone(),
+        image_name_pattern: "contract-ami-*-x86_64".to_owned(),
+        newest_image_id: images[1].clone(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_ec2_keeps_the_contract_against_moto() {
+    let moto = Moto::start();
+    let config = moto.sdk_config();
+    let fixtures = fixtures(&aws_sdk_ec2::Client::new(&config)).await;
+    let ec2 = SdkEc2::new(&config);
+    contract::run_all(&ec2, &fixtures).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_endpoint_is_a_transport_error() {
+    // A port nothing listens on: bound, learned, released.
+    let port = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .and_then(|l| l.local_addr())
+        .expect("a free port")
+        .port();
+    let config = SdkConfig::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new("us-east-1"))
+        .endpoint_url(format!("http://127.0.0.1:{port}"))
+        .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
+            "testing", "testing", None, None, "test",
+        )))
+        .retry_config(aws_config::retry::RetryConfig::disabled())
+        .build();
+    let err = SdkEc2::new(&config)
+        .describe_instances(&ResourceQuery::default())
+        .await
+        .expect_err("nothing listens");
+    assert!(matches!(err, Ec2Error::Transport { .. }), "{err:?}");
+}
