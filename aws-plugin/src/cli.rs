@@ -2,13 +2,16 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use provider_sdk::Endpoint;
 use provider_sdk::logging::LogFormat;
 use provider_sdk::serve::{ServeOptions, serve_until_signal};
 use provider_sdk::tls::ServerTls;
 
+use crate::ec2::sdk::SdkEc2;
 use crate::identity::Identity;
+use crate::instance_type_provider::SystemClock;
 use crate::provider::AwsCloudProvider;
 
 /// The AWS cloud provider plugin for core-svc: serves the karpenter.cloudprovider.v1 gRPC API
@@ -87,6 +90,10 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         endpoint: args.endpoint,
         tls,
     };
-    serve_until_signal(options, Identity::new(&aws), AwsCloudProvider::default()).await?;
+    // Building the SDK client calls nothing: EC2 is first called by the first GetInstanceTypes,
+    // so the plugin starts (and answers health and identity) without network.
+    let ec2 = Arc::new(SdkEc2::new(&aws.sdk_config));
+    let provider = AwsCloudProvider::new(ec2, &aws.region, Arc::new(SystemClock));
+    serve_until_signal(options, Identity::new(&aws), provider).await?;
     Ok(())
 }

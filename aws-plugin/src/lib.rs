@@ -5,6 +5,7 @@
 //! - [`identity`]: the Identity service (who the plugin is, what it supports, readiness).
 //! - [`provider`]: the CloudProvider service.
 //! - [`catalogue`]: the embedded EC2 catalogue (DescribeInstanceTypes data, zones, prices).
+//! - [`instance_type_provider`]: the cached catalogue `GetInstanceTypes` answers, from EC2.
 //! - [`instance_types`]: EC2 instance types as the API's `InstanceType` (labels, capacity, overhead, offerings).
 //! - [`aws`]: the AWS configuration the plugin runs with.
 //! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
@@ -15,6 +16,7 @@ pub mod catalogue;
 pub mod cli;
 pub mod ec2;
 pub mod identity;
+pub mod instance_type_provider;
 pub mod instance_types;
 pub mod provider;
 

@@ -8,10 +8,7 @@
     reason = "test helpers outside #[test] functions: a failed setup call is a failed test"
 )]
 
-use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_plugin::ec2::sdk::SdkEc2;
@@ -26,98 +23,9 @@ use aws_sdk_ec2::types as sdk;
 #[path = "../src/ec2/contract.rs"]
 mod contract;
 
-/// `moto_server`, from `MOTO_SERVER` or `PATH`.
-fn moto_server() -> PathBuf {
-    if let Some(path) = std::env::var_os("MOTO_SERVER").filter(|p| !p.is_empty()) {
-        return PathBuf::from(path);
-    }
-    std::env::var_os("PATH")
-        .iter()
-        .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("moto_server"))
-        .find(|candidate| candidate.is_file())
-        .unwrap_or_else(|| {
-            panic!(
-                "moto_server not found: set MOTO_SERVER, or run `.ci/install-tools` and `source` the environment it prints"
-            )
-        })
-}
+mod common;
 
-/// A running `moto_server`, killed on drop.
-#[derive(Debug)]
-struct Moto {
-    child: Child,
-    port: u16,
-}
-
-impl Moto {
-    fn start() -> Self {
-        // Bind port 0 to learn a free port, then hand it to moto: a race with other processes
-        // is possible but harmless here (moto would fail to bind and the wait below reports it).
-        let port = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-            .and_then(|l| l.local_addr())
-            .expect("a free port")
-            .port();
-        let program = moto_server();
-        let child = Command::new(&program)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "starting {}: {e} (run .ci/install-tools)",
-                    program.display()
-                )
-            });
-        let mut moto = Self { child, port };
-        moto.wait_until_listening(Duration::from_secs(60));
-        moto
-    }
-
-    fn wait_until_listening(&mut self, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        let addr = SocketAddrV4::new(Ipv4Addr::LOCALHOST, self.port).into();
-        loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return;
-            }
-            if let Ok(Some(status)) = self.child.try_wait() {
-                panic!(
-                    "moto_server exited before listening on port {}: {status}",
-                    self.port
-                );
-            }
-            assert!(
-                Instant::now() < deadline,
-                "moto_server did not listen on port {} within {timeout:?}",
-                self.port
-            );
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-
-    /// Built explicitly, so nothing from the test process's environment (profiles, endpoint
-    /// variables, real credentials) can reach it.
-    fn sdk_config(&self) -> SdkConfig {
-        SdkConfig::builder()
-            .behavior_version(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(format!("http://127.0.0.1:{}", self.port))
-            .credentials_provider(SharedCredentialsProvider::new(Credentials::new(
-                "testing", "testing", None, None, "moto",
-            )))
-            .build()
-    }
-}
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use common::Moto;
 
 /// The fixtures, made through the raw SDK as moto allows: a VPC with a subnet, a security
 /// group, and two images registered one after the other.

@@ -53,6 +53,8 @@ struct State {
     launch_delay: Duration,
     termination_delay: Duration,
     next_id: u64,
+    /// How often each call was made, by EC2 action name (for tests of callers' caching).
+    calls: BTreeMap<&'static str, u64>,
 }
 
 #[derive(Debug)]
@@ -105,6 +107,7 @@ impl MemoryEc2 {
                 launch_delay: Duration::from_secs(10),
                 termination_delay: Duration::from_secs(10),
                 next_id: 1,
+                calls: BTreeMap::new(),
             }),
         })
     }
@@ -136,6 +139,13 @@ impl MemoryEc2 {
     pub fn advance(&self, by: Duration) {
         let mut state = self.state();
         state.now += by;
+    }
+
+    /// How many times the EC2 action `action` (`DescribeInstanceTypes`,
+    /// `DescribeInstanceTypeOfferings`, `DescribeSpotPriceHistory`) was called; tests of the
+    /// provider's caching count calls with it.
+    pub fn calls(&self, action: &str) -> u64 {
+        self.state().calls.get(action).copied().unwrap_or(0)
     }
 
     /// How long instances stay `pending`.
@@ -457,7 +467,8 @@ impl Ec2 for MemoryEc2 {
         &'a self,
         names: &'a [String],
     ) -> Ec2Future<'a, Vec<InstanceTypeInfo>> {
-        let state = self.state();
+        let mut state = self.state();
+        *state.calls.entry("DescribeInstanceTypes").or_default() += 1;
         let answer = if names.is_empty() {
             Ok(state.instance_types.values().cloned().collect())
         } else {
@@ -477,7 +488,12 @@ impl Ec2 for MemoryEc2 {
     }
 
     fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>> {
-        let answer = self.state().offerings.clone();
+        let mut state = self.state();
+        *state
+            .calls
+            .entry("DescribeInstanceTypeOfferings")
+            .or_default() += 1;
+        let answer = state.offerings.clone();
         Box::pin(async move { Ok(answer) })
     }
 
@@ -485,8 +501,9 @@ impl Ec2 for MemoryEc2 {
         &'a self,
         instance_types: &'a [String],
     ) -> Ec2Future<'a, Vec<SpotPrice>> {
-        let answer = self
-            .state()
+        let mut state = self.state();
+        *state.calls.entry("DescribeSpotPriceHistory").or_default() += 1;
+        let answer = state
             .spot_prices
             .iter()
             .filter(|((t, _), _)| instance_types.is_empty() || instance_types.contains(t))

@@ -1,0 +1,685 @@
+//! The instance type catalogue `GetInstanceTypes` answers: EC2's DescribeInstanceTypes, its
+//! zonal DescribeInstanceTypeOfferings and the latest spot prices, fetched through the
+//! [`Ec2`] port, cached for a refresh period, and turned into the API's `InstanceType`s by
+//! [`crate::instance_types::instance_type`] with the node class's settings.
+//!
+//! On-demand prices come from the price table of the embedded catalogue
+//! ([`crate::catalogue::embedded`]), not from the AWS Pricing API: the Pricing API is not
+//! reachable from where this plugin is built and tested, and the table is what upstream falls
+//! back to as well. A region without an embedded table is a construction error.
+//!
+//! Every type EC2 describes is returned. Offerings that cannot be launched now (not offered in
+//! the zone, no price, or a recent insufficient-capacity error recorded with
+//! [`InstanceTypeProvider::mark_unavailable`]) are marked `available: false`, never omitted,
+//! so core never mistakes a temporarily unavailable type for a gone one.
+//!
+//! Time is read from a [`Clock`] the caller passes in, so tests advance a fake clock instead
+//! of sleeping.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use provider_sdk::v1::InstanceType;
+use serde::de::DeserializeOwned;
+
+use crate::apis::ec2nodeclass::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy};
+use crate::apis::kubelet::KubeletConfiguration;
+use crate::catalogue::CatalogueError;
+use crate::ec2::{Ec2, Ec2Error, InstanceTypeInfo};
+use crate::instance_types::{NodeSettings, Prices, Zone, instance_type};
+
+/// How long the EC2 answers are reused before they are fetched again (upstream refreshes
+/// instance types and offerings on a similar period).
+pub const DEFAULT_REFRESH_PERIOD: Duration = Duration::from_secs(5 * 60);
+
+/// How long an offering stays unavailable after an insufficient-capacity error (upstream's
+/// `UnavailableOfferingsTTL`).
+pub const DEFAULT_UNAVAILABLE_TTL: Duration = Duration::from_secs(3 * 60);
+
+/// Where the provider reads the time from.
+pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current instant.
+    fn now(&self) -> Instant;
+}
+
+/// The monotonic system clock.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Instant {
+        Instant::now()
+    }
+}
+
+/// Why the catalogue could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceTypeError {
+    /// An EC2 call failed.
+    #[error(transparent)]
+    Ec2(#[from] Ec2Error),
+    /// No on-demand prices for the region: without them every on-demand offering would look
+    /// unavailable, so the catalogue is refused rather than served wrong.
+    #[error("no on-demand prices: {0}; the Pricing API is not supported yet")]
+    NoPriceTable(String),
+    /// The node class JSON does not parse; `field` is the path of the part that does not.
+    #[error("node_class: {field}: {message}")]
+    InvalidNodeClass {
+        /// The JSON path of the offending field (`spec.kubelet`).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+}
+
+/// An offering: instance type, zone, capacity type.
+type OfferingKey = (String, String, String);
+
+/// The EC2 answers, as fetched at `fetched_at`.
+#[derive(Debug)]
+struct Snapshot {
+    fetched_at: Instant,
+    /// Sorted by name, so the catalogue comes out in a stable order.
+    types: Vec<InstanceTypeInfo>,
+    /// Every zone that offers at least one type, sorted.
+    zones: Vec<Zone>,
+    /// Instance type -> the zones offering it.
+    offered_in: HashMap<String, Vec<String>>,
+    /// Instance type -> zone -> latest spot price.
+    spot: HashMap<String, HashMap<String, f64>>,
+}
+
+/// Builds the instance type catalogue from EC2, with caches for the EC2 answers and for
+/// offerings recently found without capacity.
+#[derive(Debug)]
+pub struct InstanceTypeProvider {
+    ec2: Arc<dyn Ec2>,
+    region: String,
+    clock: Arc<dyn Clock>,
+    /// The embedded on-demand price table of the region, or why there is none. Kept as a
+    /// result rather than refused at start-up, so the plugin still starts, answers health and
+    /// identity, and says on each GetInstanceTypes what is missing.
+    on_demand_prices: Result<BTreeMap<String, f64>, String>,
+    refresh_period: Duration,
+    unavailable_ttl: Duration,
+    /// A tokio mutex, held across the EC2 calls, so that concurrent requests after expiry
+    /// wait for one refresh instead of each calling EC2.
+    snapshot: tokio::sync::Mutex<Option<Arc<Snapshot>>>,
+    /// Offering -> when it becomes available again.
+    unavailable: Mutex<HashMap<OfferingKey, Instant>>,
+}
+
+impl InstanceTypeProvider {
+    /// A provider for `region` over `ec2`, with the default refresh period and
+    /// insufficient-capacity TTL. Calls nothing: the first [`Self::instance_types`] does.
+    /// Without an embedded on-demand price table for the region, every GetInstanceTypes
+    /// answers FAILED_PRECONDITION saying so (the Pricing API is not used yet).
+    pub fn new(ec2: Arc<dyn Ec2>, region: &str, clock: Arc<dyn Clock>) -> Self {
+        let on_demand_prices = crate::catalogue::embedded(region)
+            .map(|catalogue| catalogue.on_demand_prices())
+            .map_err(|e: CatalogueError| e.to_string());
+        Self {
+            ec2,
+            region: region.to_owned(),
+            clock,
+            on_demand_prices,
+            refresh_period: DEFAULT_REFRESH_PERIOD,
+            unavailable_ttl: DEFAULT_UNAVAILABLE_TTL,
+            snapshot: tokio::sync::Mutex::new(None),
+            unavailable: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Sets how long EC2 answers are reused.
+    pub fn with_refresh_period(mut self, period: Duration) -> Self {
+        self.refresh_period = period;
+        self
+    }
+
+    /// Sets how long an offering stays unavailable after [`Self::mark_unavailable`].
+    pub fn with_unavailable_ttl(mut self, ttl: Duration) -> Self {
+        self.unavailable_ttl = ttl;
+        self
+    }
+
+    /// The region.
+    pub fn region(&self) -> &str {
+        &self.region
+    }
+
+    /// Records that EC2 had no capacity for this offering (`capacity_type` is `on-demand` or
+    /// `spot`): it is reported unavailable for the TTL from now.
+    pub fn mark_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str) {
+        let expiry = self.clock.now() + self.unavailable_ttl;
+        self.unavailable_offerings().insert(
+            (
+                instance_type.to_owned(),
+                zone.to_owned(),
+                capacity_type.to_owned(),
+            ),
+            expiry,
+        );
+    }
+
+    /// Whether the offering was marked unavailable and its TTL has not passed yet.
+    pub fn is_unavailable(&self, instance_type: &str, zone: &str, capacity_type: &str) -> bool {
+        let now = self.clock.now();
+        let key = (
+            instance_type.to_owned(),
+            zone.to_owned(),
+            capacity_type.to_owned(),
+        );
+        self.unavailable_offerings()
+            .get(&key)
+            .is_some_and(|expiry| *expiry > now)
+    }
+
+    /// A poisoned lock only means a thread panicked mid-insert; the map is still usable.
+    fn unavailable_offerings(&self) -> MutexGuard<'_, HashMap<OfferingKey, Instant>> {
+        self.unavailable
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Every instance type of the region, for nodes configured by `node_class` (the
+    /// EC2NodeClass object as JSON; `None` or an empty object means the defaults).
+    pub async fn instance_types(
+        &self,
+        node_class: Option<&serde_json::Value>,
+    ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        // The node class first: a bad one is the caller's error whatever EC2 says.
+        let settings = node_settings(node_class)?;
+        let on_demand_prices = self
+            .on_demand_prices
+            .as_ref()
+            .map_err(|why| InstanceTypeError::NoPriceTable(why.clone()))?;
+        let snapshot = self.snapshot().await?;
+        let now = self.clock.now();
+        let unavailable: HashMap<OfferingKey, Instant> = {
+            let mut offerings = self.unavailable_offerings();
+            // Expired entries are dropped here so the map stays as small as the live ones.
+            offerings.retain(|_, expiry| *expiry > now);
+            offerings.clone()
+        };
+        let is_unavailable = |instance_type: &str, zone: &str, capacity_type: &str| {
+            unavailable.contains_key(&(
+                instance_type.to_owned(),
+                zone.to_owned(),
+                capacity_type.to_owned(),
+            ))
+        };
+        let no_zones = Vec::new();
+        Ok(snapshot
+            .types
+            .iter()
+            .map(|info| {
+                let name = &info.instance_type;
+                let prices = Prices {
+                    on_demand: on_demand_prices.get(name).copied(),
+                    spot: snapshot.spot.get(name).cloned().unwrap_or_default(),
+                };
+                instance_type(
+                    info,
+                    &self.region,
+                    &snapshot.zones,
+                    snapshot.offered_in.get(name).unwrap_or(&no_zones),
+                    &prices,
+                    &settings,
+                    &is_unavailable,
+                )
+            })
+            .collect())
+    }
+
+    /// The cached EC2 answers, fetched again when older than the refresh period.
+    async fn snapshot(&self) -> Result<Arc<Snapshot>, Ec2Error> {
+        let mut cached = self.snapshot.lock().await;
+        if let Some(snapshot) = cached.as_ref()
+            && self
+                .clock
+                .now()
+                .saturating_duration_since(snapshot.fetched_at)
+                < self.refresh_period
+        {
+            return Ok(Arc::clone(snapshot));
+        }
+        let snapshot = Arc::new(self.fetch().await?);
+        *cached = Some(Arc::clone(&snapshot));
+        Ok(snapshot)
+    }
+
+    async fn fetch(&self) -> Result<Snapshot, Ec2Error> {
+        let fetched_at = self.clock.now();
+        let (mut types, offerings, spot_prices) = tokio::try_join!(
+            self.ec2.describe_instance_types(&[]),
+            self.ec2.describe_instance_type_offerings(),
+            self.ec2.describe_spot_price_history(&[]),
+        )?;
+        types.sort_by(|a, b| a.instance_type.cmp(&b.instance_type));
+        types.dedup_by(|a, b| a.instance_type == b.instance_type);
+        let mut offered_in: HashMap<String, Vec<String>> = HashMap::new();
+        let mut zone_names = std::collections::BTreeSet::new();
+        for offering in offerings {
+            zone_names.insert(offering.zone.clone());
+            offered_in
+                .entry(offering.instance_type)
+                .or_default()
+                .push(offering.zone);
+        }
+        // The port promises the latest price per pool, but a history may hold several rows
+        // per pool: keep the newest.
+        let mut latest: HashMap<(String, String), (i64, f64)> = HashMap::new();
+        for price in spot_prices {
+            let entry = latest
+                .entry((price.instance_type, price.zone))
+                .or_insert((price.timestamp, price.price));
+            if price.timestamp > entry.0 {
+                *entry = (price.timestamp, price.price);
+            }
+        }
+        let mut spot: HashMap<String, HashMap<String, f64>> = HashMap::new();
+        for ((instance_type, zone), (_, price)) in latest {
+            spot.entry(instance_type).or_default().insert(zone, price);
+        }
+        Ok(Snapshot {
+            fetched_at,
+            types,
+            // The port has no DescribeAvailabilityZones, so zone ids are not known here.
+            zones: zone_names
+                .into_iter()
+                .map(|name| Zone { name, id: None })
+                .collect(),
+            offered_in,
+            spot,
+        })
+    }
+}
+
+/// What of the node class changes the instance types: kubelet `maxPods`, `podsPerCore`,
+/// `kubeReserved`, `systemReserved`, the root volume's size and `instanceStorePolicy`.
+/// `None` or an empty object means the defaults. The object is EC2NodeClass JSON; its `spec`
+/// must parse as one.
+pub fn node_settings(
+    node_class: Option<&serde_json::Value>,
+) -> Result<NodeSettings, InstanceTypeError> {
+    let Some(node_class) = node_class else {
+        return Ok(NodeSettings::default());
+    };
+    let Some(object) = node_class.as_object() else {
+        return Err(invalid("(root)", "expected a JSON object"));
+    };
+    if object.is_empty() {
+        return Ok(NodeSettings::default());
+    }
+    let spec_value = object
+        .get("spec")
+        .ok_or_else(|| invalid("spec", "missing"))?;
+    let spec: EC2NodeClassSpec = match serde_json::from_value(spec_value.clone()) {
+        Ok(spec) => spec,
+        Err(e) => return Err(locate(spec_value, e)),
+    };
+    let kubelet = spec.kubelet.unwrap_or_default();
+    let root_volume_gib = spec
+        .block_device_mappings
+        .iter()
+        .enumerate()
+        .find(|(_, mapping)| mapping.root_volume)
+        .and_then(|(i, mapping)| {
+            let size = mapping.ebs.as_ref()?.volume_size.as_ref()?;
+            Some((i, size))
+        })
+        .map(|(i, size)| {
+            let field = format!("spec.blockDeviceMappings[{i}].ebs.volumeSize");
+            let quantity = core_domain::quantity::Quantity::parse(&size.0)
+                .map_err(|e| invalid(&field, &e.to_string()))?;
+            // Whole GiB, rounded down: reporting more ephemeral storage than the disk has
+            // would let the scheduler overpack.
+            i64::try_from(quantity.value() >> 30).map_err(|_| invalid(&field, "too large"))
+        })
+        .transpose()?;
+    Ok(NodeSettings {
+        max_pods: kubelet.max_pods.map(i64::from),
+        pods_per_core: kubelet.pods_per_core.map(i64::from),
+        kube_reserved: kubelet.kube_reserved,
+        system_reserved: kubelet.system_reserved,
+        root_volume_gib,
+        instance_store_raid0: spec.instance_store_policy == Some(InstanceStorePolicy::Raid0),
+    })
+}
+
+fn invalid(field: &str, message: &str) -> InstanceTypeError {
+    InstanceTypeError::InvalidNodeClass {
+        field: field.to_owned(),
+        message: message.to_owned(),
+    }
+}
+
+/// serde's error on a `Value` carries no path, so the spec's failure is narrowed down by
+/// parsing the parts this module reads on their own; the deepest one that fails is named,
+/// otherwise the spec as a whole (serde's message then names a missing or unknown field).
+fn locate(spec: &serde_json::Value, spec_error: serde_json::Error) -> InstanceTypeError {
+    fn check<T: DeserializeOwned>(value: &serde_json::Value) -> Option<String> {
+        serde_json::from_value::<T>(value.clone())
+            .err()
+            .map(|e| e.to_string())
+    }
+    if let Some(kubelet) = spec.get("kubelet") {
+        if let Some(fields) = kubelet.as_object() {
+            for (key, value) in fields {
+                let single = serde_json::Value::Object(
+                    std::iter::once((key.clone(), value.clone())).collect(),
+                );
+                if let Some(message) = check::<KubeletConfiguration>(&single) {
+                    return invalid(&format!("spec.kubelet.{key}"), &message);
+                }
+            }
+        }
+        if let Some(message) = check::<KubeletConfiguration>(kubelet) {
+            return invalid("spec.kubelet", &message);
+        }
+    }
+    if let Some(mappings) = spec.get("blockDeviceMappings") {
+        if let Some(items) = mappings.as_array() {
+            for (i, item) in items.iter().enumerate() {
+                if let Some(message) = check::<BlockDeviceMapping>(item) {
+                    return invalid(&format!("spec.blockDeviceMappings[{i}]"), &message);
+                }
+            }
+        }
+        if let Some(message) = check::<Vec<BlockDeviceMapping>>(mappings) {
+            return invalid("spec.blockDeviceMappings", &message);
+        }
+    }
+    if let Some(policy) = spec.get("instanceStorePolicy")
+        && let Some(message) = check::<InstanceStorePolicy>(policy)
+    {
+        return invalid("spec.instanceStorePolicy", &message);
+    }
+    invalid("spec", &spec_error.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::ec2::memory::MemoryEc2;
+
+    /// A clock that moves only when the test says.
+    #[derive(Debug)]
+    struct FakeClock(Mutex<Instant>);
+
+    impl FakeClock {
+        fn new() -> Arc<Self> {
+            Arc::new(Self(Mutex::new(Instant::now())))
+        }
+
+        fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+
+    impl Clock for FakeClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+    }
+
+    fn setup() -> (Arc<MemoryEc2>, Arc<FakeClock>, InstanceTypeProvider) {
+        let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());
+        let clock = FakeClock::new();
+        let provider = InstanceTypeProvider::new(
+            Arc::clone(&ec2) as Arc<dyn Ec2>,
+            "us-east-1",
+            Arc::clone(&clock) as Arc<dyn Clock>,
+        );
+        (ec2, clock, provider)
+    }
+
+    #[tokio::test]
+    async fn a_region_without_prices_refuses_the_catalogue_and_says_why() {
+        let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());
+        let provider = InstanceTypeProvider::new(ec2, "eu-west-1", FakeClock::new());
+        let error = provider.instance_types(None).await.unwrap_err();
+        assert!(
+            matches!(error, InstanceTypeError::NoPriceTable(_)),
+            "{error}"
+        );
+        assert!(error.to_string().contains("eu-west-1"), "{error}");
+    }
+
+    fn find<'a>(types: &'a [InstanceType], name: &str) -> &'a InstanceType {
+        types.iter().find(|t| t.name == name).unwrap()
+    }
+
+    fn offering<'a>(
+        t: &'a InstanceType,
+        zone: &str,
+        capacity_type: &str,
+    ) -> &'a provider_sdk::v1::Offering {
+        t.offerings
+            .iter()
+            .find(|o| o.zone == zone && o.capacity_type == capacity_type)
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn the_whole_catalogue_comes_back_with_none_omitted() {
+        let (_, _, provider) = setup();
+        let types = provider.instance_types(None).await.unwrap();
+        assert_eq!(types.len(), 1243);
+        let catalogue = crate::catalogue::embedded("us-east-1").unwrap();
+        let mut names: Vec<&str> = types.iter().map(|t| t.name.as_str()).collect();
+        let mut expected: Vec<&str> = catalogue
+            .instance_types
+            .iter()
+            .map(|t| t.info.instance_type.as_str())
+            .collect();
+        names.sort_unstable();
+        expected.sort_unstable();
+        assert_eq!(names, expected);
+    }
+
+    #[tokio::test]
+    async fn m5_large_offerings_are_priced_from_the_table_and_spot_history() {
+        let (ec2, _, provider) = setup();
+        ec2.set_spot_price("m5.large", "us-east-1a", 0.0421);
+        let types = provider.instance_types(None).await.unwrap();
+        let m5 = find(&types, "m5.large");
+        let on_demand = offering(m5, "us-east-1a", "on-demand");
+        assert_eq!(on_demand.price, 0.096);
+        assert!(on_demand.available);
+        let spot = offering(m5, "us-east-1a", "spot");
+        assert_eq!(spot.price, 0.0421);
+        assert!(spot.available);
+        // Elsewhere the memory EC2's default spot price.
+        let spot_b = offering(m5, "us-east-1b", "spot");
+        assert_eq!(spot_b.price, 0.0288);
+        // Every offering in a zone that offers m5.large is available; the other zones' are
+        // present but unavailable.
+        let catalogue = crate::catalogue::embedded("us-east-1").unwrap();
+        let zones = &catalogue
+            .instance_types
+            .iter()
+            .find(|t| t.info.instance_type == "m5.large")
+            .unwrap()
+            .zones;
+        for o in &m5.offerings {
+            assert_eq!(o.available, zones.contains(&o.zone), "{o:?}");
+        }
+        assert_eq!(m5.offerings.len(), 2 * catalogue.zones().len());
+    }
+
+    #[tokio::test]
+    async fn a_marked_offering_is_unavailable_until_the_ttl_passes() {
+        let (_, clock, provider) = setup();
+        provider.mark_unavailable("m5.large", "us-east-1a", "spot");
+        assert!(provider.is_unavailable("m5.large", "us-east-1a", "spot"));
+        let types = provider.instance_types(None).await.unwrap();
+        let m5 = find(&types, "m5.large");
+        assert!(!offering(m5, "us-east-1a", "spot").available);
+        assert!(offering(m5, "us-east-1a", "on-demand").available);
+        assert!(offering(m5, "us-east-1b", "spot").available);
+        assert_eq!(types.len(), 1243, "marked, not omitted");
+
+        clock.advance(DEFAULT_UNAVAILABLE_TTL - Duration::from_secs(1));
+        let types = provider.instance_types(None).await.unwrap();
+        assert!(!offering(find(&types, "m5.large"), "us-east-1a", "spot").available);
+
+        clock.advance(Duration::from_secs(1));
+        assert!(!provider.is_unavailable("m5.large", "us-east-1a", "spot"));
+        let types = provider.instance_types(None).await.unwrap();
+        assert!(offering(find(&types, "m5.large"), "us-east-1a", "spot").available);
+    }
+
+    #[tokio::test]
+    async fn ec2_answers_are_reused_within_the_refresh_period_and_fetched_after() {
+        let (ec2, clock, provider) = setup();
+        let actions = [
+            "DescribeInstanceTypes",
+            "DescribeInstanceTypeOfferings",
+            "DescribeSpotPriceHistory",
+        ];
+        let calls = || actions.map(|a| ec2.calls(a));
+        assert_eq!(
+            calls(),
+            [0, 0, 0],
+            "nothing is called before the first request"
+        );
+        provider.instance_types(None).await.unwrap();
+        assert_eq!(calls(), [1, 1, 1]);
+
+        ec2.set_spot_price("m5.large", "us-east-1a", 0.05);
+        clock.advance(DEFAULT_REFRESH_PERIOD - Duration::from_secs(1));
+        let types = provider.instance_types(None).await.unwrap();
+        assert_eq!(calls(), [1, 1, 1]);
+        assert_eq!(
+            offering(find(&types, "m5.large"), "us-east-1a", "spot").price,
+            0.0288,
+            "the cached price"
+        );
+
+        clock.advance(Duration::from_secs(1));
+        let types = provider.instance_types(None).await.unwrap();
+        assert_eq!(calls(), [2, 2, 2]);
+        assert_eq!(
+            offering(find(&types, "m5.large"), "us-east-1a", "spot").price,
+            0.05
+        );
+    }
+
+    #[tokio::test]
+    async fn kubelet_max_pods_from_the_node_class_changes_pods_capacity() {
+        let (_, _, provider) = setup();
+        let pods = |types: &[InstanceType]| {
+            find(types, "m5.large")
+                .capacity
+                .get("pods")
+                .cloned()
+                .unwrap()
+        };
+        let default = provider.instance_types(None).await.unwrap();
+        assert_eq!(pods(&default), "29");
+        let node_class = json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "KarpenterNodeRole",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
+                "kubelet": {"maxPods": 17},
+            },
+        });
+        let types = provider.instance_types(Some(&node_class)).await.unwrap();
+        assert_eq!(pods(&types), "17");
+    }
+
+    #[test]
+    fn node_settings_read_kubelet_root_volume_and_instance_store_policy() {
+        let node_class = json!({"spec": {
+            "role": "R",
+            "amiSelectorTerms": [{"alias": "al2023@latest"}],
+            "subnetSelectorTerms": [{"id": "subnet-1"}],
+            "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            "kubelet": {
+                "maxPods": 50,
+                "podsPerCore": 4,
+                "kubeReserved": {"cpu": "200m"},
+                "systemReserved": {"memory": "100Mi"},
+            },
+            "blockDeviceMappings": [
+                {"deviceName": "/dev/xvdb", "ebs": {"volumeSize": "10Gi"}},
+                {"deviceName": "/dev/xvda", "rootVolume": true, "ebs": {"volumeSize": "100Gi"}},
+            ],
+            "instanceStorePolicy": "RAID0",
+        }});
+        let settings = node_settings(Some(&node_class)).unwrap();
+        assert_eq!(
+            settings,
+            NodeSettings {
+                max_pods: Some(50),
+                pods_per_core: Some(4),
+                kube_reserved: BTreeMap::from([("cpu".to_owned(), "200m".to_owned())]),
+                system_reserved: BTreeMap::from([("memory".to_owned(), "100Mi".to_owned())]),
+                root_volume_gib: Some(100),
+                instance_store_raid0: true,
+            }
+        );
+        assert_eq!(node_settings(None).unwrap(), NodeSettings::default());
+        assert_eq!(
+            node_settings(Some(&json!({}))).unwrap(),
+            NodeSettings::default()
+        );
+    }
+
+    #[tokio::test]
+    async fn an_invalid_node_class_names_the_field() {
+        let (ec2, _, provider) = setup();
+        let spec = |extra: serde_json::Value| {
+            let mut spec = json!({
+                "role": "R",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"id": "subnet-1"}],
+                "securityGroupSelectorTerms": [{"id": "sg-1"}],
+            });
+            for (k, v) in extra.as_object().unwrap() {
+                spec[k] = v.clone();
+            }
+            json!({ "spec": spec })
+        };
+        let cases = [
+            (
+                spec(json!({"kubelet": {"maxPods": "many"}})),
+                "spec.kubelet.maxPods",
+            ),
+            (
+                spec(json!({"instanceStorePolicy": "RAID1"})),
+                "spec.instanceStorePolicy",
+            ),
+            (
+                spec(json!({"blockDeviceMappings": [{"rootVolume": "yes"}]})),
+                "spec.blockDeviceMappings[0]",
+            ),
+            (json!({"spec": {"role": "R"}}), "spec"),
+            (json!({"metadata": {"name": "x"}}), "spec"),
+            (json!("text"), "(root)"),
+        ];
+        for (node_class, field) in cases {
+            let err = provider
+                .instance_types(Some(&node_class))
+                .await
+                .unwrap_err();
+            match &err {
+                InstanceTypeError::InvalidNodeClass { field: f, .. } => {
+                    assert_eq!(f, field, "{err}");
+                }
+                other => panic!("{other:?}"),
+            }
+            assert!(err.to_string().contains(field), "{err}");
+        }
+        assert_eq!(ec2.calls("DescribeInstanceTypes"), 0, "rejected before EC2");
+    }
+}
