@@ -10,8 +10,6 @@ use provider_sdk::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::PLUGIN_NAME;
-use crate::aws::AwsSettings;
-
 /// Who the plugin is and whether it is ready.
 #[derive(Debug, Clone)]
 pub struct Identity {
@@ -19,11 +17,12 @@ pub struct Identity {
 }
 
 impl Identity {
-    /// The identity of a plugin running with `aws`.
-    pub fn new(aws: &AwsSettings) -> Self {
-        let mut manifest = HashMap::from([("region".to_owned(), aws.region.clone())]);
-        if let Some(endpoint) = &aws.ec2_endpoint_override {
-            manifest.insert("ec2_endpoint".to_owned(), endpoint.clone());
+    /// The identity of a plugin managing `region`, reaching EC2 at `ec2_endpoint` when that
+    /// is overridden (an emulator, a VPC endpoint).
+    pub fn new(region: &str, ec2_endpoint: Option<&str>) -> Self {
+        let mut manifest = HashMap::from([("region".to_owned(), region.to_owned())]);
+        if let Some(endpoint) = ec2_endpoint {
+            manifest.insert("ec2_endpoint".to_owned(), endpoint.to_owned());
         }
         Identity { manifest }
     }

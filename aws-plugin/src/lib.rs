@@ -11,8 +11,10 @@
 //! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
 
 pub mod apis;
+#[cfg(feature = "aws")]
 pub mod aws;
 pub mod catalogue;
+#[cfg(feature = "aws")]
 pub mod cli;
 pub mod ec2;
 pub mod identity;

@@ -1,5 +1,5 @@
 //! The narrow EC2 port: exactly the EC2 calls the provider makes, in the plugin's own plain
-//! request and answer types, with two implementations: [`sdk::SdkEc2`] on `aws-sdk-ec2` and
+//! request and answer types, with two implementations: `sdk::SdkEc2` on `aws-sdk-ec2` (feature `aws`) and
 //! [`memory::MemoryEc2`], deterministic, for the simulator and unit tests. One contract suite
 //! (`contract.rs`) runs against both (the SDK one against `moto_server`).
 //!
@@ -12,6 +12,7 @@
 //! (they need the `aws-sdk-iam` and `aws-sdk-ssm` clients and belong in sibling ports).
 
 pub mod memory;
+#[cfg(feature = "aws")]
 pub mod sdk;
 
 #[cfg(test)]
