@@ -94,6 +94,11 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     // so the plugin starts (and answers health and identity) without network.
     let ec2 = Arc::new(SdkEc2::new(&aws.sdk_config));
     let provider = AwsCloudProvider::new(ec2, &aws.region, Arc::new(SystemClock));
-    serve_until_signal(options, Identity::new(&aws.region, aws.ec2_endpoint_override.as_deref()), provider).await?;
+    serve_until_signal(
+        options,
+        Identity::new(&aws.region, aws.ec2_endpoint_override.as_deref()),
+        provider,
+    )
+    .await?;
     Ok(())
 }
