@@ -627,16 +627,19 @@ mod tests {
 
     #[test]
     fn gpu_and_graviton_types() {
-        let none = Prices::default();
-        let g4dn = instance_type(
-            &catalogue_type("g4dn.xlarge"),
-            "us-east-1",
-            &zones(),
-            &[],
-            &none,
-            &NodeSettings::default(),
-            &|_, _, _| false,
-        );
+        // Offered in no zone and priced nowhere: every offering is listed, none available.
+        let unoffered = |name: &str| {
+            instance_type(
+                &catalogue_type(name),
+                "us-east-1",
+                &zones(),
+                &[],
+                &Prices::default(),
+                &NodeSettings::default(),
+                &|_, _, _| false,
+            )
+        };
+        let g4dn = unoffered("g4dn.xlarge");
         assert_eq!(
             label(&g4dn, LABEL_INSTANCE_GPU_NAME),
             Some(("OPERATOR_IN", vec!["t4"]))
@@ -656,15 +659,7 @@ mod tests {
             "no zone to offer"
         );
         assert!(!g4dn.offerings.is_empty());
-        let graviton = instance_type(
-            &catalogue_type("m6g.large"),
-            "us-east-1",
-            &zones(),
-            &[],
-            &none,
-            &NodeSettings::default(),
-            &|_, _, _| false,
-        );
+        let graviton = unoffered("m6g.large");
         assert_eq!(
             label(&graviton, LABEL_ARCH),
             Some(("OPERATOR_IN", vec!["arm64"]))
