@@ -8,7 +8,7 @@ use provider_sdk::Endpoint;
 use provider_sdk::logging::LogFormat;
 use provider_sdk::tls::ClientTls;
 
-use crate::plugin::{Deadlines, Handshake, PluginConnection, handshake};
+use crate::plugin::{Deadlines, Handshake, PluginConnection, handshake, probe};
 
 /// core-svc, the control plane of a Karpenter-compatible node autoscaler (karpenter.sh/v1
 /// NodePool and NodeClaim). It reaches its cloud provider plugin over the
@@ -127,22 +127,37 @@ async fn run_control_plane(plugin: PluginArgs) -> anyhow::Result<ExitCode> {
     tracing::info!(endpoint = %connection.endpoint, version = env!("CARGO_PKG_VERSION"), "core-svc starting");
     let shutdown = provider_sdk::serve::shutdown_signal();
     tokio::pin!(shutdown);
-    let mut last_state: Option<String> = None;
+    let mut last_state: Option<PluginState> = None;
     loop {
         // Nothing acts on the cloud while the plugin is unreachable or not ready: the state
-        // is reported, and the next probe tries again.
-        let state = match handshake(&connection).await {
-            Ok(handshake) => match &handshake.ready {
-                Ok(()) => format!("ready: {}", describe(&handshake)),
-                Err(why) => format!("not ready: {why}"),
+        // is reported, and the next probe tries again. Once the plugin is known and ready, a
+        // probe is enough; anything else starts over with a full handshake (the plugin may
+        // have been replaced by another version meanwhile).
+        let state = match &last_state {
+            Some(PluginState::Ready(description)) => match probe(&connection).await {
+                Ok(Ok(())) => PluginState::Ready(description.clone()),
+                Ok(Err(why)) => PluginState::NotReady(why),
+                Err(e) => PluginState::Unavailable(e.to_string()),
             },
-            Err(e) => format!("unavailable: {e}"),
+            _ => match handshake(&connection).await {
+                Ok(handshake) => match &handshake.ready {
+                    Ok(()) => PluginState::Ready(describe(&handshake)),
+                    Err(why) => PluginState::NotReady(why.clone()),
+                },
+                Err(e) => PluginState::Unavailable(e.to_string()),
+            },
         };
         if last_state.as_ref() != Some(&state) {
-            if state.starts_with("ready") {
-                tracing::info!(endpoint = %connection.endpoint, plugin = %state, "plugin ready");
-            } else {
-                tracing::warn!(endpoint = %connection.endpoint, plugin = %state, "plugin not usable; making no cloud decisions");
+            match &state {
+                PluginState::Ready(plugin) => {
+                    tracing::info!(endpoint = %connection.endpoint, %plugin, "plugin ready");
+                }
+                PluginState::NotReady(why) | PluginState::Unavailable(why) => tracing::warn!(
+                    endpoint = %connection.endpoint,
+                    plugin = %state.label(),
+                    reason = %why,
+                    "plugin not usable; making no cloud decisions"
+                ),
             }
             last_state = Some(state);
         }
@@ -153,6 +168,27 @@ async fn run_control_plane(plugin: PluginArgs) -> anyhow::Result<ExitCode> {
     }
     tracing::info!("core-svc stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// What `run` last learned about the plugin.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum PluginState {
+    /// Ready; the description of the handshake.
+    Ready(String),
+    /// Healthy but not ready, and why.
+    NotReady(String),
+    /// Not reachable or answering errors, and what failed.
+    Unavailable(String),
+}
+
+impl PluginState {
+    fn label(&self) -> &'static str {
+        match self {
+            PluginState::Ready(_) => "ready",
+            PluginState::NotReady(_) => "not ready",
+            PluginState::Unavailable(_) => "unavailable",
+        }
+    }
 }
 
 fn describe(handshake: &Handshake) -> String {

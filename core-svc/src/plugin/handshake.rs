@@ -110,34 +110,39 @@ pub async fn handshake(connection: &PluginConnection) -> Result<Handshake, Hands
         .node_classes;
     validate_node_classes(&node_classes)?;
 
-    let ready = match identity
-        .probe(with_deadline(ProbeRequest {}, deadline))
-        .await
-    {
-        Ok(answer) => {
-            let answer = answer.into_inner();
-            if answer.ready.unwrap_or(true) {
-                Ok(())
-            } else {
-                Err(answer.message)
-            }
-        }
-        Err(status) if status.code() == Code::FailedPrecondition => {
-            Err(status.message().to_owned())
-        }
-        Err(status) => {
-            return Err(HandshakeError::Call {
-                rpc: "Probe",
-                status,
-            });
-        }
-    };
+    let ready = probe(connection).await?;
     Ok(Handshake {
         info,
         capabilities,
         node_classes,
         ready,
     })
+}
+
+/// Asks the plugin whether it is ready: `Ok(Ok(()))` when ready, `Ok(Err(why))` when healthy
+/// but not ready (or FAILED_PRECONDITION, a missing dependency), `Err` when the call failed.
+pub async fn probe(connection: &PluginConnection) -> Result<Result<(), String>, HandshakeError> {
+    let mut identity = connection.identity.clone();
+    match identity
+        .probe(with_deadline(ProbeRequest {}, connection.deadlines.default))
+        .await
+    {
+        Ok(answer) => {
+            let answer = answer.into_inner();
+            Ok(if answer.ready.unwrap_or(true) {
+                Ok(())
+            } else {
+                Err(answer.message)
+            })
+        }
+        Err(status) if status.code() == Code::FailedPrecondition => {
+            Ok(Err(status.message().to_owned()))
+        }
+        Err(status) => Err(HandshakeError::Call {
+            rpc: "Probe",
+            status,
+        }),
+    }
 }
 
 impl Capabilities {

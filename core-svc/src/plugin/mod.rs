@@ -7,7 +7,7 @@
 mod handshake;
 pub mod instance_types;
 
-pub use handshake::{Capabilities, Handshake, HandshakeError, PluginInfo, handshake};
+pub use handshake::{Capabilities, Handshake, HandshakeError, PluginInfo, handshake, probe};
 
 use std::time::Duration;
 
