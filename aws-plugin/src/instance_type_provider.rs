@@ -26,7 +26,7 @@ use serde::de::DeserializeOwned;
 use crate::apis::ec2nodeclass::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy};
 use crate::apis::kubelet::KubeletConfiguration;
 use crate::catalogue::CatalogueError;
-use crate::ec2::{Ec2, Ec2Error, InstanceTypeInfo};
+use crate::ec2::{AwsError, Ec2, InstanceTypeInfo};
 use crate::instance_types::{NodeSettings, Prices, Zone, instance_type};
 
 /// How long the EC2 answers are reused before they are fetched again (upstream refreshes
@@ -58,7 +58,7 @@ impl Clock for SystemClock {
 pub enum InstanceTypeError {
     /// An EC2 call failed.
     #[error(transparent)]
-    Ec2(#[from] Ec2Error),
+    Ec2(#[from] AwsError),
     /// No on-demand prices for the region: without them every on-demand offering would look
     /// unavailable, so the catalogue is refused rather than served wrong.
     #[error("no on-demand prices: {0}; the Pricing API is not supported yet")]
@@ -233,7 +233,7 @@ impl InstanceTypeProvider {
     }
 
     /// The cached EC2 answers, fetched again when older than the refresh period.
-    async fn snapshot(&self) -> Result<Arc<Snapshot>, Ec2Error> {
+    async fn snapshot(&self) -> Result<Arc<Snapshot>, AwsError> {
         let mut cached = self.snapshot.lock().await;
         if let Some(snapshot) = cached.as_ref()
             && self
@@ -249,7 +249,7 @@ impl InstanceTypeProvider {
         Ok(snapshot)
     }
 
-    async fn fetch(&self) -> Result<Snapshot, Ec2Error> {
+    async fn fetch(&self) -> Result<Snapshot, AwsError> {
         let fetched_at = self.clock.now();
         let (mut types, offerings, spot_prices) = tokio::try_join!(
             self.ec2.describe_instance_types(&[]),

@@ -13,6 +13,7 @@
 pub mod apis;
 #[cfg(feature = "aws")]
 pub mod aws;
+pub mod aws_error;
 pub mod catalogue;
 #[cfg(feature = "aws")]
 pub mod cli;

@@ -19,7 +19,7 @@ use provider_sdk::v1::{
 };
 use tonic::{Request, Response, Status};
 
-use crate::ec2::{Ec2, Ec2Error};
+use crate::ec2::{AwsError, Ec2};
 use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider};
 
 /// The node class kind this plugin manages.
@@ -67,10 +67,10 @@ fn status(error: &InstanceTypeError) -> Status {
         InstanceTypeError::InvalidNodeClass { .. } => Status::invalid_argument(error.to_string()),
         InstanceTypeError::NoPriceTable(_) => Status::failed_precondition(error.to_string()),
         InstanceTypeError::Ec2(ec2) => match ec2 {
-            Ec2Error::Throttled { .. } | Ec2Error::Transport { .. } => {
+            AwsError::Throttled { .. } | AwsError::Transport { .. } => {
                 Status::unavailable(error.to_string())
             }
-            Ec2Error::Unauthorized { .. } => Status::permission_denied(error.to_string()),
+            AwsError::Unauthorized { .. } => Status::permission_denied(error.to_string()),
             _ => Status::internal(error.to_string()),
         },
     }
@@ -246,12 +246,12 @@ mod tests {
             ("InvalidParameterValue", tonic::Code::Internal),
         ];
         for (code, expected) in cases {
-            let error = InstanceTypeError::Ec2(Ec2Error::from_code(code, "no"));
+            let error = InstanceTypeError::Ec2(AwsError::from_code(code, "no"));
             let status = status(&error);
             assert_eq!(status.code(), expected, "{code}");
             assert!(status.message().contains(code), "{status:?}");
         }
-        let transport = InstanceTypeError::Ec2(Ec2Error::transport("dispatch", "refused"));
+        let transport = InstanceTypeError::Ec2(AwsError::transport("dispatch", "refused"));
         assert_eq!(status(&transport).code(), tonic::Code::Unavailable);
     }
 

@@ -14,8 +14,8 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_plugin::ec2::sdk::SdkEc2;
 // The contract module refers to the port's items through `super::`, which is this crate's root.
 use aws_plugin::ec2::{
-    CapacityType, Ec2, Ec2Error, FleetOverride, FleetRequest, ImageQuery, InstanceState,
-    LaunchTemplateRequest, ResourceQuery, Tag, TagFilter, wildcard_match,
+    AwsError, CapacityType, Ec2, FleetOverride, FleetRequest, ImageQuery, InstanceState,
+    LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
 };
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
 use aws_sdk_ec2::types as sdk;
@@ -122,5 +122,5 @@ async fn an_unreachable_endpoint_is_a_transport_error() {
         .describe_instances(&ResourceQuery::default())
         .await
         .expect_err("nothing listens");
-    assert!(matches!(err, Ec2Error::Transport { .. }), "{err:?}");
+    assert!(matches!(err, AwsError::Transport { .. }), "{err:?}");
 }

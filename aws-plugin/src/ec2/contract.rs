@@ -22,8 +22,8 @@
 // The integration test includes this file by path and puts the port's items at its root, so
 // `super::` resolves in both places.
 use super::{
-    CapacityType, Ec2, Ec2Error, FleetOverride, FleetRequest, ImageQuery, InstanceState,
-    LaunchTemplateRequest, ResourceQuery, Tag, TagFilter, wildcard_match,
+    AwsError, CapacityType, Ec2, FleetOverride, FleetRequest, ImageQuery, InstanceState,
+    LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
 };
 
 /// What each implementation creates before the suite runs, through its own means.
@@ -187,7 +187,10 @@ async fn subnets_and_security_groups(ec2: &dyn Ec2, f: &Fixtures) {
     assert_eq!(by_id, subnets);
 
     let groups = ec2
-        .describe_security_groups(&ResourceQuery::tags(discovery))
+        .describe_security_groups(&SecurityGroupQuery {
+            tags: discovery,
+            ..SecurityGroupQuery::default()
+        })
         .await
         .expect("security groups");
     assert_eq!(
@@ -195,12 +198,29 @@ async fn subnets_and_security_groups(ec2: &dyn Ec2, f: &Fixtures) {
         [&f.security_group_id]
     );
     let exists = ec2
-        .describe_security_groups(&ResourceQuery::tags(vec![TagFilter::exists(
-            "karpenter.sh/discovery",
-        )]))
+        .describe_security_groups(&SecurityGroupQuery {
+            tags: vec![TagFilter::exists("karpenter.sh/discovery")],
+            ..SecurityGroupQuery::default()
+        })
         .await
         .expect("security groups by tag key");
     assert_eq!(exists, groups);
+    let by_name = ec2
+        .describe_security_groups(&SecurityGroupQuery {
+            names: vec![groups[0].name.clone()],
+            ..SecurityGroupQuery::default()
+        })
+        .await
+        .expect("security groups by name");
+    assert_eq!(by_name, groups);
+    let by_id = ec2
+        .describe_security_groups(&SecurityGroupQuery {
+            ids: vec![f.security_group_id.clone()],
+            ..SecurityGroupQuery::default()
+        })
+        .await
+        .expect("security groups by id");
+    assert_eq!(by_id, groups);
 }
 
 async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {
@@ -221,7 +241,7 @@ async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {
         .create_launch_template(&template)
         .await
         .expect_err("a name is unique");
-    assert!(matches!(again, Ec2Error::AlreadyExists { .. }), "{again:?}");
+    assert!(matches!(again, AwsError::AlreadyExists { .. }), "{again:?}");
     let found = ec2
         .describe_launch_templates(&ResourceQuery::ids([template.name.clone()]))
         .await

@@ -10,10 +10,10 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    CapacityType, Ec2, Ec2Error, Ec2Future, FleetError, FleetInstance, FleetRequest, FleetResult,
+    AwsError, AwsFuture, CapacityType, Ec2, FleetError, FleetInstance, FleetRequest, FleetResult,
     Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
     InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, ResourceQuery, SecurityGroup,
-    SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
+    SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
 };
 use crate::catalogue::{self, CatalogueError};
 
@@ -274,11 +274,11 @@ impl State {
         instance
     }
 
-    fn launch(&mut self, request: &FleetRequest) -> Result<FleetResult, Ec2Error> {
+    fn launch(&mut self, request: &FleetRequest) -> Result<FleetResult, AwsError> {
         let template = match self.launch_templates.get(&request.launch_template_name) {
             Some((_, template)) => template.clone(),
             None => {
-                return Err(Ec2Error::from_code(
+                return Err(AwsError::from_code(
                     "InvalidLaunchTemplateName.NotFoundException",
                     format!(
                         "The specified launch template, with template name {}, does not exist.",
@@ -288,7 +288,7 @@ impl State {
             }
         };
         if request.target_capacity < 1 {
-            return Err(Ec2Error::from_code(
+            return Err(AwsError::from_code(
                 "InvalidParameterValue",
                 "TotalTargetCapacity must be at least 1",
             ));
@@ -301,7 +301,7 @@ impl State {
             let fail = |code: &str, message: String| FleetError {
                 instance_type: Some(o.instance_type.clone()),
                 subnet_id: Some(o.subnet_id.clone()),
-                error: Ec2Error::from_code(code, message),
+                error: AwsError::from_code(code, message),
             };
             let Some(subnet) = self.subnets.get(&o.subnet_id).cloned() else {
                 result.errors.push(fail(
@@ -383,7 +383,7 @@ impl State {
         Ok(result)
     }
 
-    fn tags_of(&mut self, id: &str) -> Result<&mut Vec<Tag>, Ec2Error> {
+    fn tags_of(&mut self, id: &str) -> Result<&mut Vec<Tag>, AwsError> {
         let tags = if let Some(r) = self.instances.get_mut(id) {
             Some(&mut r.instance.tags)
         } else if let Some(i) = self.images.get_mut(id) {
@@ -403,7 +403,7 @@ impl State {
 }
 
 /// The NotFound error EC2 gives for an id, by its prefix.
-fn not_found(id: &str) -> Ec2Error {
+fn not_found(id: &str) -> AwsError {
     let (code, what) = match id.split('-').next().unwrap_or_default() {
         "i" => ("InvalidInstanceID.NotFound", "instance ID"),
         "ami" => ("InvalidAMIID.NotFound", "image id"),
@@ -412,7 +412,7 @@ fn not_found(id: &str) -> Ec2Error {
         "lt" => ("InvalidLaunchTemplateId.NotFound", "launch template ID"),
         _ => ("InvalidID", "ID"),
     };
-    Ec2Error::from_code(code, format!("The {what} '{id}' does not exist"))
+    AwsError::from_code(code, format!("The {what} '{id}' does not exist"))
 }
 
 fn passes(query: &ResourceQuery, id: &str, tags: &[Tag]) -> bool {
@@ -424,7 +424,7 @@ fn all_pass(filters: &[TagFilter], tags: &[Tag]) -> bool {
 }
 
 /// Every id asked for must exist, as EC2 answers DescribeSubnets/SecurityGroups/Instances.
-fn check_ids<T>(ids: &[String], known: &BTreeMap<String, T>) -> Result<(), Ec2Error> {
+fn check_ids<T>(ids: &[String], known: &BTreeMap<String, T>) -> Result<(), AwsError> {
     match ids.iter().find(|id| !known.contains_key(*id)) {
         Some(id) => Err(not_found(id)),
         None => Ok(()),
@@ -466,7 +466,7 @@ impl Ec2 for MemoryEc2 {
     fn describe_instance_types<'a>(
         &'a self,
         names: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceTypeInfo>> {
+    ) -> AwsFuture<'a, Vec<InstanceTypeInfo>> {
         let mut state = self.state();
         *state.calls.entry("DescribeInstanceTypes").or_default() += 1;
         let answer = if names.is_empty() {
@@ -476,7 +476,7 @@ impl Ec2 for MemoryEc2 {
                 .iter()
                 .map(|name| {
                     state.instance_types.get(name).cloned().ok_or_else(|| {
-                        Ec2Error::from_code(
+                        AwsError::from_code(
                             "InvalidInstanceType",
                             format!("The following supplied instance types do not exist: [{name}]"),
                         )
@@ -487,7 +487,7 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
-    fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>> {
+    fn describe_instance_type_offerings(&self) -> AwsFuture<'_, Vec<InstanceTypeOffering>> {
         let mut state = self.state();
         *state
             .calls
@@ -500,7 +500,7 @@ impl Ec2 for MemoryEc2 {
     fn describe_spot_price_history<'a>(
         &'a self,
         instance_types: &'a [String],
-    ) -> Ec2Future<'a, Vec<SpotPrice>> {
+    ) -> AwsFuture<'a, Vec<SpotPrice>> {
         let mut state = self.state();
         *state.calls.entry("DescribeSpotPriceHistory").or_default() += 1;
         let answer = state
@@ -517,7 +517,7 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { Ok(answer) })
     }
 
-    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> Ec2Future<'a, Vec<Image>> {
+    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> AwsFuture<'a, Vec<Image>> {
         let state = self.state();
         let answer = match query.ids.iter().find(|id| !state.images.contains_key(*id)) {
             Some(id) => Err(not_found(id)),
@@ -542,7 +542,7 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
-    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Subnet>> {
+    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Subnet>> {
         let state = self.state();
         let answer = check_ids(&query.ids, &state.subnets).map(|()| {
             state
@@ -557,14 +557,18 @@ impl Ec2 for MemoryEc2 {
 
     fn describe_security_groups<'a>(
         &'a self,
-        query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<SecurityGroup>> {
+        query: &'a SecurityGroupQuery,
+    ) -> AwsFuture<'a, Vec<SecurityGroup>> {
         let state = self.state();
         let answer = check_ids(&query.ids, &state.security_groups).map(|()| {
             state
                 .security_groups
                 .values()
-                .filter(|g| passes(query, &g.id, &g.tags))
+                .filter(|g| {
+                    (query.ids.is_empty() || query.ids.contains(&g.id))
+                        && (query.names.is_empty() || query.names.contains(&g.name))
+                        && all_pass(&query.tags, &g.tags)
+                })
                 .cloned()
                 .collect()
         });
@@ -574,10 +578,10 @@ impl Ec2 for MemoryEc2 {
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
-    ) -> Ec2Future<'a, LaunchTemplate> {
+    ) -> AwsFuture<'a, LaunchTemplate> {
         let mut state = self.state();
         let answer = if state.launch_templates.contains_key(&request.name) {
-            Err(Ec2Error::from_code(
+            Err(AwsError::from_code(
                 "InvalidLaunchTemplateName.AlreadyExistsException",
                 format!("Launch template name already in use: {}", request.name),
             ))
@@ -600,14 +604,14 @@ impl Ec2 for MemoryEc2 {
     fn describe_launch_templates<'a>(
         &'a self,
         query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<LaunchTemplate>> {
+    ) -> AwsFuture<'a, Vec<LaunchTemplate>> {
         let state = self.state();
         let answer = match query
             .ids
             .iter()
             .find(|n| !state.launch_templates.contains_key(*n))
         {
-            Some(name) => Err(Ec2Error::from_code(
+            Some(name) => Err(AwsError::from_code(
                 "InvalidLaunchTemplateName.NotFoundException",
                 format!(
                     "At least one of the launch templates specified in the request does not exist: {name}"
@@ -623,12 +627,12 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
-    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> Ec2Future<'a, FleetResult> {
+    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult> {
         let answer = self.state().launch(request);
         Box::pin(async move { answer })
     }
 
-    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Instance>> {
+    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Instance>> {
         let state = self.state();
         let answer = check_ids(&query.ids, &state.instances).map(|()| {
             state
@@ -644,7 +648,7 @@ impl Ec2 for MemoryEc2 {
     fn terminate_instances<'a>(
         &'a self,
         ids: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceStateChange>> {
+    ) -> AwsFuture<'a, Vec<InstanceStateChange>> {
         let mut state = self.state();
         let answer = check_ids(ids, &state.instances).map(|()| {
             let now = state.now;
@@ -667,7 +671,7 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
-    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> Ec2Future<'a, ()> {
+    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> AwsFuture<'a, ()> {
         let mut state = self.state();
         // Check every id first: EC2 tags all the resources or none.
         let answer = resource_ids

@@ -18,13 +18,8 @@ pub mod sdk;
 #[cfg(test)]
 pub(crate) mod contract;
 
-use std::future::Future;
-use std::pin::Pin;
-
+pub use crate::aws_error::{AwsError, AwsFuture};
 pub use crate::catalogue::InstanceTypeInfo;
-
-/// What every [`Ec2`] call returns: a future that may be sent across threads (tokio).
-pub type Ec2Future<'a, T> = Pin<Box<dyn Future<Output = Result<T, Ec2Error>> + Send + 'a>>;
 
 /// The EC2 calls the provider needs. Every query with empty `ids` and empty `tags` means "all".
 pub trait Ec2: Send + Sync + std::fmt::Debug {
@@ -32,61 +27,61 @@ pub trait Ec2: Send + Sync + std::fmt::Debug {
     fn describe_instance_types<'a>(
         &'a self,
         names: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceTypeInfo>>;
+    ) -> AwsFuture<'a, Vec<InstanceTypeInfo>>;
 
     /// DescribeInstanceTypeOfferings with location type `availability-zone`: which type is
     /// offered in which zone of the region.
-    fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>>;
+    fn describe_instance_type_offerings(&self) -> AwsFuture<'_, Vec<InstanceTypeOffering>>;
 
     /// DescribeSpotPriceHistory for Linux/UNIX: the latest price per instance type and zone,
     /// for the named types (every type when empty).
     fn describe_spot_price_history<'a>(
         &'a self,
         instance_types: &'a [String],
-    ) -> Ec2Future<'a, Vec<SpotPrice>>;
+    ) -> AwsFuture<'a, Vec<SpotPrice>>;
 
     /// DescribeImages by ids, name patterns (`*` and `?` wildcards), owners and tags; the
     /// criteria given are ANDed, the values within one criterion ORed.
-    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> Ec2Future<'a, Vec<Image>>;
+    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> AwsFuture<'a, Vec<Image>>;
 
     /// DescribeSubnets by ids and tag filters.
-    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Subnet>>;
+    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Subnet>>;
 
-    /// DescribeSecurityGroups by ids and tag filters.
+    /// DescribeSecurityGroups by ids, names and tag filters.
     fn describe_security_groups<'a>(
         &'a self,
-        query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<SecurityGroup>>;
+        query: &'a SecurityGroupQuery,
+    ) -> AwsFuture<'a, Vec<SecurityGroup>>;
 
-    /// CreateLaunchTemplate. A name already taken is [`Ec2Error::AlreadyExists`].
+    /// CreateLaunchTemplate. A name already taken is [`AwsError::AlreadyExists`].
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
-    ) -> Ec2Future<'a, LaunchTemplate>;
+    ) -> AwsFuture<'a, LaunchTemplate>;
 
     /// DescribeLaunchTemplates by names (`ids` of the query) or tag filters. Unlike the other
-    /// describes, EC2 answers a missing name with an error ([`Ec2Error::NotFound`]).
+    /// describes, EC2 answers a missing name with an error ([`AwsError::NotFound`]).
     fn describe_launch_templates<'a>(
         &'a self,
         query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<LaunchTemplate>>;
+    ) -> AwsFuture<'a, Vec<LaunchTemplate>>;
 
     /// CreateFleet of type `instant`: launches up to `target_capacity` instances from the
     /// launch template, trying the overrides by priority; failures per override come back in
     /// [`FleetResult::errors`], not as the call's error.
-    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> Ec2Future<'a, FleetResult>;
+    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult>;
 
-    /// DescribeInstances by ids and tag filters. An unknown id is [`Ec2Error::NotFound`].
-    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Instance>>;
+    /// DescribeInstances by ids and tag filters. An unknown id is [`AwsError::NotFound`].
+    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Instance>>;
 
     /// TerminateInstances: the state change of each instance.
     fn terminate_instances<'a>(
         &'a self,
         ids: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceStateChange>>;
+    ) -> AwsFuture<'a, Vec<InstanceStateChange>>;
 
     /// CreateTags: adds (or overwrites) the tags on every resource.
-    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> Ec2Future<'a, ()>;
+    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> AwsFuture<'a, ()>;
 }
 
 /// A resource tag.
@@ -169,6 +164,18 @@ impl ResourceQuery {
             tags,
         }
     }
+}
+
+/// A DescribeSecurityGroups query: ids, group names and tags, ANDed; all empty means every
+/// group.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SecurityGroupQuery {
+    /// Group ids.
+    pub ids: Vec<String>,
+    /// Group names (EC2's `group-name` filter, exact).
+    pub names: Vec<String>,
+    /// Tag filters, all of which must pass.
+    pub tags: Vec<TagFilter>,
 }
 
 /// One row of DescribeInstanceTypeOfferings.
@@ -391,7 +398,7 @@ pub struct FleetError {
     /// The override's subnet, when EC2 says.
     pub subnet_id: Option<String>,
     /// The classified error.
-    pub error: Ec2Error,
+    pub error: AwsError,
 }
 
 /// What CreateFleet answered.
@@ -491,174 +498,6 @@ pub struct InstanceStateChange {
     pub current: InstanceState,
 }
 
-/// An EC2 call failed: classified by EC2's error code at the boundary, with the code and
-/// message kept as EC2 sent them.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Ec2Error {
-    /// The resource does not exist (codes containing `NotFound`, `InvalidAMIID.Unavailable`).
-    #[error("EC2 resource not found: {code}: {message}")]
-    NotFound {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// EC2 has no capacity for the request now; other offerings may have some.
-    #[error("EC2 insufficient capacity: {code}: {message}")]
-    InsufficientCapacity {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// The credentials may not make the call.
-    #[error("EC2 unauthorized: {code}: {message}")]
-    Unauthorized {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// Rate limited; retry later.
-    #[error("EC2 throttled: {code}: {message}")]
-    Throttled {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// The request is wrong.
-    #[error("EC2 invalid parameter: {code}: {message}")]
-    InvalidParameter {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// The resource already exists (a launch template's name).
-    #[error("EC2 resource already exists: {code}: {message}")]
-    AlreadyExists {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-    /// No answer from EC2 (connection refused, timeout) or one that does not parse.
-    #[error("EC2 unreachable: {code}: {message}")]
-    Transport {
-        /// What failed (`dispatch`, `timeout`, `response`).
-        code: String,
-        /// The SDK's description.
-        message: String,
-    },
-    /// Any other EC2 error.
-    #[error("EC2 error: {code}: {message}")]
-    Other {
-        /// EC2's error code.
-        code: String,
-        /// EC2's message.
-        message: String,
-    },
-}
-
-impl Ec2Error {
-    /// An error EC2 answered with `code`, classified.
-    pub fn from_code(code: impl Into<String>, message: impl Into<String>) -> Self {
-        let code = code.into();
-        let message = message.into();
-        match code.as_str() {
-            "InsufficientInstanceCapacity"
-            | "InsufficientCapacity"
-            | "InsufficientHostCapacity"
-            | "InsufficientReservedInstanceCapacity"
-            | "InsufficientFreeAddressesInSubnet"
-            | "MaxSpotInstanceCountExceeded"
-            | "MaxFleetCountExceeded"
-            | "UnfulfillableCapacity"
-            | "SpotMaxPriceTooLow"
-            | "VcpuLimitExceeded"
-            | "InstanceLimitExceeded"
-            | "Unsupported" => Self::InsufficientCapacity { code, message },
-            "UnauthorizedOperation"
-            | "AuthFailure"
-            | "AccessDenied"
-            | "AccessDeniedException"
-            | "OptInRequired"
-            | "Blocked"
-            | "PendingVerification" => Self::Unauthorized { code, message },
-            "RequestLimitExceeded"
-            | "Throttling"
-            | "ThrottlingException"
-            | "TooManyRequestsException" => Self::Throttled { code, message },
-            "MissingParameter"
-            | "InvalidParameter"
-            | "InvalidParameterValue"
-            | "InvalidParameterCombination"
-            | "InvalidRequest"
-            | "ValidationError"
-            | "InvalidAMIID.Malformed"
-            | "InvalidInstanceID.Malformed"
-            | "InvalidID"
-            | "InvalidLaunchTemplateName.MalformedException" => {
-                Self::InvalidParameter { code, message }
-            }
-            "InvalidLaunchTemplateName.AlreadyExistsException" | "InvalidGroup.Duplicate" => {
-                Self::AlreadyExists { code, message }
-            }
-            _ if code.contains("NotFound") || code == "InvalidAMIID.Unavailable" => {
-                Self::NotFound { code, message }
-            }
-            _ => Self::Other { code, message },
-        }
-    }
-
-    /// A failure with no EC2 answer to classify.
-    pub fn transport(code: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::Transport {
-            code: code.into(),
-            message: message.into(),
-        }
-    }
-
-    /// EC2's error code.
-    pub fn code(&self) -> &str {
-        match self {
-            Self::NotFound { code, .. }
-            | Self::InsufficientCapacity { code, .. }
-            | Self::Unauthorized { code, .. }
-            | Self::Throttled { code, .. }
-            | Self::InvalidParameter { code, .. }
-            | Self::AlreadyExists { code, .. }
-            | Self::Transport { code, .. }
-            | Self::Other { code, .. } => code,
-        }
-    }
-
-    /// EC2's message.
-    pub fn message(&self) -> &str {
-        match self {
-            Self::NotFound { message, .. }
-            | Self::InsufficientCapacity { message, .. }
-            | Self::Unauthorized { message, .. }
-            | Self::Throttled { message, .. }
-            | Self::InvalidParameter { message, .. }
-            | Self::AlreadyExists { message, .. }
-            | Self::Transport { message, .. }
-            | Self::Other { message, .. } => message,
-        }
-    }
-
-    /// Whether the resource does not exist.
-    pub fn is_not_found(&self) -> bool {
-        matches!(self, Self::NotFound { .. })
-    }
-
-    /// Whether EC2 lacks capacity for the request.
-    pub fn is_insufficient_capacity(&self) -> bool {
-        matches!(self, Self::InsufficientCapacity { .. })
-    }
-}
-
 /// Whether `name` matches the EC2 filter `pattern` (`*` any run of characters, `?` one).
 pub fn wildcard_match(pattern: &str, name: &str) -> bool {
     let p: Vec<char> = pattern.chars().collect();
@@ -687,79 +526,6 @@ pub fn wildcard_match(pattern: &str, name: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn capacity_codes_are_insufficient_capacity() {
-        for code in [
-            "InsufficientInstanceCapacity",
-            "InsufficientCapacity",
-            "MaxSpotInstanceCountExceeded",
-            "UnfulfillableCapacity",
-        ] {
-            assert!(
-                Ec2Error::from_code(code, "m").is_insufficient_capacity(),
-                "{code}"
-            );
-        }
-    }
-
-    #[test]
-    fn codes_classify() {
-        let class = |code: &str| {
-            let e = Ec2Error::from_code(code, "m");
-            assert_eq!(e.code(), code);
-            assert_eq!(e.message(), "m");
-            std::mem::discriminant(&e)
-        };
-        let kind = |e: Ec2Error| std::mem::discriminant(&e);
-        let s = String::new;
-        assert_eq!(
-            class("InvalidInstanceID.NotFound"),
-            kind(Ec2Error::NotFound {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            class("InvalidLaunchTemplateName.NotFoundException"),
-            kind(Ec2Error::NotFound {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            class("InvalidInstanceID.Malformed"),
-            kind(Ec2Error::InvalidParameter {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            class("UnauthorizedOperation"),
-            kind(Ec2Error::Unauthorized {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            class("RequestLimitExceeded"),
-            kind(Ec2Error::Throttled {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            class("InternalError"),
-            kind(Ec2Error::Other {
-                code: s(),
-                message: s()
-            })
-        );
-        assert_eq!(
-            Ec2Error::from_code("InvalidInstanceID.NotFound", "no i-1").to_string(),
-            "EC2 resource not found: InvalidInstanceID.NotFound: no i-1"
-        );
-    }
 
     #[test]
     fn wildcards() {

@@ -1,7 +1,7 @@
 //! [`Ec2`] on `aws-sdk-ec2`. Built from the plugin's `SdkConfig` (region, credentials, the
 //! `AWS_ENDPOINT_URL[_EC2]` override for emulators all come through `aws-config`). SDK types
 //! stop here: every answer is converted into the port's types, every error classified by its
-//! EC2 code ([`Ec2Error::from_code`]). Describe calls follow every page.
+//! EC2 code ([`AwsError::from_code`]). Describe calls follow every page.
 
 use std::collections::BTreeMap;
 use std::time::SystemTime;
@@ -13,10 +13,10 @@ use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types as sdk;
 
 use super::{
-    BlockDeviceMapping, CapacityType, Ec2, Ec2Error, Ec2Future, FleetError, FleetInstance,
+    AwsError, AwsFuture, BlockDeviceMapping, CapacityType, Ec2, FleetError, FleetInstance,
     FleetRequest, FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange,
     InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, MetadataOptions,
-    ResourceQuery, SecurityGroup, SpotPrice, Subnet, Tag, TagFilter,
+    ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter,
 };
 use crate::catalogue;
 
@@ -41,7 +41,7 @@ impl SdkEc2 {
 }
 
 /// Classifies an SDK error: EC2's answer by its code, anything else as transport.
-fn classify<E, R>(err: SdkError<E, R>) -> Ec2Error
+fn classify<E, R>(err: SdkError<E, R>) -> AwsError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug,
@@ -49,18 +49,18 @@ where
     match &err {
         SdkError::ServiceError(context) => {
             let e = context.err();
-            Ec2Error::from_code(
+            AwsError::from_code(
                 e.code().unwrap_or("Unknown"),
                 e.message().unwrap_or_default(),
             )
         }
         SdkError::TimeoutError(_) => {
-            Ec2Error::transport("timeout", DisplayErrorContext(&err).to_string())
+            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
         }
         SdkError::DispatchFailure(_) => {
-            Ec2Error::transport("dispatch", DisplayErrorContext(&err).to_string())
+            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
         }
-        _ => Ec2Error::transport("response", DisplayErrorContext(&err).to_string()),
+        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
     }
 }
 
@@ -330,7 +330,7 @@ impl Ec2 for SdkEc2 {
     fn describe_instance_types<'a>(
         &'a self,
         names: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceTypeInfo>> {
+    ) -> AwsFuture<'a, Vec<InstanceTypeInfo>> {
         Box::pin(async move {
             let mut pages = self
                 .client
@@ -352,7 +352,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn describe_instance_type_offerings(&self) -> Ec2Future<'_, Vec<InstanceTypeOffering>> {
+    fn describe_instance_type_offerings(&self) -> AwsFuture<'_, Vec<InstanceTypeOffering>> {
         Box::pin(async move {
             let mut pages = self
                 .client
@@ -379,7 +379,7 @@ impl Ec2 for SdkEc2 {
     fn describe_spot_price_history<'a>(
         &'a self,
         instance_types: &'a [String],
-    ) -> Ec2Future<'a, Vec<SpotPrice>> {
+    ) -> AwsFuture<'a, Vec<SpotPrice>> {
         Box::pin(async move {
             // A start time of now makes EC2 answer the price in effect now for every pool
             // (the latest one), not the history.
@@ -426,7 +426,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> Ec2Future<'a, Vec<Image>> {
+    fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> AwsFuture<'a, Vec<Image>> {
         Box::pin(async move {
             let mut filters = filters(&query.tags);
             if !query.names.is_empty() {
@@ -454,7 +454,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Subnet>> {
+    fn describe_subnets<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Subnet>> {
         Box::pin(async move {
             let mut pages = self
                 .client
@@ -482,14 +482,23 @@ impl Ec2 for SdkEc2 {
 
     fn describe_security_groups<'a>(
         &'a self,
-        query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<SecurityGroup>> {
+        query: &'a SecurityGroupQuery,
+    ) -> AwsFuture<'a, Vec<SecurityGroup>> {
         Box::pin(async move {
+            let mut filters = filters(&query.tags);
+            if !query.names.is_empty() {
+                filters.push(
+                    sdk::Filter::builder()
+                        .name("group-name")
+                        .set_values(Some(query.names.clone()))
+                        .build(),
+                );
+            }
             let mut pages = self
                 .client
                 .describe_security_groups()
                 .set_group_ids(some_if_any(query.ids.clone()))
-                .set_filters(some_if_any(filters(&query.tags)))
+                .set_filters(some_if_any(filters))
                 .into_paginator()
                 .items()
                 .send();
@@ -510,7 +519,7 @@ impl Ec2 for SdkEc2 {
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
-    ) -> Ec2Future<'a, LaunchTemplate> {
+    ) -> AwsFuture<'a, LaunchTemplate> {
         Box::pin(async move {
             let data = sdk::RequestLaunchTemplateData::builder()
                 .image_id(&request.image_id)
@@ -541,7 +550,7 @@ impl Ec2 for SdkEc2 {
             }
             let answer = call.send().await.map_err(classify)?;
             let template = answer.launch_template().ok_or_else(|| {
-                Ec2Error::transport("response", "CreateLaunchTemplate answered no template")
+                AwsError::transport("response", "CreateLaunchTemplate answered no template")
             })?;
             Ok(launch_template(template))
         })
@@ -550,7 +559,7 @@ impl Ec2 for SdkEc2 {
     fn describe_launch_templates<'a>(
         &'a self,
         query: &'a ResourceQuery,
-    ) -> Ec2Future<'a, Vec<LaunchTemplate>> {
+    ) -> AwsFuture<'a, Vec<LaunchTemplate>> {
         Box::pin(async move {
             let mut pages = self
                 .client
@@ -568,7 +577,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> Ec2Future<'a, FleetResult> {
+    fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult> {
         Box::pin(async move {
             let overrides = request
                 .overrides
@@ -655,7 +664,7 @@ impl Ec2 for SdkEc2 {
                         .and_then(|o| o.instance_type())
                         .map(|t| t.as_str().to_owned()),
                     subnet_id: o.and_then(|o| o.subnet_id()).map(str::to_owned),
-                    error: Ec2Error::from_code(
+                    error: AwsError::from_code(
                         e.error_code().unwrap_or("Unknown"),
                         e.error_message().unwrap_or_default(),
                     ),
@@ -665,7 +674,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> Ec2Future<'a, Vec<Instance>> {
+    fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Instance>> {
         Box::pin(async move {
             let mut pages = self
                 .client
@@ -692,7 +701,7 @@ impl Ec2 for SdkEc2 {
     fn terminate_instances<'a>(
         &'a self,
         ids: &'a [String],
-    ) -> Ec2Future<'a, Vec<InstanceStateChange>> {
+    ) -> AwsFuture<'a, Vec<InstanceStateChange>> {
         Box::pin(async move {
             let answer = self
                 .client
@@ -713,7 +722,7 @@ impl Ec2 for SdkEc2 {
         })
     }
 
-    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> Ec2Future<'a, ()> {
+    fn create_tags<'a>(&'a self, resource_ids: &'a [String], tags: &'a [Tag]) -> AwsFuture<'a, ()> {
         Box::pin(async move {
             self.client
                 .create_tags()
