@@ -3,16 +3,21 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use provider_sdk::Endpoint;
 use provider_sdk::logging::LogFormat;
 use provider_sdk::serve::{ServeOptions, serve_until_signal};
 use provider_sdk::tls::ServerTls;
 
+use crate::bootstrap::ClusterSettings;
 use crate::ec2::sdk::SdkEc2;
+use crate::iam::sdk::SdkIam;
 use crate::identity::Identity;
 use crate::instance_type_provider::SystemClock;
-use crate::provider::AwsCloudProvider;
+use crate::node_class::ClusterIdentity;
+use crate::provider::{AwsClients, AwsCloudProvider, ProviderSettings};
+use crate::ssm::sdk::SdkSsm;
 
 /// The AWS cloud provider plugin for core-svc: serves the karpenter.cloudprovider.v1 gRPC API
 /// (with grpc.health.v1 and server reflection) over EC2.
@@ -42,9 +47,54 @@ pub struct Args {
     #[arg(long, env = "PLUGIN_TLS_CLIENT_CA_FILE", requires = "tls_cert_file")]
     pub tls_client_ca_file: Option<PathBuf>,
 
+    /// The cluster's name: tags every instance, instance profile and launch template the
+    /// plugin creates, and scopes what it lists and terminates to this cluster.
+    #[arg(long, env = "CLUSTER_NAME")]
+    pub cluster_name: String,
+
+    /// The cluster's API server URL, written into the nodes' bootstrap configuration.
+    #[arg(long, env = "CLUSTER_ENDPOINT", default_value = "")]
+    pub cluster_endpoint: String,
+
+    /// The cluster's CA bundle (base64 PEM, as EKS shows it), for the nodes' bootstrap.
+    #[arg(long, env = "CLUSTER_CA_BUNDLE")]
+    pub cluster_ca_bundle: Option<String>,
+
+    /// The cluster's service CIDR, for the nodes' bootstrap (AL2023 needs it).
+    #[arg(long, env = "CLUSTER_CIDR")]
+    pub cluster_cidr: Option<String>,
+
+    /// The cluster's Kubernetes version (`1.33`): image aliases (`al2023@latest`) resolve to
+    /// the EKS-optimized image for it. Without it, node classes using an alias are not ready.
+    #[arg(long, env = "KUBERNETES_VERSION", value_parser = parse_kubernetes_version)]
+    pub kubernetes_version: Option<String>,
+
+    /// How long a node class resolution (images, subnets, security groups) is reused, in
+    /// seconds. New images and retagged subnets show after at most this long.
+    #[arg(long, env = "NODE_CLASS_CACHE_SECONDS", default_value_t = 60)]
+    pub node_class_cache_seconds: u64,
+
     /// Log format: text or json.
     #[arg(long, env = "LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
+}
+
+/// `MAJOR.MINOR`, as EKS and the SSM parameter paths spell versions.
+fn parse_kubernetes_version(value: &str) -> Result<String, String> {
+    let trimmed = value.trim_start_matches('v');
+    let mut parts = trimmed.split('.');
+    let valid = matches!(
+        (parts.next(), parts.next(), parts.next()),
+        (Some(major), Some(minor), None)
+            if !major.is_empty() && !minor.is_empty()
+                && major.bytes().all(|b| b.is_ascii_digit())
+                && minor.bytes().all(|b| b.is_ascii_digit())
+    );
+    if valid {
+        Ok(trimmed.to_owned())
+    } else {
+        Err(format!("{value:?} is not MAJOR.MINOR (for example 1.33)"))
+    }
 }
 
 /// Runs the plugin until SIGTERM or SIGINT. Exit status 0 after a graceful shutdown, 1 when
@@ -92,8 +142,26 @@ async fn serve(args: Args) -> anyhow::Result<()> {
     };
     // Building the SDK client calls nothing: EC2 is first called by the first GetInstanceTypes,
     // so the plugin starts (and answers health and identity) without network.
-    let ec2 = Arc::new(SdkEc2::new(&aws.sdk_config));
-    let provider = AwsCloudProvider::new(ec2, &aws.region, Arc::new(SystemClock));
+    let clients = AwsClients {
+        ec2: Arc::new(SdkEc2::new(&aws.sdk_config)),
+        iam: Arc::new(SdkIam::new(&aws.sdk_config)),
+        ssm: Arc::new(SdkSsm::new(&aws.sdk_config)),
+    };
+    let settings = ProviderSettings {
+        cluster: ClusterIdentity {
+            name: args.cluster_name.clone(),
+            region: aws.region.clone(),
+            kubernetes_version: args.kubernetes_version.clone(),
+        },
+        bootstrap: ClusterSettings {
+            name: args.cluster_name,
+            endpoint: args.cluster_endpoint,
+            ca_bundle: args.cluster_ca_bundle,
+            cidr: args.cluster_cidr,
+        },
+        node_class_cache_ttl: Some(Duration::from_secs(args.node_class_cache_seconds)),
+    };
+    let provider = AwsCloudProvider::new(clients, settings, Arc::new(SystemClock));
     serve_until_signal(
         options,
         Identity::new(&aws.region, aws.ec2_endpoint_override.as_deref()),

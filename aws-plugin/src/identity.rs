@@ -2,7 +2,9 @@
 
 use std::collections::HashMap;
 
+use provider_sdk::v1::PluginCapability;
 use provider_sdk::v1::identity_service_server::IdentityService;
+use provider_sdk::v1::plugin_capability::{self, rpc};
 use provider_sdk::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
     GetPluginInfoResponse, ProbeRequest, ProbeResponse,
@@ -46,10 +48,23 @@ impl IdentityService for Identity {
         &self,
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // None of the optional RPCs is implemented yet; each answers UNIMPLEMENTED, which
-        // core reads as "not supported".
+        // Every optional RPC is implemented.
+        let capabilities = [
+            rpc::Type::ResolveNodeClass,
+            rpc::Type::Get,
+            rpc::Type::List,
+            rpc::Type::IsDrifted,
+            rpc::Type::GetRepairPolicies,
+        ]
+        .into_iter()
+        .map(|t| PluginCapability {
+            r#type: Some(plugin_capability::Type::Rpc(plugin_capability::Rpc {
+                r#type: t as i32,
+            })),
+        })
+        .collect();
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: Vec::new(),
+            capabilities,
         }))
     }
 

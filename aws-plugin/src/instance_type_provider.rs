@@ -18,7 +18,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use provider_sdk::v1::InstanceType;
 use serde::de::DeserializeOwned;
@@ -37,10 +37,14 @@ pub const DEFAULT_REFRESH_PERIOD: Duration = Duration::from_secs(5 * 60);
 /// `UnavailableOfferingsTTL`).
 pub const DEFAULT_UNAVAILABLE_TTL: Duration = Duration::from_secs(3 * 60);
 
-/// Where the provider reads the time from.
+/// Where the provider reads the time from: a monotonic instant for cache ages, and the
+/// calendar time for what AWS dates (image deprecation).
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// The current instant.
     fn now(&self) -> Instant;
+
+    /// The current calendar time.
+    fn utc_now(&self) -> SystemTime;
 }
 
 /// The monotonic system clock.
@@ -50,6 +54,10 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     fn now(&self) -> Instant {
         Instant::now()
+    }
+
+    fn utc_now(&self) -> SystemTime {
+        SystemTime::now()
     }
 }
 
@@ -423,6 +431,10 @@ mod tests {
     impl Clock for FakeClock {
         fn now(&self) -> Instant {
             *self.0.lock().unwrap()
+        }
+
+        fn utc_now(&self) -> SystemTime {
+            SystemTime::UNIX_EPOCH
         }
     }
 

@@ -8,20 +8,28 @@
 //! - [`instance_type_provider`]: the cached catalogue `GetInstanceTypes` answers, from EC2.
 //! - [`instance_types`]: EC2 instance types as the API's `InstanceType` (labels, capacity, overhead, offerings).
 //! - [`aws`]: the AWS configuration the plugin runs with.
+//! - [`bootstrap`]: the EC2 user data that makes an instance join the cluster, per AMI family.
 //! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
 
 pub mod apis;
 #[cfg(feature = "aws")]
 pub mod aws;
 pub mod aws_error;
+pub mod bootstrap;
 pub mod catalogue;
 #[cfg(feature = "aws")]
 pub mod cli;
+pub mod drift;
 pub mod ec2;
+pub mod iam;
 pub mod identity;
+pub mod instance;
 pub mod instance_type_provider;
 pub mod instance_types;
+pub mod memory_cloud;
+pub mod node_class;
 pub mod provider;
+pub mod ssm;
 
 /// The plugin's name, as `GetPluginInfo` reports it.
 pub const PLUGIN_NAME: &str = "karpenter.k8s.aws";

@@ -1,26 +1,44 @@
-//! The CloudProvider service of the AWS plugin.
+//! The CloudProvider service of the AWS plugin: every RPC of `karpenter.cloudprovider.v1`
+//! over EC2, IAM and SSM.
 //!
-//! It manages `karpenter.k8s.aws/v1` `EC2NodeClass` objects. `GetInstanceTypes` answers from
-//! EC2 through [`InstanceTypeProvider`]. The other EC2-backed RPCs (Create, Delete, Get, List,
-//! IsDrifted, node class resolution) are not implemented yet: they answer UNIMPLEMENTED,
-//! through the SDK's default implementations, so core reads them as unsupported rather than
-//! failing.
+//! It manages `karpenter.k8s.aws/v1` `EC2NodeClass` objects. Node class resolution
+//! ([`NodeClassResolver`]) serves ResolveNodeClass and feeds Create and IsDrifted, so all
+//! three see the same images, subnets and security groups; GetInstanceTypes answers from
+//! [`InstanceTypeProvider`]; Create, Delete, Get and List go through [`InstanceProvider`];
+//! IsDrifted applies the rules of [`crate::drift`].
 //!
-//! Errors become gRPC statuses in one place, [`status`], following the proto's tables.
+//! Errors become gRPC statuses following the proto's tables: bad input INVALID_ARGUMENT
+//! naming the field, AWS throttling or no answer UNAVAILABLE, refused credentials
+//! PERMISSION_DENIED, other AWS errors INTERNAL, each with AWS's error code in the message.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use provider_sdk::InstanceTypeStream;
 use provider_sdk::chunk::{RECOMMENDED_CHUNK_BYTES, chunk_instance_types};
+use provider_sdk::json::{json_to_struct, struct_to_json};
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService;
 use provider_sdk::v1::{
-    GetInstanceTypesRequest, GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse,
-    NodeClassKind,
+    self, ConditionStatus, CreateRequest, CreateResponse, DeleteRequest, DeleteResponse,
+    GetInstanceTypesRequest, GetRepairPoliciesRequest, GetRepairPoliciesResponse, GetRequest,
+    GetResponse, GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse, IsDriftedRequest,
+    IsDriftedResponse, ListRequest, ListResponse, NodeClassKind, RepairPolicy,
+    ResolveNodeClassRequest, ResolveNodeClassResponse,
 };
 use tonic::{Request, Response, Status};
 
-use crate::ec2::{AwsError, Ec2};
+use crate::aws_error::AwsError;
+use crate::bootstrap::ClusterSettings;
+use crate::drift;
+use crate::ec2::Ec2;
+use crate::iam::Iam;
+use crate::instance::InstanceProvider;
 use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider};
+use crate::node_class::{
+    ClusterIdentity, NodeClassResolver, RESOLVE_AGAIN_AFTER, ResolveError, ResolvedNodeClass,
+};
+use crate::ssm::Ssm;
 
 /// The node class kind this plugin manages.
 pub fn ec2_node_class_kind() -> NodeClassKind {
@@ -31,24 +49,78 @@ pub fn ec2_node_class_kind() -> NodeClassKind {
     }
 }
 
+/// The AWS APIs the provider calls, each behind its port.
+#[derive(Debug, Clone)]
+pub struct AwsClients {
+    /// EC2.
+    pub ec2: Arc<dyn Ec2>,
+    /// IAM (instance profiles).
+    pub iam: Arc<dyn Iam>,
+    /// SSM (image aliases, `ssmParameter` terms).
+    pub ssm: Arc<dyn Ssm>,
+}
+
+/// What the provider knows of its cluster.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderSettings {
+    /// Name, region and Kubernetes version: names and tags of what the plugin creates, and
+    /// image aliases.
+    pub cluster: ClusterIdentity,
+    /// How nodes join the cluster (user data).
+    pub bootstrap: ClusterSettings,
+    /// How long a node class resolution is reused (`None`: the default).
+    pub node_class_cache_ttl: Option<Duration>,
+}
+
 /// The AWS CloudProvider service.
 #[derive(Debug, Clone)]
 pub struct AwsCloudProvider {
     instance_types: Arc<InstanceTypeProvider>,
+    node_classes: Arc<NodeClassResolver>,
+    instances: Arc<InstanceProvider>,
 }
 
 impl AwsCloudProvider {
-    /// The service for `region` over `ec2`, reading time from `clock`. Calls nothing yet: EC2
-    /// is first called by the first RPC that needs it, so the plugin starts without network.
-    pub fn new(ec2: Arc<dyn Ec2>, region: &str, clock: Arc<dyn Clock>) -> Self {
-        Self::from_instance_types(InstanceTypeProvider::new(ec2, region, clock))
+    /// The service over `clients`, reading time from `clock`. Calls nothing yet: AWS is first
+    /// called by the first RPC that needs it, so the plugin starts without network.
+    pub fn new(clients: AwsClients, settings: ProviderSettings, clock: Arc<dyn Clock>) -> Self {
+        let instance_types = InstanceTypeProvider::new(
+            Arc::clone(&clients.ec2),
+            &settings.cluster.region,
+            Arc::clone(&clock),
+        );
+        Self::from_instance_types(clients, settings, clock, instance_types)
     }
 
     /// The service over an instance type provider configured by the caller (refresh period,
     /// TTLs).
-    pub fn from_instance_types(instance_types: InstanceTypeProvider) -> Self {
+    pub fn from_instance_types(
+        clients: AwsClients,
+        settings: ProviderSettings,
+        clock: Arc<dyn Clock>,
+        instance_types: InstanceTypeProvider,
+    ) -> Self {
+        let instance_types = Arc::new(instance_types);
+        let mut resolver = NodeClassResolver::new(
+            Arc::clone(&clients.ec2),
+            clients.iam,
+            clients.ssm,
+            settings.cluster.clone(),
+            clock,
+        );
+        if let Some(ttl) = settings.node_class_cache_ttl {
+            resolver = resolver.with_cache_ttl(ttl);
+        }
+        let instances = InstanceProvider::new(
+            clients.ec2,
+            Arc::clone(&instance_types),
+            settings.cluster,
+            settings.bootstrap,
+        );
         Self {
-            instance_types: Arc::new(instance_types),
+            instance_types,
+            node_classes: Arc::new(resolver),
+            instances: Arc::new(instances),
         }
     }
 
@@ -56,57 +128,145 @@ impl AwsCloudProvider {
     pub fn instance_type_provider(&self) -> &InstanceTypeProvider {
         &self.instance_types
     }
+
+    /// Resolves the node class of a request, or the status saying why not.
+    async fn resolve(
+        &self,
+        node_class: Option<prost_types::Struct>,
+    ) -> Result<(serde_json::Value, Arc<ResolvedNodeClass>), Status> {
+        let json = node_class.map(struct_to_json).ok_or_else(|| {
+            Status::invalid_argument("node_class: missing; send the EC2NodeClass object as JSON")
+        })?;
+        let resolved = self.node_classes.resolve(&json).await.map_err(|e| {
+            tracing::warn!(error = %e, "node class resolution failed");
+            resolve_status(&e)
+        })?;
+        Ok((json, resolved))
+    }
+
+    async fn drift_of(
+        &self,
+        node_claim: &v1::NodeClaim,
+        node_class: &serde_json::Value,
+        resolved: &ResolvedNodeClass,
+    ) -> Result<Option<drift::Drift>, Status> {
+        let claim_annotations: BTreeMap<String, String> = node_claim
+            .annotations
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let class_annotations: BTreeMap<String, String> = node_class
+            .pointer("/metadata/annotations")
+            .and_then(|a| serde_json::from_value(a.clone()).ok())
+            .unwrap_or_default();
+        if let Some(found) = drift::static_drift(&claim_annotations, &class_annotations, resolved) {
+            return Ok(Some(found));
+        }
+        let provider_id = node_claim
+            .status
+            .as_ref()
+            .map(|s| s.provider_id.as_str())
+            .filter(|p| !p.is_empty())
+            .ok_or_else(|| {
+                Status::invalid_argument(
+                    "node_claim.status.provider_id: missing; IsDrifted needs a launched NodeClaim",
+                )
+            })?;
+        let instance = self
+            .instances
+            .instance(provider_id)
+            .await
+            .map_err(|e| e.to_status())?
+            .ok_or_else(|| Status::not_found(format!("instance {provider_id} is gone")))?;
+        let image_id = node_claim
+            .status
+            .as_ref()
+            .map(|s| s.image_id.clone())
+            .filter(|i| !i.is_empty())
+            .or_else(|| instance.image_id.clone())
+            .unwrap_or_default();
+        let architecture = match node_claim.labels.get("kubernetes.io/arch") {
+            Some(arch) => arch.clone(),
+            None => {
+                self.architecture_of(&instance.instance_type, node_class)
+                    .await?
+            }
+        };
+        Ok(drift::ami_drift(&image_id, &architecture, resolved)
+            .or_else(|| drift::security_group_drift(&instance.security_group_ids, resolved))
+            .or_else(|| drift::subnet_drift(instance.subnet_id.as_deref(), resolved)))
+    }
+
+    /// The `kubernetes.io/arch` of an instance type, from the catalogue.
+    async fn architecture_of(
+        &self,
+        instance_type: &str,
+        node_class: &serde_json::Value,
+    ) -> Result<String, Status> {
+        let types = self
+            .instance_types
+            .instance_types(Some(node_class))
+            .await
+            .map_err(|e| instance_types_status(&e))?;
+        types
+            .iter()
+            .find(|t| t.name == instance_type)
+            .and_then(|t| {
+                t.requirements
+                    .iter()
+                    .find(|r| r.key == "kubernetes.io/arch")
+                    .and_then(|r| r.values.first().cloned())
+            })
+            .ok_or_else(|| Status::internal(format!("instance type {instance_type} is not in the catalogue; cannot tell its architecture")))
+    }
 }
 
-/// The gRPC status of an error, as the proto's tables say: EC2 throttling or no answer is
-/// UNAVAILABLE (core retries), refused credentials PERMISSION_DENIED, any other EC2 error
-/// INTERNAL, each with EC2's error code in the message; a node class that does not parse is
-/// INVALID_ARGUMENT naming the field.
-fn status(error: &InstanceTypeError) -> Status {
+/// The status of a failed node class resolution.
+fn resolve_status(error: &ResolveError) -> Status {
+    match error {
+        ResolveError::Invalid(_) => Status::invalid_argument(error.to_string()),
+        ResolveError::Aws(aws) => aws_status(aws, error.to_string()),
+    }
+}
+
+/// The status of an AWS error, per the proto's tables.
+pub(crate) fn aws_status(error: &AwsError, message: String) -> Status {
+    match error {
+        AwsError::Throttled { .. } | AwsError::Transport { .. } => Status::unavailable(message),
+        AwsError::Unauthorized { .. } => Status::permission_denied(message),
+        _ => Status::internal(message),
+    }
+}
+
+/// The status of a failed GetInstanceTypes.
+fn instance_types_status(error: &InstanceTypeError) -> Status {
     match error {
         InstanceTypeError::InvalidNodeClass { .. } => Status::invalid_argument(error.to_string()),
         InstanceTypeError::NoPriceTable(_) => Status::failed_precondition(error.to_string()),
-        InstanceTypeError::Ec2(ec2) => match ec2 {
-            AwsError::Throttled { .. } | AwsError::Transport { .. } => {
-                Status::unavailable(error.to_string())
-            }
-            AwsError::Unauthorized { .. } => Status::permission_denied(error.to_string()),
-            _ => Status::internal(error.to_string()),
-        },
+        InstanceTypeError::Ec2(ec2) => aws_status(ec2, error.to_string()),
     }
 }
 
-/// A `google.protobuf.Struct` as JSON.
-fn struct_to_json(value: prost_types::Struct) -> serde_json::Value {
-    serde_json::Value::Object(
-        value
-            .fields
-            .into_iter()
-            .map(|(key, value)| (key, value_to_json(value)))
-            .collect(),
-    )
-}
-
-fn value_to_json(value: prost_types::Value) -> serde_json::Value {
-    use prost_types::value::Kind;
-    match value.kind {
-        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
-        Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),
-        // Struct numbers are doubles; whole ones go back to JSON integers so fields typed as
-        // integers (maxPods) parse.
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
-                serde_json::Value::from(n as i64)
-            } else {
-                serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, Into::into)
-            }
-        }
-        Some(Kind::StringValue(s)) => serde_json::Value::String(s),
-        Some(Kind::StructValue(s)) => struct_to_json(s),
-        Some(Kind::ListValue(list)) => {
-            serde_json::Value::Array(list.values.into_iter().map(value_to_json).collect())
-        }
-    }
+/// Upstream's AWS repair policies: how long a node condition may hold before the node is
+/// replaced.
+pub fn repair_policies() -> Vec<RepairPolicy> {
+    let policy = |condition: &str, status: ConditionStatus, minutes: u64| RepairPolicy {
+        condition_type: condition.to_owned(),
+        condition_status: status as i32,
+        toleration_duration: Some(prost_types::Duration {
+            seconds: (minutes * 60) as i64,
+            nanos: 0,
+        }),
+    };
+    vec![
+        policy("Ready", ConditionStatus::False, 30),
+        policy("Ready", ConditionStatus::Unknown, 30),
+        policy("AcceleratedHardwareReady", ConditionStatus::False, 10),
+        policy("StorageReady", ConditionStatus::False, 30),
+        policy("NetworkingReady", ConditionStatus::False, 30),
+        policy("KernelReady", ConditionStatus::False, 30),
+        policy("ContainerRuntimeReady", ConditionStatus::False, 30),
+    ]
 }
 
 #[tonic::async_trait]
@@ -117,6 +277,37 @@ impl CloudProviderService for AwsCloudProvider {
     ) -> Result<Response<GetSupportedNodeClassesResponse>, Status> {
         Ok(Response::new(GetSupportedNodeClassesResponse {
             node_classes: vec![ec2_node_class_kind()],
+        }))
+    }
+
+    async fn resolve_node_class(
+        &self,
+        request: Request<ResolveNodeClassRequest>,
+    ) -> Result<Response<ResolveNodeClassResponse>, Status> {
+        let (_, resolved) = self.resolve(request.into_inner().node_class).await?;
+        let conditions = resolved
+            .conditions
+            .iter()
+            .map(|c| v1::Condition {
+                r#type: c.type_.to_owned(),
+                status: if c.ready {
+                    ConditionStatus::True
+                } else {
+                    ConditionStatus::False
+                } as i32,
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            })
+            .collect();
+        Ok(Response::new(ResolveNodeClassResponse {
+            status: json_to_struct(&resolved.status_json()),
+            conditions,
+            static_hash: resolved.static_hash.clone(),
+            static_hash_version: crate::node_class::hash::HASH_VERSION.to_owned(),
+            resolve_again_after: Some(prost_types::Duration {
+                seconds: RESOLVE_AGAIN_AFTER.as_secs() as i64,
+                nanos: 0,
+            }),
         }))
     }
 
@@ -131,75 +322,148 @@ impl CloudProviderService for AwsCloudProvider {
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "GetInstanceTypes failed");
-                status(&e)
+                instance_types_status(&e)
             })?;
         let chunks = chunk_instance_types(types, RECOMMENDED_CHUNK_BYTES);
         Ok(Response::new(Box::pin(tokio_stream::iter(
             chunks.into_iter().map(Ok),
         ))))
     }
+
+    async fn create(
+        &self,
+        request: Request<CreateRequest>,
+    ) -> Result<Response<CreateResponse>, Status> {
+        let request = request.into_inner();
+        let node_claim = request
+            .node_claim
+            .ok_or_else(|| Status::invalid_argument("node_claim: missing"))?;
+        let (json, resolved) = self.resolve(request.node_class).await?;
+        let launched = self
+            .instances
+            .create(&node_claim, &json, &resolved)
+            .await
+            .map_err(|e| {
+                tracing::warn!(node_claim = %node_claim.name, error = %e, "Create failed");
+                e.to_status()
+            })?;
+        tracing::info!(
+            node_claim = %node_claim.name,
+            provider_id = launched.status.as_ref().map_or("", |s| s.provider_id.as_str()),
+            instance_type = launched.labels.get("node.kubernetes.io/instance-type").map_or("", String::as_str),
+            "launched"
+        );
+        Ok(Response::new(CreateResponse {
+            node_claim: Some(launched),
+        }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<DeleteRequest>,
+    ) -> Result<Response<DeleteResponse>, Status> {
+        let request = request.into_inner();
+        let state = self
+            .instances
+            .delete(&request.provider_id, &request.node_claim_name)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(DeleteResponse {
+            state: state as i32,
+        }))
+    }
+
+    async fn get(&self, request: Request<GetRequest>) -> Result<Response<GetResponse>, Status> {
+        let provider_id = request.into_inner().provider_id;
+        match self.instances.get(&provider_id).await {
+            Ok(Some(node_claim)) => Ok(Response::new(GetResponse {
+                node_claim: Some(node_claim),
+            })),
+            Ok(None) => Err(Status::not_found(format!("no instance {provider_id}"))),
+            Err(e) => Err(e.to_status()),
+        }
+    }
+
+    async fn list(&self, request: Request<ListRequest>) -> Result<Response<ListResponse>, Status> {
+        let request = request.into_inner();
+        let (node_claims, next_page_token) = self
+            .instances
+            .list(request.page_size, &request.page_token)
+            .await
+            .map_err(|e| e.to_status())?;
+        Ok(Response::new(ListResponse {
+            node_claims,
+            next_page_token,
+        }))
+    }
+
+    async fn is_drifted(
+        &self,
+        request: Request<IsDriftedRequest>,
+    ) -> Result<Response<IsDriftedResponse>, Status> {
+        let request = request.into_inner();
+        let node_claim = request
+            .node_claim
+            .ok_or_else(|| Status::invalid_argument("node_claim: missing"))?;
+        let (json, resolved) = self.resolve(request.node_class).await?;
+        if !resolved.is_ready() {
+            return Err(provider_sdk::status::node_class_not_ready(
+                resolved.name(),
+                resolved.not_ready_message().unwrap_or_default(),
+            ));
+        }
+        let found = self.drift_of(&node_claim, &json, &resolved).await?;
+        if let Some(found) = &found {
+            tracing::info!(node_claim = %node_claim.name, reason = found.reason, message = %found.message, "drifted");
+        }
+        Ok(Response::new(found.map_or_else(
+            IsDriftedResponse::default,
+            |d| IsDriftedResponse {
+                reason: d.reason.to_owned(),
+                message: d.message,
+            },
+        )))
+    }
+
+    async fn get_repair_policies(
+        &self,
+        _: Request<GetRepairPoliciesRequest>,
+    ) -> Result<Response<GetRepairPoliciesResponse>, Status> {
+        Ok(Response::new(GetRepairPoliciesResponse {
+            policies: repair_policies(),
+        }))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use prost_types::value::Kind;
+    use serde_json::json;
     use tokio_stream::StreamExt as _;
 
     use super::*;
-    use crate::ec2::memory::MemoryEc2;
-    use crate::instance_type_provider::SystemClock;
+    use crate::node_class::fixture::{Fixture, node_class};
 
-    fn provider() -> AwsCloudProvider {
-        let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());
-        AwsCloudProvider::new(ec2, "us-east-1", Arc::new(SystemClock))
-    }
-
-    fn value(kind: Kind) -> prost_types::Value {
-        prost_types::Value { kind: Some(kind) }
-    }
-
-    fn object(fields: Vec<(&str, Kind)>) -> prost_types::Struct {
-        prost_types::Struct {
-            fields: fields
-                .into_iter()
-                .map(|(k, v)| (k.to_owned(), value(v)))
-                .collect(),
-        }
-    }
-
-    /// An EC2NodeClass as core sends it, with `kubelet` as given.
-    fn node_class(kubelet: prost_types::Struct) -> prost_types::Struct {
-        let list = |items: Vec<prost_types::Struct>| {
-            Kind::ListValue(prost_types::ListValue {
-                values: items
-                    .into_iter()
-                    .map(|s| value(Kind::StructValue(s)))
-                    .collect(),
-            })
-        };
-        let id = |id: &str| object(vec![("id", Kind::StringValue(id.to_owned()))]);
-        object(vec![(
-            "spec",
-            Kind::StructValue(object(vec![
-                ("role", Kind::StringValue("R".to_owned())),
-                (
-                    "amiSelectorTerms",
-                    list(vec![object(vec![(
-                        "alias",
-                        Kind::StringValue("al2023@latest".to_owned()),
-                    )])]),
-                ),
-                ("subnetSelectorTerms", list(vec![id("subnet-1")])),
-                ("securityGroupSelectorTerms", list(vec![id("sg-1")])),
-                ("kubelet", Kind::StructValue(kubelet)),
-            ])),
-        )])
+    fn provider(f: &Fixture) -> AwsCloudProvider {
+        AwsCloudProvider::new(
+            f.cloud.clients(),
+            ProviderSettings {
+                cluster: f.cluster.clone(),
+                bootstrap: ClusterSettings {
+                    name: f.cluster.name.clone(),
+                    endpoint: "https://demo.example".to_owned(),
+                    ca_bundle: None,
+                    cidr: Some("10.100.0.0/16".to_owned()),
+                },
+                node_class_cache_ttl: Some(Duration::ZERO),
+            },
+            Arc::clone(&f.clock) as _,
+        )
     }
 
     async fn get(
         provider: &AwsCloudProvider,
         node_class: Option<prost_types::Struct>,
-    ) -> Result<Vec<provider_sdk::v1::InstanceType>, Status> {
+    ) -> Result<Vec<v1::InstanceType>, Status> {
         let response = provider
             .get_instance_types(Request::new(GetInstanceTypesRequest {
                 node_pool: None,
@@ -217,27 +481,194 @@ mod tests {
         Ok(types)
     }
 
+    fn with_kubelet(kubelet: serde_json::Value) -> Option<prost_types::Struct> {
+        let mut class = node_class();
+        class["spec"]["kubelet"] = kubelet;
+        json_to_struct(&class)
+    }
+
     #[tokio::test]
     async fn get_instance_types_streams_the_catalogue_in_chunks() {
-        let provider = provider();
+        let f = Fixture::new();
+        let provider = provider(&f);
         let types = get(&provider, None).await.unwrap();
         assert_eq!(types.len(), 1243);
-        let max_pods = object(vec![("maxPods", Kind::NumberValue(17.0))]);
-        let types = get(&provider, Some(node_class(max_pods))).await.unwrap();
+        let types = get(&provider, with_kubelet(json!({"maxPods": 17})))
+            .await
+            .unwrap();
         let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
         assert_eq!(m5.capacity.get("pods").map(String::as_str), Some("17"));
     }
 
     #[tokio::test]
     async fn an_unparsable_node_class_is_invalid_argument_naming_the_field() {
-        let bad = object(vec![("maxPods", Kind::StringValue("many".to_owned()))]);
-        let err = get(&provider(), Some(node_class(bad))).await.unwrap_err();
+        let f = Fixture::new();
+        let err = get(&provider(&f), with_kubelet(json!({"maxPods": "many"})))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains("spec.kubelet.maxPods"), "{err:?}");
     }
 
+    #[tokio::test]
+    async fn resolve_node_class_answers_status_conditions_and_hash() {
+        let f = Fixture::new();
+        let answer = provider(&f)
+            .resolve_node_class(Request::new(ResolveNodeClassRequest {
+                node_class: json_to_struct(&node_class()),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            answer.static_hash_version,
+            crate::node_class::hash::HASH_VERSION
+        );
+        assert!(answer.static_hash.parse::<u64>().is_ok());
+        assert!(
+            answer
+                .conditions
+                .iter()
+                .all(|c| c.status == ConditionStatus::True as i32)
+        );
+        let status = struct_to_json(answer.status.unwrap());
+        assert_eq!(status["subnets"].as_array().unwrap().len(), 2);
+        assert_eq!(answer.resolve_again_after.unwrap().seconds, 300);
+
+        let mut bad = node_class();
+        bad["spec"]["amiSelectorTerms"] = json!("al2023");
+        let err = provider(&f)
+            .resolve_node_class(Request::new(ResolveNodeClassRequest {
+                node_class: json_to_struct(&bad),
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("spec.amiSelectorTerms"), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn a_node_claim_without_requirements_is_invalid_argument() {
+        let f = Fixture::new();
+        let err = provider(&f)
+            .create(Request::new(CreateRequest {
+                node_claim: Some(v1::NodeClaim {
+                    name: "default-abcde".to_owned(),
+                    spec: Some(v1::NodeClaimSpec::default()),
+                    ..v1::NodeClaim::default()
+                }),
+                node_class: json_to_struct(&node_class()),
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(err.message().contains("requirements"), "{err:?}");
+    }
+
+    #[tokio::test]
+    async fn create_then_is_drifted_after_a_new_image_then_delete() {
+        let f = Fixture::new();
+        let provider = provider(&f);
+        let requirement = |key: &str, values: &[&str]| v1::Requirement {
+            key: key.to_owned(),
+            operator: v1::Operator::In as i32,
+            values: values.iter().map(|v| (*v).to_owned()).collect(),
+            min_values: None,
+        };
+        let claim = v1::NodeClaim {
+            name: "default-abcde".to_owned(),
+            labels: [("karpenter.sh/nodepool".to_owned(), "default".to_owned())].into(),
+            spec: Some(v1::NodeClaimSpec {
+                requirements: vec![
+                    requirement("node.kubernetes.io/instance-type", &["m5.large"]),
+                    requirement("karpenter.sh/capacity-type", &["on-demand"]),
+                ],
+                ..v1::NodeClaimSpec::default()
+            }),
+            ..v1::NodeClaim::default()
+        };
+        let launched = provider
+            .create(Request::new(CreateRequest {
+                node_claim: Some(claim.clone()),
+                node_class: json_to_struct(&node_class()),
+            }))
+            .await
+            .unwrap()
+            .into_inner()
+            .node_claim
+            .unwrap();
+        let status = launched.status.clone().unwrap();
+        assert!(
+            status.provider_id.starts_with("aws:///us-east-1"),
+            "{status:?}"
+        );
+
+        let ask = |launched: v1::NodeClaim| IsDriftedRequest {
+            node_claim: Some(launched),
+            node_class: json_to_struct(&node_class()),
+        };
+        let answer = provider
+            .is_drifted(Request::new(ask(launched.clone())))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.reason, "", "{answer:?}");
+
+        f.cloud
+            .publish_alias_image(
+                crate::apis::ec2nodeclass::AMIFamily::Al2023,
+                crate::node_class::fixture::K8S,
+                "x86_64",
+                "al2023-x86_64-v2",
+            )
+            .unwrap();
+        let answer = provider
+            .is_drifted(Request::new(ask(launched.clone())))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(answer.reason, "AMIDrift");
+        assert!(answer.message.contains(&status.image_id), "{answer:?}");
+        assert!(answer.message.contains("al2023-x86_64-v2"), "{answer:?}");
+
+        let delete = || {
+            provider.delete(Request::new(DeleteRequest {
+                provider_id: status.provider_id.clone(),
+                node_claim_name: claim.name.clone(),
+            }))
+        };
+        let first = delete().await.unwrap().into_inner();
+        assert_ne!(first.state, v1::DeletionState::Unspecified as i32);
+        f.cloud.ec2.advance(Duration::from_secs(3600));
+        let gone = delete().await.unwrap().into_inner();
+        assert_eq!(gone.state, v1::DeletionState::Gone as i32);
+        let err = provider
+            .is_drifted(Request::new(ask(launched)))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::NotFound);
+    }
+
+    #[tokio::test]
+    async fn capabilities_and_repair_policies_are_served() {
+        let f = Fixture::new();
+        let policies = provider(&f)
+            .get_repair_policies(Request::new(GetRepairPoliciesRequest {}))
+            .await
+            .unwrap()
+            .into_inner()
+            .policies;
+        let ready_false = policies
+            .iter()
+            .find(|p| {
+                p.condition_type == "Ready" && p.condition_status == ConditionStatus::False as i32
+            })
+            .unwrap();
+        assert_eq!(ready_false.toleration_duration.unwrap().seconds, 1800);
+    }
+
     #[test]
-    fn ec2_errors_map_to_the_documented_statuses_with_the_aws_code() {
+    fn aws_errors_map_to_the_documented_statuses_with_the_aws_code() {
         let cases = [
             ("RequestLimitExceeded", tonic::Code::Unavailable),
             ("UnauthorizedOperation", tonic::Code::PermissionDenied),
@@ -247,25 +678,14 @@ mod tests {
         ];
         for (code, expected) in cases {
             let error = InstanceTypeError::Ec2(AwsError::from_code(code, "no"));
-            let status = status(&error);
+            let status = instance_types_status(&error);
             assert_eq!(status.code(), expected, "{code}");
             assert!(status.message().contains(code), "{status:?}");
         }
         let transport = InstanceTypeError::Ec2(AwsError::transport("dispatch", "refused"));
-        assert_eq!(status(&transport).code(), tonic::Code::Unavailable);
-    }
-
-    #[test]
-    fn struct_numbers_become_json_integers_when_whole() {
-        let s = object(vec![
-            ("a", Kind::NumberValue(17.0)),
-            ("b", Kind::NumberValue(0.5)),
-            ("c", Kind::NullValue(0)),
-            ("d", Kind::BoolValue(true)),
-        ]);
         assert_eq!(
-            struct_to_json(s),
-            serde_json::json!({"a": 17, "b": 0.5, "c": null, "d": true})
+            instance_types_status(&transport).code(),
+            tonic::Code::Unavailable
         );
     }
 }

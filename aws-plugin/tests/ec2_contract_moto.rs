@@ -14,8 +14,9 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_plugin::ec2::sdk::SdkEc2;
 // The contract module refers to the port's items through `super::`, which is this crate's root.
 use aws_plugin::ec2::{
-    AwsError, CapacityType, Ec2, FleetOverride, FleetRequest, ImageQuery, InstanceState,
-    LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
+    AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
+    InstanceState, LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter,
+    wildcard_match,
 };
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
 use aws_sdk_ec2::types as sdk;

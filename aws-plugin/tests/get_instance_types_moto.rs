@@ -4,9 +4,13 @@
 
 use std::sync::Arc;
 
+use aws_config::SdkConfig;
 use aws_plugin::ec2::sdk::SdkEc2;
+use aws_plugin::iam::sdk::SdkIam;
 use aws_plugin::instance_type_provider::SystemClock;
-use aws_plugin::provider::AwsCloudProvider;
+use aws_plugin::node_class::ClusterIdentity;
+use aws_plugin::provider::{AwsClients, AwsCloudProvider, ProviderSettings};
+use aws_plugin::ssm::sdk::SdkSsm;
 use provider_sdk::v1::GetInstanceTypesRequest;
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService as _;
 use tokio_stream::StreamExt as _;
@@ -15,11 +19,28 @@ mod common;
 
 use common::Moto;
 
+/// The provider over the SDK clients built from `config`.
+fn provider(config: &SdkConfig) -> AwsCloudProvider {
+    let clients = AwsClients {
+        ec2: Arc::new(SdkEc2::new(config)),
+        iam: Arc::new(SdkIam::new(config)),
+        ssm: Arc::new(SdkSsm::new(config)),
+    };
+    let settings = ProviderSettings {
+        cluster: ClusterIdentity {
+            name: "moto".to_owned(),
+            region: "us-east-1".to_owned(),
+            kubernetes_version: None,
+        },
+        ..ProviderSettings::default()
+    };
+    AwsCloudProvider::new(clients, settings, Arc::new(SystemClock))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn get_instance_types_returns_moto_s_catalogue() {
     let moto = Moto::start();
-    let ec2 = Arc::new(SdkEc2::new(&moto.sdk_config()));
-    let provider = AwsCloudProvider::new(ec2, "us-east-1", Arc::new(SystemClock));
+    let provider = provider(&moto.sdk_config());
     let response = provider
         .get_instance_types(tonic::Request::new(GetInstanceTypesRequest::default()))
         .await
@@ -73,11 +94,7 @@ async fn an_unreachable_ec2_is_unavailable_and_startup_calls_nothing() {
         .retry_config(aws_config::retry::RetryConfig::disabled())
         .build();
     // Construction succeeds with nothing listening: EC2 is first called by the RPC.
-    let provider = AwsCloudProvider::new(
-        Arc::new(SdkEc2::new(&config)),
-        "us-east-1",
-        Arc::new(SystemClock),
-    );
+    let provider = provider(&config);
     let err = provider
         .get_instance_types(tonic::Request::new(GetInstanceTypesRequest::default()))
         .await

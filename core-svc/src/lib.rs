@@ -5,9 +5,19 @@
 //! - [`apis`]: the Karpenter v1 API types (NodePool, NodeClaim), their CRDs and validation: the
 //!   `karpenter-api` crate, which the AWS plugin shares (it must not depend on core-svc).
 //! - [`cli`]: flags and the binary's commands.
+//! - [`clock`]: the clock port: the system clock, and a fake one tests and the simulator move.
+//! - [`cluster`]: the cluster API port ([`cluster::Cluster`]: a consistent snapshot, writes
+//!   with Kubernetes semantics, eviction) and its in-memory implementation.
+//! - [`cloudprovider`]: the port core's controllers use to reach a cloud ([`cloudprovider::CloudProvider`]),
+//!   its gRPC adapter over the plugin connection and an in-process fake for tests.
 //! - [`plugin`]: the connection to the cloud provider plugin: handshake, capabilities,
 //!   per-RPC deadlines, validation of what the plugin answers.
 
 pub use karpenter_api as apis;
 pub mod cli;
+pub mod clock;
+pub mod cloudprovider;
+pub mod cluster;
+pub mod controllers;
+pub mod events;
 pub mod plugin;

@@ -22,7 +22,7 @@ fn core_svc_handshakes_with_aws_plugin() {
     );
     assert_eq!(
         answer.trim(),
-        "plugin karpenter.k8s.aws 0.1.0 (API 1.0); node classes: karpenter.k8s.aws/v1 EC2NodeClass; optional RPCs: none; ready: yes"
+        "plugin karpenter.k8s.aws 0.1.0 (API 1.0); node classes: karpenter.k8s.aws/v1 EC2NodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies; ready: yes"
     );
 }
 
@@ -43,6 +43,7 @@ fn core_svc_says_plainly_when_the_plugin_is_not_there() {
 fn aws_plugin_refuses_to_start_without_a_region() {
     let output = Command::new(workspace_binary("aws-plugin"))
         .args(["--endpoint", "unix:///nonexistent/never-bound.sock"])
+        .args(["--cluster-name", "integration"])
         .env_clear()
         .env("AWS_EC2_METADATA_DISABLED", "true")
         .env("AWS_CONFIG_FILE", "/nonexistent")
@@ -106,7 +107,7 @@ fn core_svc_reaches_aws_plugin_over_tcp_with_mutual_tls() {
 
     let mut plugin = integration_tests::ChildGuard::spawn(
         Command::new(workspace_binary("aws-plugin"))
-            .args(["--endpoint", &endpoint])
+            .args(["--endpoint", &endpoint, "--cluster-name", "integration"])
             .args([
                 "--tls-cert-file",
                 &file("server.pem"),

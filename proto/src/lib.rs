@@ -20,6 +20,7 @@ mod authority;
 pub mod chunk;
 pub mod connect;
 pub mod endpoint;
+pub mod json;
 pub mod logging;
 pub mod serve;
 pub mod status;

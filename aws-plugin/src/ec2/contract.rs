@@ -10,7 +10,9 @@
 //! - image creation dates have one-second resolution, so images registered in the same second
 //!   tie: the newest image's date is the greatest, not necessarily alone;
 //! - CreateFleet launches any instance type in any subnet and never reports per-override
-//!   errors, so capacity errors are tested against the in-memory EC2 only;
+//!   errors, so capacity errors are tested against the in-memory EC2 only; it ignores
+//!   priorities and launches the first override of the first launch template, so the cases
+//!   put the lowest priority there;
 //! - spot prices are a placeholder (`0.00001`, dated 2006): only their shape is checked;
 //! - a malformed instance id is `InvalidInstanceID.NotFound` (EC2: `...Malformed`).
 
@@ -22,8 +24,9 @@
 // The integration test includes this file by path and puts the port's items at its root, so
 // `super::` resolves in both places.
 use super::{
-    AwsError, CapacityType, Ec2, FleetOverride, FleetRequest, ImageQuery, InstanceState,
-    LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
+    AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
+    InstanceState, LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter,
+    wildcard_match,
 };
 
 /// What each implementation creates before the suite runs, through its own means.
@@ -257,12 +260,7 @@ async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {
     ];
     let fleet = ec2
         .create_fleet(&FleetRequest {
-            launch_template_name: template.name.clone(),
-            overrides: vec![FleetOverride {
-                instance_type: "m5.large".to_owned(),
-                subnet_id: f.subnet_id.clone(),
-                priority: 0.0,
-            }],
+            launch_templates: vec![one_override(&template.name, "m5.large", f, 0.0)],
             capacity_type: CapacityType::OnDemand,
             target_capacity: 1,
             tags: tags.clone(),
@@ -290,6 +288,7 @@ async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {
     assert_eq!(instance.subnet_id.as_deref(), Some(f.subnet_id.as_str()));
     assert_eq!(instance.image_id.as_deref(), Some(f.image_id.as_str()));
     assert_eq!(instance.capacity_type, CapacityType::OnDemand);
+    assert!(instance.launch_time.is_some(), "{instance:?}");
     assert!(
         matches!(
             instance.state,
@@ -319,6 +318,7 @@ async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {
     assert!(by_id[0].tags.contains(&Tag::new("Name", "contract-node")));
 
     spot(ec2, f, &template.name).await;
+    several_launch_templates(ec2, f, &template.name).await;
 
     let changes = ec2
         .terminate_instances(std::slice::from_ref(&id))
@@ -358,12 +358,7 @@ async fn errors(ec2: &dyn Ec2) {
 async fn spot(ec2: &dyn Ec2, f: &Fixtures, template: &str) {
     let fleet = ec2
         .create_fleet(&FleetRequest {
-            launch_template_name: template.to_owned(),
-            overrides: vec![FleetOverride {
-                instance_type: "m5.large".to_owned(),
-                subnet_id: f.subnet_id.clone(),
-                priority: 0.0,
-            }],
+            launch_templates: vec![one_override(template, "m5.large", f, 0.0)],
             capacity_type: CapacityType::Spot,
             target_capacity: 1,
             tags: vec![Tag::new("karpenter.sh/nodeclaim", "contract-spot")],
@@ -380,4 +375,81 @@ async fn spot(ec2: &dyn Ec2, f: &Fixtures, template: &str) {
     ec2.terminate_instances(&[id])
         .await
         .expect("terminate the spot instance");
+}
+
+/// A launch template config with one override in the fixtures' subnet.
+fn one_override(
+    template: &str,
+    instance_type: &str,
+    f: &Fixtures,
+    priority: f64,
+) -> FleetLaunchTemplate {
+    FleetLaunchTemplate {
+        name: template.to_owned(),
+        overrides: vec![FleetOverride {
+            instance_type: instance_type.to_owned(),
+            subnet_id: f.subnet_id.clone(),
+            priority,
+        }],
+    }
+}
+
+/// A fleet over two launch templates (another image each) launches the highest-priority
+/// override from its own template: the instance boots that template's image.
+async fn several_launch_templates(ec2: &dyn Ec2, f: &Fixtures, first_template: &str) {
+    let newer = LaunchTemplateRequest {
+        name: "contract-template-newest".to_owned(),
+        image_id: f.newest_image_id.clone(),
+        security_group_ids: vec![f.security_group_id.clone()],
+        ..LaunchTemplateRequest::default()
+    };
+    ec2.create_launch_template(&newer)
+        .await
+        .expect("create the second launch template");
+    let fleet = ec2
+        .create_fleet(&FleetRequest {
+            launch_templates: vec![
+                one_override(&newer.name, "m5.xlarge", f, 0.0),
+                one_override(first_template, "m5.large", f, 1.0),
+            ],
+            capacity_type: CapacityType::OnDemand,
+            target_capacity: 1,
+            tags: vec![Tag::new("karpenter.sh/nodeclaim", "contract-two-templates")],
+        })
+        .await
+        .expect("create_fleet over two launch templates");
+    assert_eq!(fleet.instances.len(), 1, "{fleet:?}");
+    assert_eq!(fleet.instances[0].instance_type, "m5.xlarge");
+    let id = fleet.instances[0].id.clone();
+    let found = ec2
+        .describe_instances(&ResourceQuery::ids([id.clone()]))
+        .await
+        .expect("describe the instance");
+    assert_eq!(found[0].instance_type, "m5.xlarge");
+    assert_eq!(
+        found[0].image_id.as_deref(),
+        Some(f.newest_image_id.as_str()),
+        "booted from its override's template"
+    );
+    ec2.terminate_instances(&[id])
+        .await
+        .expect("terminate the instance");
+
+    let missing = ec2
+        .create_fleet(&FleetRequest {
+            launch_templates: vec![
+                one_override(&newer.name, "m5.large", f, 0.0),
+                one_override("contract-no-such-template", "m5.large", f, 1.0),
+            ],
+            capacity_type: CapacityType::OnDemand,
+            target_capacity: 1,
+            tags: Vec::new(),
+        })
+        .await
+        .expect_err("a launch template that does not exist fails the whole fleet");
+    assert!(missing.is_not_found(), "{missing:?}");
+    assert_eq!(
+        missing.code(),
+        "InvalidLaunchTemplateName.NotFoundException"
+    );
 }

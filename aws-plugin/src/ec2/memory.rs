@@ -5,23 +5,29 @@
 //! `running`; after termination `shutting-down` until the termination delay has passed, then
 //! `terminated`. Capacity errors are configured per instance type, zone and capacity type.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    AwsError, AwsFuture, CapacityType, Ec2, FleetError, FleetInstance, FleetRequest, FleetResult,
-    Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
+    AwsError, AwsFuture, CapacityType, Ec2, FleetError, FleetInstance, FleetOverride, FleetRequest,
+    FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
     InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, ResourceQuery, SecurityGroup,
     SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
 };
 use crate::catalogue::{self, CatalogueError};
+#[path = "memory_hooks.rs"]
+pub mod hooks;
 
 /// The account the in-memory EC2 pretends to be (owner of the images added to it).
 pub const ACCOUNT_ID: &str = "123456789012";
 
 /// Where the clock starts: 2024-01-01T00:00:00Z, as seconds since the Unix epoch.
 const START: Duration = Duration::from_secs(1_704_067_200);
+
+/// How many CreateFleet requests [`MemoryEc2::fleet_requests`] keeps: enough for a test, bounded
+/// for a long simulation.
+pub const KEPT_FLEET_REQUESTS: usize = 100;
 
 /// The VPC every subnet and security group belongs to.
 const VPC_ID: &str = "vpc-0000000000000001";
@@ -55,6 +61,8 @@ struct State {
     next_id: u64,
     /// How often each call was made, by EC2 action name (for tests of callers' caching).
     calls: BTreeMap<&'static str, u64>,
+    /// The latest CreateFleet requests, oldest first (for tests of what callers ask for).
+    fleet_requests: VecDeque<FleetRequest>,
 }
 
 #[derive(Debug)]
@@ -108,6 +116,7 @@ impl MemoryEc2 {
                 termination_delay: Duration::from_secs(10),
                 next_id: 1,
                 calls: BTreeMap::new(),
+                fleet_requests: VecDeque::new(),
             }),
         })
     }
@@ -142,10 +151,25 @@ impl MemoryEc2 {
     }
 
     /// How many times the EC2 action `action` (`DescribeInstanceTypes`,
-    /// `DescribeInstanceTypeOfferings`, `DescribeSpotPriceHistory`) was called; tests of the
-    /// provider's caching count calls with it.
+    /// `DescribeInstanceTypeOfferings`, `DescribeSpotPriceHistory`, `CreateLaunchTemplate`,
+    /// `DescribeLaunchTemplates`, `CreateFleet`, `DescribeInstances`, `TerminateInstances`)
+    /// was called; tests of the provider's caching and idempotency count calls with it.
     pub fn calls(&self, action: &str) -> u64 {
         self.state().calls.get(action).copied().unwrap_or(0)
+    }
+
+    /// The request the launch template `name` was created with.
+    pub fn launch_template_request(&self, name: &str) -> Option<LaunchTemplateRequest> {
+        self.state()
+            .launch_templates
+            .get(name)
+            .map(|(_, request)| request.clone())
+    }
+
+    /// The latest CreateFleet requests received (at most [`KEPT_FLEET_REQUESTS`]), oldest
+    /// first.
+    pub fn fleet_requests(&self) -> Vec<FleetRequest> {
+        self.state().fleet_requests.iter().cloned().collect()
     }
 
     /// How long instances stay `pending`.
@@ -252,6 +276,10 @@ impl MemoryEc2 {
 }
 
 impl State {
+    fn count(&mut self, action: &'static str) {
+        *self.calls.entry(action).or_default() += 1;
+    }
+
     /// The next id with EC2's prefix: one counter for every kind, so ids never repeat.
     fn new_id(&mut self, prefix: &str) -> String {
         let n = self.next_id;
@@ -275,29 +303,37 @@ impl State {
     }
 
     fn launch(&mut self, request: &FleetRequest) -> Result<FleetResult, AwsError> {
-        let template = match self.launch_templates.get(&request.launch_template_name) {
-            Some((_, template)) => template.clone(),
-            None => {
-                return Err(AwsError::from_code(
-                    "InvalidLaunchTemplateName.NotFoundException",
-                    format!(
-                        "The specified launch template, with template name {}, does not exist.",
-                        request.launch_template_name
-                    ),
-                ));
+        let mut templates = Vec::with_capacity(request.launch_templates.len());
+        for config in &request.launch_templates {
+            match self.launch_templates.get(&config.name) {
+                Some((_, template)) => templates.push(template.clone()),
+                None => {
+                    return Err(AwsError::from_code(
+                        "InvalidLaunchTemplateName.NotFoundException",
+                        format!(
+                            "The specified launch template, with template name {}, does not exist.",
+                            config.name
+                        ),
+                    ));
+                }
             }
-        };
+        }
         if request.target_capacity < 1 {
             return Err(AwsError::from_code(
                 "InvalidParameterValue",
                 "TotalTargetCapacity must be at least 1",
             ));
         }
-        let mut overrides: Vec<_> = request.overrides.iter().collect();
+        let mut overrides: Vec<(&FleetOverride, &LaunchTemplateRequest)> = request
+            .launch_templates
+            .iter()
+            .zip(&templates)
+            .flat_map(|(config, template)| config.overrides.iter().map(move |o| (o, template)))
+            .collect();
         // Stable: equal priorities keep the caller's order, as EC2's prioritized strategy.
-        overrides.sort_by(|a, b| a.priority.total_cmp(&b.priority));
+        overrides.sort_by(|a, b| a.0.priority.total_cmp(&b.0.priority));
         let mut result = FleetResult::default();
-        for o in overrides {
+        for (o, template) in overrides {
             let fail = |code: &str, message: String| FleetError {
                 instance_type: Some(o.instance_type.clone()),
                 subnet_id: Some(o.subnet_id.clone()),
@@ -361,6 +397,7 @@ impl State {
                     capacity_type: request.capacity_type,
                     security_group_ids: template.security_group_ids.clone(),
                     private_dns_name: Some(format!("ip-10-0-{}.ec2.internal", self.next_id)),
+                    launch_time: i64::try_from(self.now.as_secs()).ok(),
                     tags: request.tags.clone(),
                 };
                 result.instances.push(FleetInstance {
@@ -468,7 +505,7 @@ impl Ec2 for MemoryEc2 {
         names: &'a [String],
     ) -> AwsFuture<'a, Vec<InstanceTypeInfo>> {
         let mut state = self.state();
-        *state.calls.entry("DescribeInstanceTypes").or_default() += 1;
+        state.count("DescribeInstanceTypes");
         let answer = if names.is_empty() {
             Ok(state.instance_types.values().cloned().collect())
         } else {
@@ -489,10 +526,7 @@ impl Ec2 for MemoryEc2 {
 
     fn describe_instance_type_offerings(&self) -> AwsFuture<'_, Vec<InstanceTypeOffering>> {
         let mut state = self.state();
-        *state
-            .calls
-            .entry("DescribeInstanceTypeOfferings")
-            .or_default() += 1;
+        state.count("DescribeInstanceTypeOfferings");
         let answer = state.offerings.clone();
         Box::pin(async move { Ok(answer) })
     }
@@ -502,7 +536,7 @@ impl Ec2 for MemoryEc2 {
         instance_types: &'a [String],
     ) -> AwsFuture<'a, Vec<SpotPrice>> {
         let mut state = self.state();
-        *state.calls.entry("DescribeSpotPriceHistory").or_default() += 1;
+        state.count("DescribeSpotPriceHistory");
         let answer = state
             .spot_prices
             .iter()
@@ -580,6 +614,7 @@ impl Ec2 for MemoryEc2 {
         request: &'a LaunchTemplateRequest,
     ) -> AwsFuture<'a, LaunchTemplate> {
         let mut state = self.state();
+        state.count("CreateLaunchTemplate");
         let answer = if state.launch_templates.contains_key(&request.name) {
             Err(AwsError::from_code(
                 "InvalidLaunchTemplateName.AlreadyExistsException",
@@ -605,7 +640,8 @@ impl Ec2 for MemoryEc2 {
         &'a self,
         query: &'a ResourceQuery,
     ) -> AwsFuture<'a, Vec<LaunchTemplate>> {
-        let state = self.state();
+        let mut state = self.state();
+        state.count("DescribeLaunchTemplates");
         let answer = match query
             .ids
             .iter()
@@ -628,12 +664,19 @@ impl Ec2 for MemoryEc2 {
     }
 
     fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult> {
-        let answer = self.state().launch(request);
+        let mut state = self.state();
+        state.count("CreateFleet");
+        if state.fleet_requests.len() == KEPT_FLEET_REQUESTS {
+            state.fleet_requests.pop_front();
+        }
+        state.fleet_requests.push_back(request.clone());
+        let answer = state.launch(request);
         Box::pin(async move { answer })
     }
 
     fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Instance>> {
-        let state = self.state();
+        let mut state = self.state();
+        state.count("DescribeInstances");
         let answer = check_ids(&query.ids, &state.instances).map(|()| {
             state
                 .instances
@@ -650,6 +693,7 @@ impl Ec2 for MemoryEc2 {
         ids: &'a [String],
     ) -> AwsFuture<'a, Vec<InstanceStateChange>> {
         let mut state = self.state();
+        state.count("TerminateInstances");
         let answer = check_ids(ids, &state.instances).map(|()| {
             let now = state.now;
             let mut changes = Vec::new();
@@ -689,7 +733,7 @@ impl Ec2 for MemoryEc2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ec2::{FleetOverride, contract};
+    use crate::ec2::{FleetLaunchTemplate, contract};
 
     fn memory() -> MemoryEc2 {
         MemoryEc2::new("us-east-1").expect("the embedded catalogue")
@@ -744,16 +788,18 @@ mod tests {
         capacity_type: CapacityType,
     ) -> FleetRequest {
         FleetRequest {
-            launch_template_name: template.to_owned(),
-            overrides: types
-                .iter()
-                .enumerate()
-                .map(|(i, t)| FleetOverride {
-                    instance_type: (*t).to_owned(),
-                    subnet_id: subnet.to_owned(),
-                    priority: i as f64,
-                })
-                .collect(),
+            launch_templates: vec![FleetLaunchTemplate {
+                name: template.to_owned(),
+                overrides: types
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| FleetOverride {
+                        instance_type: (*t).to_owned(),
+                        subnet_id: subnet.to_owned(),
+                        priority: i as f64,
+                    })
+                    .collect(),
+            }],
             capacity_type,
             target_capacity: 1,
             tags: vec![Tag::new("owner", "test")],

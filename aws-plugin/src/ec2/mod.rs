@@ -8,8 +8,8 @@
 //! the simulator and the tests pick an implementation at run time without making every caller
 //! generic. One allocation per EC2 call is nothing next to a network round trip.
 //!
-//! Not here yet: the IAM calls for instance profiles and SSM `GetParameter` for image aliases
-//! (they need the `aws-sdk-iam` and `aws-sdk-ssm` clients and belong in sibling ports).
+//! IAM (instance profiles) and SSM (image aliases) are sibling ports: `crate::iam`,
+//! `crate::ssm`.
 
 pub mod memory;
 #[cfg(feature = "aws")]
@@ -66,9 +66,11 @@ pub trait Ec2: Send + Sync + std::fmt::Debug {
         query: &'a ResourceQuery,
     ) -> AwsFuture<'a, Vec<LaunchTemplate>>;
 
-    /// CreateFleet of type `instant`: launches up to `target_capacity` instances from the
-    /// launch template, trying the overrides by priority; failures per override come back in
-    /// [`FleetResult::errors`], not as the call's error.
+    /// CreateFleet of type `instant`: launches up to `target_capacity` instances, trying the
+    /// overrides of every launch template by priority (lowest first), each launched from its
+    /// own template; failures per override come back in [`FleetResult::errors`], not as the
+    /// call's error. A template that does not exist fails the whole call
+    /// ([`AwsError::NotFound`]).
     fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult>;
 
     /// DescribeInstances by ids and tag filters. An unknown id is [`AwsError::NotFound`].
@@ -362,13 +364,23 @@ pub struct FleetOverride {
     pub priority: f64,
 }
 
+/// One launch template of a fleet and the choices that launch from it (EC2's
+/// `LaunchTemplateConfigs` entry).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FleetLaunchTemplate {
+    /// The launch template's name (its latest version is used).
+    pub name: String,
+    /// The instance type x subnet choices launched from this template.
+    pub overrides: Vec<FleetOverride>,
+}
+
 /// A CreateFleet (type `instant`) request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FleetRequest {
-    /// The launch template's name (its latest version is used).
-    pub launch_template_name: String,
-    /// The instance type x subnet choices.
-    pub overrides: Vec<FleetOverride>,
+    /// The launch templates, each with its overrides. Several when the choices need different
+    /// configurations (an image per architecture, user data per pod density); priorities
+    /// order the overrides across all of them.
+    pub launch_templates: Vec<FleetLaunchTemplate>,
     /// On-demand or spot.
     pub capacity_type: CapacityType,
     /// How many instances.
@@ -483,8 +495,20 @@ pub struct Instance {
     pub security_group_ids: Vec<String>,
     /// Its private DNS name, once assigned.
     pub private_dns_name: Option<String>,
+    /// When it was launched, seconds since the Unix epoch, when EC2 says.
+    pub launch_time: Option<i64>,
     /// Its tags.
     pub tags: Vec<Tag>,
+}
+
+impl Instance {
+    /// The value of the tag `key`, if the instance has it.
+    pub fn tag(&self, key: &str) -> Option<&str> {
+        self.tags
+            .iter()
+            .find(|t| t.key == key)
+            .map(|t| t.value.as_str())
+    }
 }
 
 /// One instance's state change on termination.

@@ -267,6 +267,7 @@ fn instance(i: &sdk::Instance) -> Instance {
             .private_dns_name()
             .filter(|n| !n.is_empty())
             .map(str::to_owned),
+        launch_time: i.launch_time().map(DateTime::secs),
         tags: tags(i.tags()),
     }
 }
@@ -579,26 +580,33 @@ impl Ec2 for SdkEc2 {
 
     fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult> {
         Box::pin(async move {
-            let overrides = request
-                .overrides
+            // One LaunchTemplateConfig per template, as upstream sends them.
+            let configs = request
+                .launch_templates
                 .iter()
-                .map(|o| {
-                    sdk::FleetLaunchTemplateOverridesRequest::builder()
-                        .instance_type(sdk::InstanceType::from(o.instance_type.as_str()))
-                        .subnet_id(&o.subnet_id)
-                        .priority(o.priority)
+                .map(|template| {
+                    let overrides = template
+                        .overrides
+                        .iter()
+                        .map(|o| {
+                            sdk::FleetLaunchTemplateOverridesRequest::builder()
+                                .instance_type(sdk::InstanceType::from(o.instance_type.as_str()))
+                                .subnet_id(&o.subnet_id)
+                                .priority(o.priority)
+                                .build()
+                        })
+                        .collect();
+                    sdk::FleetLaunchTemplateConfigRequest::builder()
+                        .launch_template_specification(
+                            sdk::FleetLaunchTemplateSpecificationRequest::builder()
+                                .launch_template_name(&template.name)
+                                .version("$Latest")
+                                .build(),
+                        )
+                        .set_overrides(Some(overrides))
                         .build()
                 })
                 .collect();
-            let config = sdk::FleetLaunchTemplateConfigRequest::builder()
-                .launch_template_specification(
-                    sdk::FleetLaunchTemplateSpecificationRequest::builder()
-                        .launch_template_name(&request.launch_template_name)
-                        .version("$Latest")
-                        .build(),
-                )
-                .set_overrides(Some(overrides))
-                .build();
             let target_type = match request.capacity_type {
                 CapacityType::OnDemand => sdk::DefaultTargetCapacityType::OnDemand,
                 CapacityType::Spot => sdk::DefaultTargetCapacityType::Spot,
@@ -607,7 +615,7 @@ impl Ec2 for SdkEc2 {
                 .client
                 .create_fleet()
                 .r#type(sdk::FleetType::Instant)
-                .launch_template_configs(config)
+                .set_launch_template_configs(Some(configs))
                 .target_capacity_specification(
                     sdk::TargetCapacitySpecificationRequest::builder()
                         .total_target_capacity(request.target_capacity)

@@ -56,3 +56,110 @@ pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Conditio
 pub fn is_true(conditions: &[Condition], type_: &str) -> bool {
     find(conditions, type_).is_some_and(|c| c.status == ConditionStatus::True)
 }
+
+/// Sets the condition of type `type_`, adding it when absent. `last_transition_time` moves to
+/// `now` only when the status changes, so it keeps saying when the condition last flipped.
+/// Answers whether anything changed (callers skip the status write when nothing did).
+pub fn set(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: ConditionStatus,
+    reason: &str,
+    message: &str,
+    now: Time,
+) -> bool {
+    let reason = (!reason.is_empty()).then(|| reason.to_owned());
+    let message = (!message.is_empty()).then(|| message.to_owned());
+    match conditions.iter_mut().find(|c| c.type_ == type_) {
+        Some(existing) => {
+            let before = existing.clone();
+            if existing.status != status {
+                existing.status = status;
+                existing.last_transition_time = now;
+            }
+            existing.reason = reason;
+            existing.message = message;
+            *existing != before
+        }
+        None => {
+            conditions.push(Condition {
+                type_: type_.to_owned(),
+                status,
+                observed_generation: None,
+                last_transition_time: now,
+                reason,
+                message,
+            });
+            true
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn at(seconds: i64) -> Time {
+        Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
+    }
+
+    #[test]
+    fn set_adds_a_missing_condition() {
+        let mut conditions = vec![];
+        assert!(set(
+            &mut conditions,
+            "Launched",
+            ConditionStatus::True,
+            "",
+            "",
+            at(5)
+        ));
+        assert_eq!(conditions.len(), 1);
+        assert_eq!(conditions[0].last_transition_time, at(5));
+        assert_eq!(conditions[0].reason, None, "an empty reason is left out");
+    }
+
+    #[test]
+    fn set_keeps_the_transition_time_while_the_status_holds() {
+        let mut conditions = vec![];
+        set(
+            &mut conditions,
+            "Launched",
+            ConditionStatus::Unknown,
+            "A",
+            "first",
+            at(5),
+        );
+        assert!(set(
+            &mut conditions,
+            "Launched",
+            ConditionStatus::Unknown,
+            "B",
+            "second",
+            at(9)
+        ));
+        assert_eq!(conditions[0].last_transition_time, at(5));
+        assert_eq!(conditions[0].message.as_deref(), Some("second"));
+        assert!(
+            !set(
+                &mut conditions,
+                "Launched",
+                ConditionStatus::Unknown,
+                "B",
+                "second",
+                at(12)
+            ),
+            "nothing changed"
+        );
+        assert!(set(
+            &mut conditions,
+            "Launched",
+            ConditionStatus::True,
+            "",
+            "",
+            at(20)
+        ));
+        assert_eq!(conditions[0].last_transition_time, at(20));
+        assert_eq!(conditions.len(), 1);
+    }
+}

@@ -26,6 +26,7 @@
 pub mod condition;
 pub mod crd;
 pub mod duration;
+pub mod hash;
 pub mod labels;
 pub mod nodeclaim;
 pub mod nodepool;

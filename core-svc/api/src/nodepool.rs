@@ -307,7 +307,64 @@ pub struct NodePoolStatus {
     pub conditions: Vec<Condition>,
 }
 
+/// The annotation carrying a NodePool's (and its NodeClaims') template hash.
+pub const ANNOTATION_NODEPOOL_HASH: &str = "karpenter.sh/nodepool-hash";
+/// The annotation carrying the version of the hashing scheme behind the hash.
+pub const ANNOTATION_NODEPOOL_HASH_VERSION: &str = "karpenter.sh/nodepool-hash-version";
+/// Our hash version. Not upstream's (`v3`): our hash is computed differently, and a fleet
+/// that upstream Karpenter launched is re-stamped on adoption rather than rolled. Bump it when
+/// a hashed field's default changes, a field with a set value enters the hash, or one leaves
+/// it (upstream's rules), or when `crate::hash`'s canonical form changes.
+pub const NODEPOOL_HASH_VERSION: &str = "rs-v1";
+
+impl NodeClaimTemplate {
+    /// The static hash (upstream `NodePool.Hash()`): `spec.template` without its requirements
+    /// (they drift dynamically), durations by their parsed value so `1h` and `60m` agree.
+    /// Behaviour fields (limits, weight, disruption) are outside the template and never drift.
+    pub fn static_hash(&self) -> String {
+        let mut spec = serde_json::Map::new();
+        let taints = |taints: &[Taint]| serde_json::to_value(taints).unwrap_or_default();
+        spec.insert("taints".to_owned(), taints(&self.spec.taints));
+        spec.insert(
+            "startupTaints".to_owned(),
+            taints(&self.spec.startup_taints),
+        );
+        spec.insert(
+            "nodeClassRef".to_owned(),
+            serde_json::to_value(&self.spec.node_class_ref).unwrap_or_default(),
+        );
+        if let Some(grace) = &self.spec.termination_grace_period {
+            spec.insert(
+                "terminationGracePeriodSeconds".to_owned(),
+                grace.duration().as_secs_f64().into(),
+            );
+        }
+        // `Never` and a duration must differ from each other and from "unset" (which the
+        // default makes impossible anyway).
+        spec.insert(
+            "expireAfterSeconds".to_owned(),
+            match self.spec.expire_after.duration() {
+                Some(d) => d.as_secs_f64().into(),
+                None => "Never".into(),
+            },
+        );
+        let template = serde_json::json!({
+            "metadata": {
+                "labels": self.metadata.labels,
+                "annotations": self.metadata.annotations,
+            },
+            "spec": spec,
+        });
+        crate::hash::static_hash(&template)
+    }
+}
+
 impl NodePool {
+    /// The template's static hash ([`NodeClaimTemplate::static_hash`]).
+    pub fn static_hash(&self) -> String {
+        self.spec.template.static_hash()
+    }
+
     /// Checks the NodePool against the rules its CRD enforces on creation. `policy` holds the
     /// label rules, karpenter.sh's plus the cloud provider's restricted domains and well-known
     /// labels.

@@ -1,0 +1,207 @@
+//! The AWS drift rules (upstream `isNodeClassDrifted`, KARPENTER-REFERENCE §2.5), pure: each
+//! compares what an instance was launched with against what its node class resolves to now,
+//! and says what differs in words an operator can act on. IsDrifted applies them in
+//! upstream's order, first match wins: NodeClassDrift (static hash), AMIDrift,
+//! SecurityGroupDrift, SubnetDrift.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::node_class::ResolvedNodeClass;
+use crate::node_class::hash::HASH_VERSION;
+
+/// The annotation core stamps with the node class's static hash.
+pub const HASH_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
+/// The annotation core stamps with the hash's version.
+pub const HASH_VERSION_ANNOTATION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
+
+/// A drift finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Drift {
+    /// Upstream's reason (`AMIDrift`, ...).
+    pub reason: &'static str,
+    /// What differs: the old and the new value.
+    pub message: String,
+}
+
+/// NodeClassDrift: a static field of the node class changed since the NodeClaim was launched.
+///
+/// The node class's hash and version are its annotations when core stamped them (what core
+/// published), otherwise the plugin's own computation (someone calling with grpcurl and a bare
+/// spec). As upstream, only when both versions are present and equal: a version mismatch
+/// means the hashing changed, not the node class, and core re-stamps instead.
+pub fn static_drift(
+    node_claim_annotations: &BTreeMap<String, String>,
+    node_class_annotations: &BTreeMap<String, String>,
+    resolved: &ResolvedNodeClass,
+) -> Option<Drift> {
+    let (class_hash, class_version) = match (
+        node_class_annotations.get(HASH_ANNOTATION),
+        node_class_annotations.get(HASH_VERSION_ANNOTATION),
+    ) {
+        (Some(hash), Some(version)) => (hash.as_str(), version.as_str()),
+        _ => (resolved.static_hash.as_str(), HASH_VERSION),
+    };
+    let claim_hash = node_claim_annotations.get(HASH_ANNOTATION)?;
+    let claim_version = node_claim_annotations.get(HASH_VERSION_ANNOTATION)?;
+    (claim_version == class_version && claim_hash != class_hash).then(|| Drift {
+        reason: "NodeClassDrift",
+        message: format!(
+            "EC2NodeClass {} changed a static field (userData, tags, metadataOptions, blockDeviceMappings, role, kubelet, ...): hash {claim_hash} at launch, {class_hash} now",
+            resolved.name()
+        ),
+    })
+}
+
+/// AMIDrift: the instance runs an image that is not the one the node class now selects for
+/// its architecture.
+pub fn ami_drift(
+    image_id: &str,
+    architecture: &str,
+    resolved: &ResolvedNodeClass,
+) -> Option<Drift> {
+    let current = resolved.image_for(architecture);
+    if current.is_some_and(|c| c.id == image_id) {
+        return None;
+    }
+    let was = resolved
+        .images
+        .iter()
+        .find(|i| i.id == image_id)
+        .map_or_else(|| image_id.to_owned(), |i| format!("{} ({})", i.id, i.name));
+    let now = current.map_or_else(
+        || format!("no image for {architecture}"),
+        |c| format!("{} ({})", c.id, c.name),
+    );
+    Some(Drift {
+        reason: "AMIDrift",
+        message: format!(
+            "instance runs {was}; EC2NodeClass {} now resolves to {now} for {architecture}",
+            resolved.name()
+        ),
+    })
+}
+
+/// SecurityGroupDrift: the instance's security groups are not exactly the selected ones.
+pub fn security_group_drift(
+    instance_groups: &[String],
+    resolved: &ResolvedNodeClass,
+) -> Option<Drift> {
+    let have: BTreeSet<&str> = instance_groups.iter().map(String::as_str).collect();
+    let want: BTreeSet<&str> = resolved
+        .security_groups
+        .iter()
+        .map(|g| g.id.as_str())
+        .collect();
+    (have != want).then(|| Drift {
+        reason: "SecurityGroupDrift",
+        message: format!(
+            "instance has security groups [{}]; EC2NodeClass {} now selects [{}]",
+            join(&have),
+            resolved.name(),
+            join(&want)
+        ),
+    })
+}
+
+/// SubnetDrift: the instance's subnet is no longer selected.
+pub fn subnet_drift(instance_subnet: Option<&str>, resolved: &ResolvedNodeClass) -> Option<Drift> {
+    let subnet = instance_subnet?;
+    if resolved.subnets.iter().any(|s| s.id == subnet) {
+        return None;
+    }
+    let selected: BTreeSet<&str> = resolved.subnets.iter().map(|s| s.id.as_str()).collect();
+    Some(Drift {
+        reason: "SubnetDrift",
+        message: format!(
+            "instance is in subnet {subnet}; EC2NodeClass {} now selects [{}]",
+            resolved.name(),
+            join(&selected)
+        ),
+    })
+}
+
+fn join(items: &BTreeSet<&str>) -> String {
+    items.iter().copied().collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+    use crate::node_class::fixture::{Fixture, node_class};
+
+    async fn resolved(class: serde_json::Value) -> std::sync::Arc<ResolvedNodeClass> {
+        Fixture::new().resolver().resolve(&class).await.unwrap()
+    }
+
+    fn annotations(hash: &str, version: &str) -> BTreeMap<String, String> {
+        BTreeMap::from([
+            (HASH_ANNOTATION.to_owned(), hash.to_owned()),
+            (HASH_VERSION_ANNOTATION.to_owned(), version.to_owned()),
+        ])
+    }
+
+    #[tokio::test]
+    async fn static_drift_needs_both_versions_present_and_equal() {
+        let r = resolved(node_class()).await;
+        let class = annotations(&r.static_hash, HASH_VERSION);
+        // Same hash: not drifted.
+        assert_eq!(
+            static_drift(&annotations(&r.static_hash, HASH_VERSION), &class, &r),
+            None
+        );
+        // Different hash, same version: drifted, naming both hashes.
+        let found = static_drift(&annotations("1", HASH_VERSION), &class, &r).unwrap();
+        assert_eq!(found.reason, "NodeClassDrift");
+        assert!(found.message.contains(&r.static_hash), "{}", found.message);
+        // Different version (upstream's v6, or an older scheme): not drifted, core re-stamps.
+        assert_eq!(static_drift(&annotations("1", "v6"), &class, &r), None);
+        // No annotations on the NodeClaim: not drifted.
+        assert_eq!(static_drift(&BTreeMap::new(), &class, &r), None);
+        // No annotations on the node class: the plugin's own hash and version stand in.
+        assert!(static_drift(&annotations("1", HASH_VERSION), &BTreeMap::new(), &r).is_some());
+    }
+
+    #[tokio::test]
+    async fn ami_drift_names_the_old_and_the_new_image() {
+        let r = resolved(node_class()).await;
+        let current = r.image_for("amd64").unwrap().clone();
+        assert_eq!(ami_drift(&current.id, "amd64", &r), None);
+        let found = ami_drift("ami-old", "amd64", &r).unwrap();
+        assert_eq!(found.reason, "AMIDrift");
+        assert!(found.message.contains("ami-old"), "{}", found.message);
+        assert!(found.message.contains(&current.id), "{}", found.message);
+        // The arm64 image is not the amd64 one.
+        let arm = r.image_for("arm64").unwrap();
+        assert!(ami_drift(&arm.id, "amd64", &r).is_some());
+    }
+
+    #[tokio::test]
+    async fn security_groups_must_match_exactly_and_subnets_be_selected() {
+        let r = resolved(node_class()).await;
+        let selected: Vec<String> = r.security_groups.iter().map(|g| g.id.clone()).collect();
+        assert_eq!(security_group_drift(&selected, &r), None);
+        let mut more = selected.clone();
+        more.push("sg-extra".to_owned());
+        let found = security_group_drift(&more, &r).unwrap();
+        assert_eq!(found.reason, "SecurityGroupDrift");
+        assert!(found.message.contains("sg-extra"), "{}", found.message);
+
+        assert_eq!(subnet_drift(Some(&r.subnets[0].id), &r), None);
+        let found = subnet_drift(Some("subnet-gone"), &r).unwrap();
+        assert_eq!(found.reason, "SubnetDrift");
+        assert!(found.message.contains("subnet-gone"), "{}", found.message);
+    }
+
+    #[tokio::test]
+    async fn a_selector_only_change_is_not_node_class_drift() {
+        let before = resolved(node_class()).await;
+        let mut class = node_class();
+        class["spec"]["subnetSelectorTerms"] = json!([{"id": before.subnets[0].id}]);
+        let after = resolved(class).await;
+        let claim = annotations(&before.static_hash, HASH_VERSION);
+        let class_now = annotations(&after.static_hash, HASH_VERSION);
+        assert_eq!(static_drift(&claim, &class_now, &after), None);
+    }
+}

@@ -1,0 +1,1046 @@
+//! The instance lifecycle behind Create, Delete, Get and List: launching a NodeClaim's
+//! instance with launch templates and an instant CreateFleet, finding it again by its tags,
+//! and terminating it, as upstream's `instance.go` and `cloudprovider.go` do.
+//!
+//! - [`fleet`]: which types, spot or on-demand, which overrides (pure).
+//! - [`launch_template`]: the launch templates the fleet launches from.
+//! - [`tags`]: what the plugin tags and how it finds its instances again.
+//!
+//! Create is idempotent by NodeClaim name: the instance carries `karpenter.sh/nodeclaim`, and
+//! a Create for a name that already has a live instance returns that instance. A second Create
+//! for a name while the first is still running in this process answers ABORTED rather than
+//! racing it to a second launch. No CreateFleet client token is sent: EC2 would answer a retry
+//! carrying the same token but other overrides (the failed ones now marked unavailable) with
+//! `IdempotentParameterMismatch`, and a token cannot tell a lost answer from a launch that
+//! really failed; the tag lookup covers the lost answer.
+
+pub mod fleet;
+pub mod launch_template;
+pub mod tags;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use core_domain::instance_type::InstanceType;
+use core_domain::labels::aws::LABEL_TOPOLOGY_ZONE_ID;
+use core_domain::labels::{
+    LABEL_CAPACITY_TYPE, LABEL_DO_NOT_SYNC_TAINTS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
+    LABEL_TOPOLOGY_ZONE,
+};
+use core_domain::resources::ResourceName;
+use k8s_openapi::api::core::v1::Taint;
+use provider_sdk::v1;
+
+use crate::apis::ec2nodeclass::AMIFamily;
+use crate::aws_error::AwsError;
+use crate::bootstrap::{self, Bootstrap, BootstrapError, ClusterSettings};
+use crate::ec2::{
+    CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, FleetResult, Instance,
+    InstanceState, LaunchTemplateRequest, ResourceQuery, TagFilter,
+};
+use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, SystemClock};
+use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
+
+use fleet::{Constraints, Plan, PlanError};
+use launch_template::{LaunchConfig, LaunchTemplates};
+
+/// The taint every node registers with until core has seen it join (upstream's
+/// `UnregisteredNoExecuteTaint`).
+pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
+
+/// How many instances a List page holds when the caller lets the plugin choose.
+pub const DEFAULT_PAGE_SIZE: usize = 500;
+
+/// Why an instance call failed. [`InstanceError::to_status`] is its gRPC status per the
+/// proto's tables.
+#[derive(Debug, thiserror::Error)]
+pub enum InstanceError {
+    /// The request is malformed; `field` is its path in the request.
+    #[error("{field}: {message}")]
+    InvalidArgument {
+        /// The field's path (`node_claim.spec.requirements`).
+        field: String,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// No offering the NodeClaim allows could be launched.
+    #[error("insufficient capacity: {0}")]
+    InsufficientCapacity(String),
+    /// The node class is not ready.
+    #[error("{message}")]
+    NodeClassNotReady {
+        /// The node class's name.
+        node_class: String,
+        /// Why, for people.
+        message: String,
+    },
+    /// Another Create for the same NodeClaim is running.
+    #[error("a Create for NodeClaim {0} is already in progress")]
+    InProgress(String),
+    /// The instance is not this cluster's to terminate.
+    #[error("{0}")]
+    NotManaged(String),
+    /// The plugin's own configuration keeps it from launching (no cluster name, no price
+    /// table, an unusable CA bundle).
+    #[error("the plugin cannot launch: {0}")]
+    Misconfigured(String),
+    /// An AWS call failed.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+impl InstanceError {
+    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self::InvalidArgument {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+
+    /// The gRPC status, as the proto's tables say: INVALID_ARGUMENT naming the field;
+    /// RESOURCE_EXHAUSTED with `ERROR_REASON_INSUFFICIENT_CAPACITY`; FAILED_PRECONDITION with
+    /// `ERROR_REASON_NODE_CLASS_NOT_READY`; ABORTED for a Create already in progress; for AWS
+    /// errors UNAVAILABLE (throttled, unreachable), PERMISSION_DENIED (unauthorized), otherwise
+    /// INTERNAL, always with AWS's error code in the message.
+    pub fn to_status(&self) -> tonic::Status {
+        let message = self.to_string();
+        match self {
+            Self::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
+            Self::InsufficientCapacity(_) => {
+                provider_sdk::status::insufficient_capacity(message, HashMap::new())
+            }
+            Self::NodeClassNotReady {
+                node_class,
+                message,
+            } => provider_sdk::status::node_class_not_ready(node_class, message.clone()),
+            Self::InProgress(_) => tonic::Status::aborted(message),
+            Self::NotManaged(_) | Self::Misconfigured(_) => {
+                tonic::Status::failed_precondition(message)
+            }
+            Self::Aws(aws) => match aws {
+                AwsError::Throttled { .. } | AwsError::Transport { .. } => {
+                    tonic::Status::unavailable(message)
+                }
+                AwsError::Unauthorized { .. } => tonic::Status::permission_denied(message),
+                AwsError::InsufficientCapacity { .. } => {
+                    provider_sdk::status::insufficient_capacity(message, HashMap::new())
+                }
+                _ => tonic::Status::internal(message),
+            },
+        }
+    }
+}
+
+impl From<InstanceTypeError> for InstanceError {
+    fn from(error: InstanceTypeError) -> Self {
+        match error {
+            InstanceTypeError::Ec2(aws) => Self::Aws(aws),
+            InstanceTypeError::InvalidNodeClass { field, message } => {
+                Self::invalid(format!("node_class.{field}"), message)
+            }
+            InstanceTypeError::NoPriceTable(why) => {
+                Self::Misconfigured(format!("no on-demand prices: {why}"))
+            }
+        }
+    }
+}
+
+fn bootstrap_error(error: BootstrapError) -> InstanceError {
+    let message = error.to_string();
+    match error {
+        BootstrapError::InvalidMime { .. }
+        | BootstrapError::BoundaryInUserData
+        | BootstrapError::InvalidToml { .. } => {
+            InstanceError::invalid("node_class.spec.userData", message)
+        }
+        BootstrapError::Kubelet(_) => InstanceError::invalid("node_class.spec.kubelet", message),
+        BootstrapError::InvalidCaBundle(_) | BootstrapError::MissingClusterCidr => {
+            InstanceError::Misconfigured(message)
+        }
+    }
+}
+
+/// `aws:///<zone>/<instance id>`, the provider ID the kubelet puts on the Node.
+pub fn provider_id(zone: &str, instance_id: &str) -> String {
+    format!("aws:///{zone}/{instance_id}")
+}
+
+/// The zone and instance ID of a provider ID. Like upstream's parser it needs the zone:
+/// `aws:///us-east-1a/i-0123456789abcdef0`.
+pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), InstanceError> {
+    let invalid = |why: &str| {
+        InstanceError::invalid(
+            "provider_id",
+            format!("{provider_id:?} is not aws:///<zone>/<instance id>: {why}"),
+        )
+    };
+    let rest = provider_id
+        .strip_prefix("aws:///")
+        .ok_or_else(|| invalid("it does not start with aws:///"))?;
+    let (zone, id) = rest
+        .split_once('/')
+        .ok_or_else(|| invalid("it has no zone"))?;
+    if zone.is_empty() {
+        return Err(invalid("the zone is empty"));
+    }
+    if !is_instance_id(id) {
+        return Err(invalid(
+            "the instance ID is not i- followed by hexadecimal digits",
+        ));
+    }
+    Ok((zone.to_owned(), id.to_owned()))
+}
+
+fn is_instance_id(id: &str) -> bool {
+    id.strip_prefix("i-").is_some_and(|hex| {
+        !hex.is_empty()
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Launches, finds and terminates the instances of NodeClaims.
+#[derive(Debug)]
+pub struct InstanceProvider {
+    ec2: Arc<dyn Ec2>,
+    instance_types: Arc<InstanceTypeProvider>,
+    cluster: ClusterIdentity,
+    bootstrap: ClusterSettings,
+    clock: Arc<dyn Clock>,
+    launch_templates: LaunchTemplates,
+    /// NodeClaim names with a Create running in this process.
+    creating: Mutex<HashSet<String>>,
+}
+
+/// A Create's claim on a NodeClaim name, released when the Create ends however it ends.
+struct Creating<'a> {
+    names: &'a Mutex<HashSet<String>>,
+    name: String,
+}
+
+impl Drop for Creating<'_> {
+    fn drop(&mut self) {
+        lock(self.names).remove(&self.name);
+    }
+}
+
+/// A poisoned lock only means another request panicked; the set of names is still usable.
+fn lock(names: &Mutex<HashSet<String>>) -> MutexGuard<'_, HashSet<String>> {
+    names
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The validated parts of a Create request.
+struct LaunchRequest<'a> {
+    node_claim: &'a v1::NodeClaim,
+    requirements: core_domain::requirements::Requirements,
+    requests: core_domain::resources::ResourceList,
+    taints: Vec<Taint>,
+}
+
+impl<'a> LaunchRequest<'a> {
+    fn parse(node_claim: &'a v1::NodeClaim) -> Result<Self, InstanceError> {
+        if node_claim.name.is_empty() {
+            return Err(InstanceError::invalid("node_claim.name", "missing"));
+        }
+        let spec = node_claim
+            .spec
+            .as_ref()
+            .ok_or_else(|| InstanceError::invalid("node_claim.spec", "missing"))?;
+        if spec.requirements.is_empty() {
+            return Err(InstanceError::invalid(
+                "node_claim.spec.requirements",
+                "empty; at least the instance types to choose from are required",
+            ));
+        }
+        let requirements = fleet::requirements(&spec.requirements, "node_claim.spec.requirements")
+            .map_err(|(field, message)| InstanceError::invalid(field, message))?;
+        let requests =
+            fleet::resource_list(&spec.resource_requests, "node_claim.spec.resource_requests")
+                .map_err(|(field, message)| InstanceError::invalid(field, message))?;
+        let mut taints = Vec::new();
+        for (field, list) in [
+            ("node_claim.spec.taints", &spec.taints),
+            ("node_claim.spec.startup_taints", &spec.startup_taints),
+        ] {
+            for (i, taint) in list.iter().enumerate() {
+                taints.push(k8s_taint(taint, &format!("{field}[{i}]"))?);
+            }
+        }
+        taints.push(Taint {
+            key: UNREGISTERED_TAINT_KEY.to_owned(),
+            effect: "NoExecute".to_owned(),
+            ..Taint::default()
+        });
+        Ok(Self {
+            node_claim,
+            requirements,
+            requests,
+            taints,
+        })
+    }
+
+    fn node_pool(&self) -> &str {
+        self.node_claim
+            .labels
+            .get(LABEL_NODEPOOL)
+            .map_or("", String::as_str)
+    }
+}
+
+fn k8s_taint(taint: &v1::Taint, field: &str) -> Result<Taint, InstanceError> {
+    if taint.key.is_empty() {
+        return Err(InstanceError::invalid(format!("{field}.key"), "empty"));
+    }
+    let effect = match v1::TaintEffect::try_from(taint.effect) {
+        Ok(v1::TaintEffect::NoSchedule) => "NoSchedule",
+        Ok(v1::TaintEffect::PreferNoSchedule) => "PreferNoSchedule",
+        Ok(v1::TaintEffect::NoExecute) => "NoExecute",
+        Ok(v1::TaintEffect::Unspecified) | Err(_) => {
+            return Err(InstanceError::invalid(
+                format!("{field}.effect"),
+                format!("{} is not a known taint effect", taint.effect),
+            ));
+        }
+    };
+    Ok(Taint {
+        key: taint.key.clone(),
+        value: (!taint.value.is_empty()).then(|| taint.value.clone()),
+        effect: effect.to_owned(),
+        time_added: None,
+    })
+}
+
+/// What was launched (or found launched), as hydration needs it.
+#[derive(Debug, Clone)]
+struct Launched {
+    id: String,
+    instance_type: String,
+    zone: String,
+    zone_id: Option<String>,
+    subnet_id: Option<String>,
+    capacity_type: CapacityType,
+    image_id: Option<String>,
+    state: InstanceState,
+    launch_time: Option<i64>,
+}
+
+impl Launched {
+    fn from_instance(instance: &Instance) -> Self {
+        Self {
+            id: instance.id.clone(),
+            instance_type: instance.instance_type.clone(),
+            zone: instance.zone.clone().unwrap_or_default(),
+            zone_id: None,
+            subnet_id: instance.subnet_id.clone(),
+            capacity_type: instance.capacity_type,
+            image_id: instance.image_id.clone(),
+            state: instance.state.clone(),
+            launch_time: instance.launch_time,
+        }
+    }
+}
+
+/// One launch template of a Create and the overrides launched from it.
+struct TemplateGroup {
+    request: LaunchTemplateRequest,
+    overrides: Vec<FleetOverride>,
+}
+
+impl InstanceProvider {
+    /// A provider launching into `cluster` with nodes joining through `bootstrap`, pricing and
+    /// marking offerings through `instance_types`.
+    pub fn new(
+        ec2: Arc<dyn Ec2>,
+        instance_types: Arc<InstanceTypeProvider>,
+        cluster: ClusterIdentity,
+        bootstrap: ClusterSettings,
+    ) -> Self {
+        Self {
+            ec2,
+            instance_types,
+            cluster,
+            bootstrap,
+            clock: Arc::new(SystemClock),
+            launch_templates: LaunchTemplates::default(),
+            creating: Mutex::new(HashSet::new()),
+        }
+    }
+
+    /// The same provider reading the time (creation and deletion timestamps of answers) from
+    /// `clock`.
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    fn claim(&self, name: &str) -> Result<Creating<'_>, InstanceError> {
+        if !lock(&self.creating).insert(name.to_owned()) {
+            return Err(InstanceError::InProgress(name.to_owned()));
+        }
+        Ok(Creating {
+            names: &self.creating,
+            name: name.to_owned(),
+        })
+    }
+
+    /// Launches an instance for `node_claim` from the node class `resolved` (whose JSON,
+    /// `node_class_json`, configures the instance types). Idempotent by NodeClaim name: an
+    /// instance already launched for the name is returned and nothing is launched.
+    pub async fn create(
+        &self,
+        node_claim: &v1::NodeClaim,
+        node_class_json: &serde_json::Value,
+        resolved: &ResolvedNodeClass,
+    ) -> Result<v1::NodeClaim, InstanceError> {
+        let request = LaunchRequest::parse(node_claim)?;
+        if self.cluster.name.is_empty() {
+            return Err(InstanceError::Misconfigured(
+                "no cluster name is configured (--cluster-name); instances could not be tagged as the cluster's"
+                    .to_owned(),
+            ));
+        }
+        if !resolved.is_ready() {
+            return Err(InstanceError::NodeClassNotReady {
+                node_class: resolved.name().to_owned(),
+                message: resolved
+                    .not_ready_message()
+                    .unwrap_or_else(|| format!("EC2NodeClass {} is not ready", resolved.name())),
+            });
+        }
+        let _creating = self.claim(&node_claim.name)?;
+        let catalogue = self
+            .instance_types
+            .instance_types(Some(node_class_json))
+            .await?;
+        if let Some(existing) = self.launched_for(&node_claim.name).await? {
+            tracing::info!(
+                node_claim = %node_claim.name,
+                instance = %existing.id,
+                "already launched; returning the instance"
+            );
+            let mut launched = Launched::from_instance(&existing);
+            launched.zone_id = zone_id_of(resolved, launched.subnet_id.as_deref());
+            let instance_type = catalogue.iter().find(|t| t.name == existing.instance_type);
+            return Ok(self.hydrate(node_claim, &launched, instance_type));
+        }
+        let types: Vec<InstanceType> = catalogue
+            .iter()
+            .filter_map(|pb| match fleet::instance_type(pb) {
+                Ok(t) => Some(t),
+                Err((field, message)) => {
+                    // Built by this plugin's own code: a type that does not convert is a bug,
+                    // skipped so it cannot block every launch.
+                    tracing::warn!(instance_type = %pb.name, field, message, "skipping an instance type that does not convert");
+                    None
+                }
+            })
+            .collect();
+        let subnets = resolved.subnet_per_zone();
+        let architectures: BTreeSet<&str> = resolved
+            .images
+            .iter()
+            .map(|i| i.architecture.as_str())
+            .collect();
+        let plan = fleet::plan(
+            &types,
+            &Constraints {
+                requirements: &request.requirements,
+                requests: &request.requests,
+                subnets: &subnets,
+                architectures: &architectures,
+            },
+        )
+        .map_err(|e| match e {
+            PlanError::NoCapacity(why) => InstanceError::InsufficientCapacity(why),
+            PlanError::MinValues(_) => {
+                InstanceError::invalid("node_claim.spec.requirements", e.to_string())
+            }
+        })?;
+        let launch_tags = tags::launch_tags(
+            &self.cluster.name,
+            request.node_pool(),
+            resolved.name(),
+            &resolved.node_class.spec.tags,
+        );
+        let groups = self.template_groups(&request, resolved, &types, &plan, &launch_tags)?;
+        for group in &groups {
+            self.launch_templates
+                .ensure(self.ec2.as_ref(), &group.request)
+                .await?;
+        }
+        let fleet_request = FleetRequest {
+            launch_templates: groups
+                .iter()
+                .map(|g| FleetLaunchTemplate {
+                    name: g.request.name.clone(),
+                    overrides: g.overrides.clone(),
+                })
+                .collect(),
+            capacity_type: plan.capacity_type,
+            target_capacity: 1,
+            tags: tags::instance_tags(&launch_tags, &node_claim.name),
+        };
+        let result = self.create_fleet(&fleet_request, &groups).await?;
+        self.mark_unavailable(&result, &plan);
+        let Some(instance) = result.instances.first() else {
+            return Err(fleet_failure(&result));
+        };
+        let option = plan.options.iter().find(|o| {
+            o.instance_type == instance.instance_type
+                && instance
+                    .subnet_id
+                    .as_ref()
+                    .is_none_or(|s| *s == o.subnet_id)
+                && instance.zone.as_ref().is_none_or(|z| *z == o.zone)
+        });
+        let image_id = option.and_then(|o| {
+            groups
+                .iter()
+                .find(|g| {
+                    g.overrides
+                        .iter()
+                        .any(|v| v.instance_type == o.instance_type && v.subnet_id == o.subnet_id)
+                })
+                .map(|g| g.request.image_id.clone())
+        });
+        let launched = Launched {
+            id: instance.id.clone(),
+            instance_type: instance.instance_type.clone(),
+            zone: instance
+                .zone
+                .clone()
+                .or_else(|| option.map(|o| o.zone.clone()))
+                .unwrap_or_default(),
+            zone_id: option.and_then(|o| o.zone_id.clone()),
+            subnet_id: instance
+                .subnet_id
+                .clone()
+                .or_else(|| option.map(|o| o.subnet_id.clone())),
+            capacity_type: plan.capacity_type,
+            image_id,
+            state: InstanceState::Pending,
+            launch_time: None,
+        };
+        tracing::info!(
+            node_claim = %node_claim.name,
+            instance = %launched.id,
+            instance_type = %launched.instance_type,
+            zone = %launched.zone,
+            capacity_type = plan.capacity_type.as_str(),
+            "launched instance"
+        );
+        let instance_type = catalogue.iter().find(|t| t.name == launched.instance_type);
+        Ok(self.hydrate(node_claim, &launched, instance_type))
+    }
+
+    /// One launch template per distinct configuration among the plan's options (an image per
+    /// architecture, user data per pod density), each with the overrides it launches;
+    /// priorities rank the options across all of them.
+    fn template_groups(
+        &self,
+        request: &LaunchRequest<'_>,
+        resolved: &ResolvedNodeClass,
+        types: &[InstanceType],
+        plan: &Plan,
+        launch_tags: &[crate::ec2::Tag],
+    ) -> Result<Vec<TemplateGroup>, InstanceError> {
+        let by_name: HashMap<&str, &InstanceType> = types.iter().map(|t| (t.name(), t)).collect();
+        let labels = self.bootstrap_labels(request.node_claim, resolved.family, plan.capacity_type);
+        let spec = &resolved.node_class.spec;
+        let mut groups: Vec<TemplateGroup> = Vec::new();
+        let mut group_of_config: HashMap<(String, i64), usize> = HashMap::new();
+        for (rank, option) in plan.options.iter().enumerate() {
+            let Some(instance_type) = by_name.get(option.instance_type.as_str()) else {
+                continue;
+            };
+            let Some(architecture) = fleet::architecture(instance_type) else {
+                continue;
+            };
+            let pods = instance_type.capacity().get(&ResourceName::PODS);
+            let key = (architecture.to_owned(), pods);
+            let index = match group_of_config.get(&key) {
+                Some(index) => *index,
+                None => {
+                    let Some(image) = resolved.image_for(architecture) else {
+                        continue;
+                    };
+                    let user_data = bootstrap::user_data(&Bootstrap {
+                        family: resolved.family,
+                        cluster: &self.bootstrap,
+                        user_data: spec.user_data.as_deref(),
+                        kubelet: spec.kubelet.as_ref(),
+                        max_pods: Some(pods),
+                        labels: &labels,
+                        taints: &request.taints,
+                    })
+                    .map_err(bootstrap_error)?;
+                    let template = launch_template::request(&LaunchConfig {
+                        node_class: &resolved.node_class,
+                        family: resolved.family,
+                        image_id: &image.id,
+                        security_group_ids: resolved
+                            .security_groups
+                            .iter()
+                            .map(|g| g.id.clone())
+                            .collect(),
+                        instance_profile: resolved.instance_profile.clone(),
+                        user_data: (!user_data.is_empty()).then_some(user_data),
+                        tags: launch_tags.to_vec(),
+                    })
+                    .map_err(|(field, message)| InstanceError::invalid(field, message))?;
+                    // Configurations differing only where the family ignores it (the pod
+                    // density of a Custom image) share one template.
+                    let index = match groups.iter().position(|g| g.request.name == template.name) {
+                        Some(index) => index,
+                        None => {
+                            groups.push(TemplateGroup {
+                                request: template,
+                                overrides: Vec::new(),
+                            });
+                            groups.len() - 1
+                        }
+                    };
+                    group_of_config.insert(key, index);
+                    index
+                }
+            };
+            if let Some(group) = groups.get_mut(index) {
+                group.overrides.push(FleetOverride {
+                    instance_type: option.instance_type.clone(),
+                    subnet_id: option.subnet_id.clone(),
+                    priority: rank as f64,
+                });
+            }
+        }
+        Ok(groups)
+    }
+
+    /// The labels the node registers with: the NodeClaim's, its capacity type, and (for the
+    /// families whose bootstrap registers the startup taints itself) upstream's label telling
+    /// core not to sync taints.
+    fn bootstrap_labels(
+        &self,
+        node_claim: &v1::NodeClaim,
+        family: AMIFamily,
+        capacity_type: CapacityType,
+    ) -> BTreeMap<String, String> {
+        let mut labels: BTreeMap<String, String> = node_claim
+            .labels
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        labels.insert(
+            LABEL_CAPACITY_TYPE.to_owned(),
+            capacity_type.as_str().to_owned(),
+        );
+        if family != AMIFamily::Custom {
+            labels.insert(LABEL_DO_NOT_SYNC_TAINTS.to_owned(), "true".to_owned());
+        }
+        labels
+    }
+
+    /// CreateFleet; a launch template deleted behind the plugin's back is recreated and the
+    /// fleet tried once more (upstream does the same).
+    async fn create_fleet(
+        &self,
+        request: &FleetRequest,
+        groups: &[TemplateGroup],
+    ) -> Result<FleetResult, InstanceError> {
+        match self.ec2.create_fleet(request).await {
+            Err(e) if e.is_not_found() && e.code().contains("LaunchTemplate") => {
+                tracing::info!(error = %e, "a launch template is gone; creating it again");
+                for group in groups {
+                    self.launch_templates.forget(&group.request.name);
+                }
+                for group in groups {
+                    self.launch_templates
+                        .ensure(self.ec2.as_ref(), &group.request)
+                        .await?;
+                }
+                Ok(self.ec2.create_fleet(request).await?)
+            }
+            other => Ok(other?),
+        }
+    }
+
+    /// Marks every offering the fleet found without capacity unavailable.
+    fn mark_unavailable(&self, result: &FleetResult, plan: &Plan) {
+        let zone_of_subnet: HashMap<&str, &str> = plan
+            .options
+            .iter()
+            .map(|o| (o.subnet_id.as_str(), o.zone.as_str()))
+            .collect();
+        for failure in &result.errors {
+            if !failure.error.is_insufficient_capacity() {
+                continue;
+            }
+            let zone = failure
+                .subnet_id
+                .as_deref()
+                .and_then(|s| zone_of_subnet.get(s));
+            if let (Some(instance_type), Some(zone)) = (&failure.instance_type, zone) {
+                tracing::info!(
+                    instance_type = %instance_type,
+                    zone = %zone,
+                    capacity_type = plan.capacity_type.as_str(),
+                    code = failure.error.code(),
+                    "offering out of capacity; marked unavailable"
+                );
+                self.instance_types.mark_unavailable(
+                    instance_type,
+                    zone,
+                    plan.capacity_type.as_str(),
+                );
+            }
+        }
+    }
+
+    /// The live (not shutting down, not terminated) instance launched for a NodeClaim.
+    async fn launched_for(&self, node_claim: &str) -> Result<Option<Instance>, InstanceError> {
+        let mut live: Vec<Instance> = self
+            .tagged_for(node_claim)
+            .await?
+            .into_iter()
+            .filter(|i| !i.state.is_terminating())
+            .collect();
+        live.sort_by(|a, b| a.id.cmp(&b.id));
+        Ok(live.into_iter().next())
+    }
+
+    /// Every instance of this cluster tagged with the NodeClaim's name.
+    async fn tagged_for(&self, node_claim: &str) -> Result<Vec<Instance>, AwsError> {
+        self.ec2
+            .describe_instances(&ResourceQuery::tags(vec![
+                TagFilter::equals(tags::TAG_NODECLAIM, node_claim),
+                tags::cluster_filter(&self.cluster.name),
+            ]))
+            .await
+    }
+
+    /// The NodeClaim as Create answers it: the labels the launch resolved (every single
+    /// value of the type's requirements, then instance type, zone, zone ID, capacity type),
+    /// the provider ID, the image, capacity and allocatable, the state.
+    fn hydrate(
+        &self,
+        node_claim: &v1::NodeClaim,
+        launched: &Launched,
+        instance_type: Option<&v1::InstanceType>,
+    ) -> v1::NodeClaim {
+        let mut labels: HashMap<String, String> = HashMap::new();
+        let mut capacity = HashMap::new();
+        let mut allocatable = HashMap::new();
+        if let Some(instance_type) = instance_type {
+            for requirement in &instance_type.requirements {
+                if requirement.operator == v1::Operator::In as i32
+                    && let [value] = requirement.values.as_slice()
+                {
+                    labels.insert(requirement.key.clone(), value.clone());
+                }
+            }
+            capacity = instance_type
+                .capacity
+                .iter()
+                .filter(|(_, q)| {
+                    core_domain::quantity::Quantity::parse(q).is_ok_and(|q| !q.is_zero())
+                })
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            if let Ok(domain) = fleet::instance_type(instance_type) {
+                allocatable = domain
+                    .allocatable()
+                    .to_quantities()
+                    .into_iter()
+                    .map(|(name, quantity)| (name.as_str().to_owned(), quantity.to_string()))
+                    .collect();
+            }
+            if launched.zone_id.is_none() {
+                // The offering's zone ID, when the catalogue knows it.
+                let from_offering = instance_type
+                    .offerings
+                    .iter()
+                    .filter(|o| o.zone == launched.zone)
+                    .flat_map(|o| &o.requirements)
+                    .find(|r| r.key == LABEL_TOPOLOGY_ZONE_ID)
+                    .and_then(|r| r.values.first());
+                if let Some(zone_id) = from_offering {
+                    labels.insert(LABEL_TOPOLOGY_ZONE_ID.to_owned(), zone_id.clone());
+                }
+            }
+        }
+        labels.insert(
+            LABEL_INSTANCE_TYPE.to_owned(),
+            launched.instance_type.clone(),
+        );
+        labels.insert(LABEL_TOPOLOGY_ZONE.to_owned(), launched.zone.clone());
+        if let Some(zone_id) = &launched.zone_id {
+            labels.insert(LABEL_TOPOLOGY_ZONE_ID.to_owned(), zone_id.clone());
+        }
+        labels.insert(
+            LABEL_CAPACITY_TYPE.to_owned(),
+            launched.capacity_type.as_str().to_owned(),
+        );
+        v1::NodeClaim {
+            name: node_claim.name.clone(),
+            uid: node_claim.uid.clone(),
+            labels,
+            annotations: HashMap::new(),
+            creation_timestamp: Some(
+                launched
+                    .launch_time
+                    .map_or_else(|| timestamp(self.clock.utc_now()), seconds_timestamp),
+            ),
+            deletion_timestamp: launched
+                .state
+                .is_terminating()
+                .then(|| timestamp(self.clock.utc_now())),
+            spec: node_claim.spec.clone(),
+            status: Some(v1::NodeClaimStatus {
+                provider_id: provider_id(&launched.zone, &launched.id),
+                image_id: launched.image_id.clone().unwrap_or_default(),
+                capacity,
+                allocatable,
+                instance_state: instance_state(&launched.state) as i32,
+            }),
+        }
+    }
+
+    /// Terminates the instance behind `provider_id`, or when it is empty every live instance
+    /// tagged for `node_claim_name`. GONE once nothing is left; TERMINATING while an instance
+    /// still shuts down. An instance without this cluster's tag is never terminated.
+    pub async fn delete(
+        &self,
+        provider_id: &str,
+        node_claim_name: &str,
+    ) -> Result<v1::DeletionState, InstanceError> {
+        let found = if !provider_id.is_empty() {
+            let (_, id) = parse_provider_id(provider_id)?;
+            match self.ec2.describe_instances(&ResourceQuery::ids([id])).await {
+                Ok(found) => found,
+                Err(e) if e.is_not_found() => Vec::new(),
+                Err(e) => return Err(e.into()),
+            }
+        } else if !node_claim_name.is_empty() {
+            self.tagged_for(node_claim_name).await?
+        } else {
+            return Err(InstanceError::invalid(
+                "provider_id",
+                "empty, and so is node_claim_name: nothing says which instance to terminate",
+            ));
+        };
+        let live: Vec<&Instance> = found
+            .iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .collect();
+        if live.is_empty() {
+            return Ok(v1::DeletionState::Gone);
+        }
+        if let Some(foreign) = live
+            .iter()
+            .find(|i| !tags::belongs_to(&i.tags, &self.cluster.name))
+        {
+            return Err(InstanceError::NotManaged(format!(
+                "instance {} has no tag {}={}: it is not this cluster's, so it is not terminated",
+                foreign.id,
+                tags::TAG_EKS_CLUSTER_NAME,
+                self.cluster.name
+            )));
+        }
+        // Instances already shutting down need no second call (upstream saves the API calls).
+        let running: Vec<String> = live
+            .iter()
+            .filter(|i| i.state != InstanceState::ShuttingDown)
+            .map(|i| i.id.clone())
+            .collect();
+        if !running.is_empty() {
+            match self.ec2.terminate_instances(&running).await {
+                Ok(_) => tracing::info!(instances = ?running, "terminating"),
+                // Gone between the describe and the terminate.
+                Err(e) if e.is_not_found() => return Ok(v1::DeletionState::Gone),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(v1::DeletionState::Terminating)
+    }
+
+    /// The instance behind `provider_id` as a NodeClaim; `None` when it is gone or
+    /// terminated. Shutting-down instances carry a deletion timestamp.
+    pub async fn get(&self, provider_id: &str) -> Result<Option<v1::NodeClaim>, InstanceError> {
+        Ok(self
+            .instance(provider_id)
+            .await?
+            .map(|i| self.node_claim_of(&i)))
+    }
+
+    /// One page of this cluster's instances (launched for a NodePool, not terminated), by
+    /// instance ID; the token is the last ID of the previous page, empty when there is no
+    /// more. `page_size` 0 means [`DEFAULT_PAGE_SIZE`].
+    pub async fn list(
+        &self,
+        page_size: i32,
+        page_token: &str,
+    ) -> Result<(Vec<v1::NodeClaim>, String), InstanceError> {
+        let size = match usize::try_from(page_size) {
+            Ok(0) => DEFAULT_PAGE_SIZE,
+            Ok(n) => n,
+            Err(_) => {
+                return Err(InstanceError::invalid(
+                    "page_size",
+                    format!("{page_size} is negative"),
+                ));
+            }
+        };
+        if !page_token.is_empty() && !is_instance_id(page_token) {
+            return Err(InstanceError::invalid(
+                "page_token",
+                format!("{page_token:?} is not a token this plugin issued"),
+            ));
+        }
+        let mut instances: Vec<Instance> = self
+            .ec2
+            .describe_instances(&ResourceQuery::tags(vec![
+                tags::cluster_filter(&self.cluster.name),
+                TagFilter::exists(tags::TAG_NODEPOOL),
+            ]))
+            .await?
+            .into_iter()
+            .filter(|i| i.state != InstanceState::Terminated)
+            .collect();
+        instances.sort_by(|a, b| a.id.cmp(&b.id));
+        // Instances come and go between pages; continuing after the last ID seen skips
+        // none that stayed.
+        let start = instances.partition_point(|i| i.id.as_str() <= page_token);
+        let page: Vec<&Instance> = instances[start..].iter().take(size).collect();
+        let next = if start + page.len() < instances.len() {
+            page.last().map(|i| i.id.clone()).unwrap_or_default()
+        } else {
+            String::new()
+        };
+        Ok((
+            page.into_iter().map(|i| self.node_claim_of(i)).collect(),
+            next,
+        ))
+    }
+
+    /// The EC2 instance behind a provider ID; `None` when it is gone or terminated.
+    pub async fn instance(&self, provider_id: &str) -> Result<Option<Instance>, InstanceError> {
+        let (_, id) = parse_provider_id(provider_id)?;
+        let found = match self.ec2.describe_instances(&ResourceQuery::ids([id])).await {
+            Ok(found) => found,
+            Err(e) if e.is_not_found() => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(found
+            .into_iter()
+            .find(|i| i.state != InstanceState::Terminated))
+    }
+
+    /// An instance as Get and List describe it: the NodeClaim it was launched for, its
+    /// provider ID, instance type, zone, capacity type and NodePool labels, launch time and
+    /// state.
+    fn node_claim_of(&self, instance: &Instance) -> v1::NodeClaim {
+        let zone = instance.zone.clone().unwrap_or_default();
+        let mut labels = HashMap::from([
+            (
+                LABEL_INSTANCE_TYPE.to_owned(),
+                instance.instance_type.clone(),
+            ),
+            (LABEL_TOPOLOGY_ZONE.to_owned(), zone.clone()),
+            (
+                LABEL_CAPACITY_TYPE.to_owned(),
+                instance.capacity_type.as_str().to_owned(),
+            ),
+        ]);
+        if let Some(node_pool) = instance.tag(tags::TAG_NODEPOOL) {
+            labels.insert(LABEL_NODEPOOL.to_owned(), node_pool.to_owned());
+        }
+        v1::NodeClaim {
+            name: instance
+                .tag(tags::TAG_NODECLAIM)
+                .unwrap_or_default()
+                .to_owned(),
+            labels,
+            creation_timestamp: instance.launch_time.map(seconds_timestamp),
+            deletion_timestamp: instance
+                .state
+                .is_terminating()
+                .then(|| timestamp(self.clock.utc_now())),
+            status: Some(v1::NodeClaimStatus {
+                provider_id: provider_id(&zone, &instance.id),
+                image_id: instance.image_id.clone().unwrap_or_default(),
+                instance_state: instance_state(&instance.state) as i32,
+                ..v1::NodeClaimStatus::default()
+            }),
+            ..v1::NodeClaim::default()
+        }
+    }
+}
+
+/// The zone ID of a subnet the node class selects.
+fn zone_id_of(resolved: &ResolvedNodeClass, subnet_id: Option<&str>) -> Option<String> {
+    let subnet_id = subnet_id?;
+    resolved
+        .subnets
+        .iter()
+        .find(|s| s.id == subnet_id)
+        .and_then(|s| s.zone_id.clone())
+}
+
+/// The error of a fleet that launched nothing: insufficient capacity when every override
+/// failed for capacity (upstream's rule), otherwise the first other AWS error with every
+/// distinct failure in the message.
+fn fleet_failure(result: &FleetResult) -> InstanceError {
+    let distinct: BTreeSet<String> = result
+        .errors
+        .iter()
+        .map(|e| format!("{}: {}", e.error.code(), e.error.message()))
+        .collect();
+    let summary = distinct.into_iter().collect::<Vec<_>>().join("; ");
+    match result
+        .errors
+        .iter()
+        .find(|e| !e.error.is_insufficient_capacity())
+    {
+        None if !result.errors.is_empty() => InstanceError::InsufficientCapacity(format!(
+            "CreateFleet launched none of the {} offerings tried: {summary}",
+            result.errors.len()
+        )),
+        None => InstanceError::Aws(AwsError::from_code(
+            "NoInstanceLaunched",
+            "CreateFleet launched no instance and reported no error",
+        )),
+        Some(first) => InstanceError::Aws(AwsError::from_code(
+            first.error.code(),
+            format!("CreateFleet launched nothing: {summary}"),
+        )),
+    }
+}
+
+fn instance_state(state: &InstanceState) -> v1::InstanceState {
+    match state {
+        InstanceState::Pending => v1::InstanceState::Pending,
+        InstanceState::Running => v1::InstanceState::Running,
+        InstanceState::Stopping => v1::InstanceState::Stopping,
+        InstanceState::Stopped => v1::InstanceState::Stopped,
+        InstanceState::ShuttingDown | InstanceState::Terminated => v1::InstanceState::Terminating,
+        InstanceState::Other(_) => v1::InstanceState::Unspecified,
+    }
+}
+
+fn timestamp(time: SystemTime) -> prost_types::Timestamp {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    prost_types::Timestamp {
+        seconds: i64::try_from(since.as_secs()).unwrap_or(i64::MAX),
+        nanos: i32::try_from(since.subsec_nanos()).unwrap_or(0),
+    }
+}
+
+fn seconds_timestamp(seconds: i64) -> prost_types::Timestamp {
+    prost_types::Timestamp { seconds, nanos: 0 }
+}
+
+#[cfg(test)]
+mod tests;

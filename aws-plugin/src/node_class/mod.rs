@@ -1,0 +1,735 @@
+//! EC2NodeClass resolution: what a node class selects right now (images, subnets, security
+//! groups, instance profile), its readiness, and its static hash. ResolveNodeClass publishes
+//! it; Create launches from it; IsDrifted compares instances against it. All three use the
+//! same resolution (cached briefly), so an instance launched from a newly published image is
+//! never reported drifted by a stale view.
+
+pub mod amis;
+pub mod hash;
+pub mod instance_profile;
+pub mod parse;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crate::apis::EC2NodeClass;
+use crate::apis::ec2nodeclass::AMIFamily;
+use crate::apis::status::{
+    CONDITION_AMIS_READY, CONDITION_INSTANCE_PROFILE_READY, CONDITION_SECURITY_GROUPS_READY,
+    CONDITION_SUBNETS_READY, CONDITION_VALIDATION_SUCCEEDED,
+};
+use crate::aws_error::AwsError;
+use crate::ec2::{Ec2, ResourceQuery, SecurityGroupQuery};
+use crate::iam::Iam;
+use crate::instance_type_provider::Clock;
+use crate::ssm::Ssm;
+
+pub use amis::ResolvedImage;
+pub use parse::{InvalidNodeClass, parse_node_class};
+
+/// How long a resolution is reused. Short: a newly published image or a retagged subnet shows
+/// within a minute, while a burst of Creates and IsDrifted calls (one per NodeClaim) costs
+/// one round of EC2 calls.
+pub const DEFAULT_CACHE_TTL: Duration = Duration::from_secs(60);
+
+/// When core should resolve again even if the node class does not change (to pick up
+/// new images): upstream's node class controller period.
+pub const RESOLVE_AGAIN_AFTER: Duration = Duration::from_secs(5 * 60);
+
+/// What the plugin knows about its cluster, for the names and tags of what it creates.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ClusterIdentity {
+    /// The cluster's name (`--cluster-name`).
+    pub name: String,
+    /// The region.
+    pub region: String,
+    /// The cluster's Kubernetes version (`1.33`), needed to resolve image aliases.
+    pub kubernetes_version: Option<String>,
+}
+
+/// A subnet a node class selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSubnet {
+    /// `subnet-...`.
+    pub id: String,
+    /// `us-east-1a`.
+    pub zone: String,
+    /// `use1-az1`, when EC2 says.
+    pub zone_id: Option<String>,
+    /// Free IPv4 addresses when resolved.
+    pub available_ips: i64,
+}
+
+/// A security group a node class selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedSecurityGroup {
+    /// `sg-...`.
+    pub id: String,
+    /// The group's name.
+    pub name: String,
+}
+
+/// One readiness condition of the node class.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Readiness {
+    /// `AMIsReady`, `SubnetsReady`, ...
+    pub type_: &'static str,
+    /// Whether it holds.
+    pub ready: bool,
+    /// UpperCamelCase reason when not ready.
+    pub reason: String,
+    /// For people, when not ready.
+    pub message: String,
+}
+
+/// A node class and what it resolves to now.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ResolvedNodeClass {
+    /// The node class as parsed (spec defaulted).
+    pub node_class: EC2NodeClass,
+    /// The AMI family in effect (bootstrap format); `Custom` when none is named.
+    pub family: AMIFamily,
+    /// Every image selected, newest first.
+    pub images: Vec<ResolvedImage>,
+    /// The subnets selected, most free addresses first.
+    pub subnets: Vec<ResolvedSubnet>,
+    /// The security groups selected, by id.
+    pub security_groups: Vec<ResolvedSecurityGroup>,
+    /// The instance profile nodes run with, when it exists.
+    pub instance_profile: Option<String>,
+    /// AMIsReady, SubnetsReady, SecurityGroupsReady, InstanceProfileReady,
+    /// ValidationSucceeded.
+    pub conditions: Vec<Readiness>,
+    /// The static hash ([`hash::static_hash`]).
+    pub static_hash: String,
+}
+
+impl ResolvedNodeClass {
+    /// The node class's name.
+    pub fn name(&self) -> &str {
+        parse::name_of(&self.node_class)
+    }
+
+    /// Whether nodes can be launched from it.
+    pub fn is_ready(&self) -> bool {
+        self.conditions.iter().all(|c| c.ready)
+    }
+
+    /// Why it is not ready (every failing condition), or `None`.
+    pub fn not_ready_message(&self) -> Option<String> {
+        let failing: Vec<String> = self
+            .conditions
+            .iter()
+            .filter(|c| !c.ready)
+            .map(|c| format!("{}: {}", c.type_, c.message))
+            .collect();
+        (!failing.is_empty()).then(|| {
+            format!(
+                "EC2NodeClass {} is not ready: {}",
+                self.name(),
+                failing.join("; ")
+            )
+        })
+    }
+
+    /// The image launches use for `architecture` (Kubernetes spelling).
+    pub fn image_for(&self, architecture: &str) -> Option<&ResolvedImage> {
+        amis::newest_for(&self.images, architecture)
+    }
+
+    /// The subnet launches use in each zone: the one with the most free addresses, as
+    /// upstream.
+    pub fn subnet_per_zone(&self) -> BTreeMap<&str, &ResolvedSubnet> {
+        let mut per_zone: BTreeMap<&str, &ResolvedSubnet> = BTreeMap::new();
+        for subnet in &self.subnets {
+            per_zone.entry(subnet.zone.as_str()).or_insert(subnet);
+        }
+        per_zone
+    }
+
+    /// The `status` fields to publish (all but conditions), as upstream's EC2NodeClass
+    /// status: `amis` (with the architecture requirement), `subnets`, `securityGroups`,
+    /// `instanceProfile`.
+    pub fn status_json(&self) -> serde_json::Value {
+        let amis: Vec<serde_json::Value> = self
+            .images
+            .iter()
+            .map(|image| {
+                let mut ami = serde_json::json!({
+                    "id": image.id,
+                    "name": image.name,
+                    "requirements": [{
+                        "key": "kubernetes.io/arch",
+                        "operator": "In",
+                        "values": [image.architecture],
+                    }],
+                });
+                if image.deprecated {
+                    ami["deprecated"] = true.into();
+                }
+                ami
+            })
+            .collect();
+        let subnets: Vec<serde_json::Value> = self
+            .subnets
+            .iter()
+            .map(|s| {
+                let mut subnet = serde_json::json!({"id": s.id, "zone": s.zone});
+                if let Some(zone_id) = &s.zone_id {
+                    subnet["zoneID"] = zone_id.clone().into();
+                }
+                subnet
+            })
+            .collect();
+        let security_groups: Vec<serde_json::Value> = self
+            .security_groups
+            .iter()
+            .map(|g| serde_json::json!({"id": g.id, "name": g.name}))
+            .collect();
+        let mut status = serde_json::json!({
+            "amis": amis,
+            "subnets": subnets,
+            "securityGroups": security_groups,
+        });
+        if let Some(profile) = &self.instance_profile {
+            status["instanceProfile"] = profile.clone().into();
+        }
+        status
+    }
+}
+
+/// Why a node class could not be resolved at all (not-ready is not an error: it is a
+/// resolution with a failing condition).
+#[derive(Debug, thiserror::Error)]
+pub enum ResolveError {
+    /// The node class JSON cannot be read.
+    #[error(transparent)]
+    Invalid(#[from] InvalidNodeClass),
+    /// AWS throttled or could not be reached: try again later, keep the last status.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+/// Resolutions by node class name and spec text, with when each was made.
+type Cache = HashMap<(String, String), (Instant, Arc<ResolvedNodeClass>)>;
+
+/// Resolves node classes against EC2, IAM and SSM, with a short cache.
+#[derive(Debug)]
+pub struct NodeClassResolver {
+    ec2: Arc<dyn Ec2>,
+    iam: Arc<dyn Iam>,
+    ssm: Arc<dyn Ssm>,
+    cluster: ClusterIdentity,
+    clock: Arc<dyn Clock>,
+    ttl: Duration,
+    /// Keyed by the node class's name and the text of its spec: any change of either
+    /// resolves afresh.
+    cache: Mutex<Cache>,
+}
+
+impl NodeClassResolver {
+    /// A resolver for `cluster`, caching for [`DEFAULT_CACHE_TTL`].
+    pub fn new(
+        ec2: Arc<dyn Ec2>,
+        iam: Arc<dyn Iam>,
+        ssm: Arc<dyn Ssm>,
+        cluster: ClusterIdentity,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
+        Self {
+            ec2,
+            iam,
+            ssm,
+            cluster,
+            clock,
+            ttl: DEFAULT_CACHE_TTL,
+            cache: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The same resolver reusing results for `ttl` (zero: never reuse).
+    pub fn with_cache_ttl(mut self, ttl: Duration) -> Self {
+        self.ttl = ttl;
+        self
+    }
+
+    /// The cluster this resolver works for.
+    pub fn cluster(&self) -> &ClusterIdentity {
+        &self.cluster
+    }
+
+    fn cache(&self) -> MutexGuard<'_, Cache> {
+        // The map holds finished results only; a panic elsewhere cannot leave one half
+        // written, so a poisoned lock is still consistent.
+        self.cache
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Resolves the node class JSON core sent.
+    pub async fn resolve(
+        &self,
+        node_class: &serde_json::Value,
+    ) -> Result<Arc<ResolvedNodeClass>, ResolveError> {
+        let parsed = parse_node_class(node_class)?;
+        let key = (
+            parse::name_of(&parsed).to_owned(),
+            serde_json::to_string(&parsed.spec).unwrap_or_default(),
+        );
+        let now = self.clock.now();
+        if let Some((at, resolved)) = self.cache().get(&key)
+            && now.saturating_duration_since(*at) < self.ttl
+        {
+            return Ok(Arc::clone(resolved));
+        }
+        let resolved = Arc::new(self.resolve_uncached(parsed).await?);
+        let mut cache = self.cache();
+        cache.retain(|_, (at, _)| now.saturating_duration_since(*at) < self.ttl);
+        cache.insert(key, (now, Arc::clone(&resolved)));
+        Ok(resolved)
+    }
+
+    async fn resolve_uncached(
+        &self,
+        node_class: EC2NodeClass,
+    ) -> Result<ResolvedNodeClass, ResolveError> {
+        let spec = &node_class.spec;
+        let now = iso8601(self.clock.utc_now());
+        let images = amis::resolve_images(
+            self.ec2.as_ref(),
+            self.ssm.as_ref(),
+            &spec.ami_selector_terms,
+            self.cluster.kubernetes_version.as_deref(),
+            &now,
+        )
+        .await?;
+        let (subnets, subnet_problems) = self.subnets(&node_class).await?;
+        let (security_groups, group_problems) = self.security_groups(&node_class).await?;
+        let profile =
+            instance_profile::resolve(self.iam.as_ref(), &self.cluster, &node_class).await?;
+
+        let mut conditions = vec![
+            readiness(
+                CONDITION_AMIS_READY,
+                "AMINotFound",
+                !images.images.is_empty(),
+                images.problems.join("; "),
+            ),
+            readiness(
+                CONDITION_SUBNETS_READY,
+                "SubnetsNotFound",
+                !subnets.is_empty(),
+                if subnet_problems.is_empty() {
+                    "no subnet matches subnetSelectorTerms".to_owned()
+                } else {
+                    subnet_problems.join("; ")
+                },
+            ),
+            readiness(
+                CONDITION_SECURITY_GROUPS_READY,
+                "SecurityGroupsNotFound",
+                !security_groups.is_empty(),
+                if group_problems.is_empty() {
+                    "no security group matches securityGroupSelectorTerms".to_owned()
+                } else {
+                    group_problems.join("; ")
+                },
+            ),
+        ];
+        let (instance_profile, profile_problem) = match profile {
+            Ok(name) => (Some(name), String::new()),
+            Err(problem) => (None, problem),
+        };
+        conditions.push(readiness(
+            CONDITION_INSTANCE_PROFILE_READY,
+            "InstanceProfileNotFound",
+            instance_profile.is_some(),
+            profile_problem,
+        ));
+        // The object parsed and passed the CRD's rules (parse_node_class refuses otherwise);
+        // the condition exists so tools that read upstream's status find it.
+        conditions.push(readiness(
+            CONDITION_VALIDATION_SUCCEEDED,
+            "ValidationFailed",
+            true,
+            String::new(),
+        ));
+        Ok(ResolvedNodeClass {
+            family: node_class.ami_family().unwrap_or(AMIFamily::Custom),
+            static_hash: hash::static_hash(&node_class),
+            images: images.images,
+            subnets,
+            security_groups,
+            instance_profile,
+            conditions,
+            node_class,
+        })
+    }
+
+    async fn subnets(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<(Vec<ResolvedSubnet>, Vec<String>), AwsError> {
+        let mut found: BTreeMap<String, ResolvedSubnet> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (i, term) in node_class.spec.subnet_selector_terms.iter().enumerate() {
+            let query = ResourceQuery {
+                ids: term.id.iter().cloned().collect(),
+                tags: term
+                    .tags
+                    .as_ref()
+                    .map(amis::tag_filters)
+                    .unwrap_or_default(),
+            };
+            match self.ec2.describe_subnets(&query).await {
+                Ok(subnets) => {
+                    for s in subnets {
+                        found.entry(s.id.clone()).or_insert(ResolvedSubnet {
+                            id: s.id,
+                            zone: s.zone,
+                            zone_id: s.zone_id,
+                            available_ips: s.available_ip_address_count,
+                        });
+                    }
+                }
+                Err(e) if amis::retryable(&e) => return Err(e),
+                Err(e) => problems.push(format!("subnetSelectorTerms[{i}]: {e}")),
+            }
+        }
+        let mut subnets: Vec<ResolvedSubnet> = found.into_values().collect();
+        subnets.sort_by(|a, b| {
+            b.available_ips
+                .cmp(&a.available_ips)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        Ok((subnets, problems))
+    }
+
+    async fn security_groups(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<(Vec<ResolvedSecurityGroup>, Vec<String>), AwsError> {
+        let mut found: BTreeMap<String, ResolvedSecurityGroup> = BTreeMap::new();
+        let mut problems = Vec::new();
+        for (i, term) in node_class
+            .spec
+            .security_group_selector_terms
+            .iter()
+            .enumerate()
+        {
+            let query = SecurityGroupQuery {
+                ids: term.id.iter().cloned().collect(),
+                names: term.name.iter().cloned().collect(),
+                tags: term
+                    .tags
+                    .as_ref()
+                    .map(amis::tag_filters)
+                    .unwrap_or_default(),
+            };
+            match self.ec2.describe_security_groups(&query).await {
+                Ok(groups) => {
+                    for g in groups {
+                        found.entry(g.id.clone()).or_insert(ResolvedSecurityGroup {
+                            id: g.id,
+                            name: g.name,
+                        });
+                    }
+                }
+                Err(e) if amis::retryable(&e) => return Err(e),
+                Err(e) => problems.push(format!("securityGroupSelectorTerms[{i}]: {e}")),
+            }
+        }
+        Ok((found.into_values().collect(), problems))
+    }
+}
+
+fn readiness(type_: &'static str, reason: &str, ready: bool, message: String) -> Readiness {
+    Readiness {
+        type_,
+        ready,
+        reason: if ready {
+            String::new()
+        } else {
+            reason.to_owned()
+        },
+        message: if ready { String::new() } else { message },
+    }
+}
+
+/// `time` as ISO 8601 UTC with milliseconds, the form EC2 dates come in (so strings
+/// compare in time order).
+pub fn iso8601(time: std::time::SystemTime) -> String {
+    let secs = time
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let days = secs / 86_400;
+    let rem = secs % 86_400;
+    // Civil-from-days (Howard Hinnant's algorithm), valid for every date after 1970.
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// A cluster's worth of in-memory AWS for tests: two zones with discovery-tagged subnets, a
+/// security group, the node role and AL2023 images for both architectures.
+#[cfg(test)]
+pub(crate) mod fixture {
+    use std::sync::{Arc, Mutex};
+    use std::time::{Duration, Instant, SystemTime};
+
+    use serde_json::json;
+
+    use super::{ClusterIdentity, NodeClassResolver};
+    use crate::apis::ec2nodeclass::AMIFamily;
+    use crate::ec2::Tag;
+    use crate::instance_type_provider::Clock;
+    use crate::memory_cloud::MemoryCloud;
+
+    /// The Kubernetes version the fixture's images are published for.
+    pub(crate) const K8S: &str = "1.33";
+
+    /// A clock the test moves.
+    #[derive(Debug)]
+    pub(crate) struct TestClock(Mutex<Instant>);
+
+    impl TestClock {
+        pub(crate) fn advance(&self, by: Duration) {
+            *self.0.lock().unwrap() += by;
+        }
+    }
+
+    impl Clock for TestClock {
+        fn now(&self) -> Instant {
+            *self.0.lock().unwrap()
+        }
+
+        fn utc_now(&self) -> SystemTime {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000)
+        }
+    }
+
+    /// The fixture.
+    #[derive(Debug)]
+    pub(crate) struct Fixture {
+        pub(crate) cloud: MemoryCloud,
+        pub(crate) clock: Arc<TestClock>,
+        pub(crate) cluster: ClusterIdentity,
+    }
+
+    pub(crate) fn discovery() -> Vec<Tag> {
+        vec![Tag::new("karpenter.sh/discovery", "demo")]
+    }
+
+    impl Fixture {
+        pub(crate) fn new() -> Self {
+            let cloud = MemoryCloud::new("us-east-1").unwrap();
+            cloud.ec2.add_subnet("us-east-1a", discovery());
+            cloud.ec2.add_subnet("us-east-1b", discovery());
+            cloud.ec2.add_security_group("nodes", discovery());
+            cloud.iam.add_role("KarpenterNodeRole");
+            for arch in ["x86_64", "arm64"] {
+                cloud
+                    .publish_alias_image(AMIFamily::Al2023, K8S, arch, &format!("al2023-{arch}-v1"))
+                    .unwrap();
+            }
+            Self {
+                cloud,
+                clock: Arc::new(TestClock(Mutex::new(Instant::now()))),
+                cluster: ClusterIdentity {
+                    name: "demo".to_owned(),
+                    region: "us-east-1".to_owned(),
+                    kubernetes_version: Some(K8S.to_owned()),
+                },
+            }
+        }
+
+        pub(crate) fn resolver(&self) -> NodeClassResolver {
+            let clients = self.cloud.clients();
+            NodeClassResolver::new(
+                clients.ec2,
+                clients.iam,
+                clients.ssm,
+                self.cluster.clone(),
+                Arc::clone(&self.clock) as _,
+            )
+        }
+    }
+
+    /// The `default` EC2NodeClass selecting everything the fixture made.
+    pub(crate) fn node_class() -> serde_json::Value {
+        json!({
+            "apiVersion": "karpenter.k8s.aws/v1",
+            "kind": "EC2NodeClass",
+            "metadata": {"name": "default"},
+            "spec": {
+                "role": "KarpenterNodeRole",
+                "amiSelectorTerms": [{"alias": "al2023@latest"}],
+                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use serde_json::json;
+
+    use super::fixture::{Fixture, K8S, node_class};
+    use super::*;
+
+    #[tokio::test]
+    async fn a_node_class_resolves_to_the_newest_images_subnets_groups_and_a_profile() {
+        let f = Fixture::new();
+        let resolved = f.resolver().resolve(&node_class()).await.unwrap();
+        assert!(resolved.is_ready(), "{:?}", resolved.not_ready_message());
+        assert_eq!(resolved.family, AMIFamily::Al2023);
+        assert_eq!(
+            resolved.image_for("amd64").unwrap().name,
+            "al2023-x86_64-v1"
+        );
+        assert_eq!(resolved.image_for("arm64").unwrap().name, "al2023-arm64-v1");
+        assert_eq!(resolved.subnets.len(), 2);
+        assert_eq!(resolved.subnet_per_zone().len(), 2);
+        assert_eq!(resolved.security_groups.len(), 1);
+        let profile = resolved.instance_profile.clone().unwrap();
+        assert!(profile.starts_with("demo_"), "{profile}");
+        let stored = f
+            .cloud
+            .iam
+            .get_instance_profile(&profile)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.roles, ["KarpenterNodeRole"]);
+
+        let status = resolved.status_json();
+        assert_eq!(status["amis"].as_array().unwrap().len(), 2);
+        assert_eq!(
+            status["amis"][0]["requirements"][0]["key"],
+            "kubernetes.io/arch"
+        );
+        assert_eq!(status["instanceProfile"], profile.as_str());
+        // The status is what the CRD's status type reads.
+        let parsed: crate::apis::status::EC2NodeClassStatus =
+            serde_json::from_value(status).unwrap();
+        assert_eq!(parsed.security_groups[0].name, "nodes");
+    }
+
+    #[tokio::test]
+    async fn a_newly_published_image_is_picked_up_once_the_cache_expires() {
+        let f = Fixture::new();
+        let resolver = f.resolver();
+        resolver.resolve(&node_class()).await.unwrap();
+        f.clock.advance(Duration::from_secs(1));
+        f.cloud
+            .publish_alias_image(AMIFamily::Al2023, K8S, "x86_64", "al2023-x86_64-v2")
+            .unwrap();
+        let cached = resolver.resolve(&node_class()).await.unwrap();
+        assert_eq!(cached.image_for("amd64").unwrap().name, "al2023-x86_64-v1");
+        f.clock.advance(DEFAULT_CACHE_TTL);
+        let fresh = resolver.resolve(&node_class()).await.unwrap();
+        assert_eq!(fresh.image_for("amd64").unwrap().name, "al2023-x86_64-v2");
+        assert_eq!(fresh.image_for("arm64").unwrap().name, "al2023-arm64-v1");
+        assert_eq!(
+            fresh.static_hash, cached.static_hash,
+            "a new image is not a static change"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_name_pattern_selects_the_newest_match_per_architecture() {
+        let f = Fixture::new();
+        f.cloud
+            .ec2
+            .add_image("team-node-1", "x86_64", "2026-01-01T00:00:00.000Z", vec![]);
+        f.cloud
+            .ec2
+            .add_image("team-node-3", "x86_64", "2026-03-01T00:00:00.000Z", vec![]);
+        f.cloud
+            .ec2
+            .add_image("team-node-2", "x86_64", "2026-02-01T00:00:00.000Z", vec![]);
+        let mut class = node_class();
+        class["spec"]["amiSelectorTerms"] = json!([{"name": "team-node-*", "owner": "self"}]);
+        class["spec"]["amiFamily"] = json!("AL2023");
+        let resolved = f.resolver().resolve(&class).await.unwrap();
+        assert_eq!(resolved.images.len(), 3);
+        assert_eq!(resolved.image_for("amd64").unwrap().name, "team-node-3");
+        assert!(resolved.image_for("arm64").is_none());
+    }
+
+    #[tokio::test]
+    async fn what_selects_nothing_makes_the_node_class_not_ready_saying_why() {
+        let f = Fixture::new();
+        let mut class = node_class();
+        class["spec"]["subnetSelectorTerms"] =
+            json!([{"tags": {"karpenter.sh/discovery": "other"}}]);
+        class["spec"]["role"] = json!("NoSuchRole");
+        let resolved = f.resolver().resolve(&class).await.unwrap();
+        assert!(!resolved.is_ready());
+        let message = resolved.not_ready_message().unwrap();
+        assert!(
+            message.contains("SubnetsReady: no subnet matches"),
+            "{message}"
+        );
+        assert!(
+            message.contains("InstanceProfileReady: role NoSuchRole not found"),
+            "{message}"
+        );
+        assert!(!message.contains("AMIsReady"), "{message}");
+    }
+
+    #[tokio::test]
+    async fn an_alias_without_a_kubernetes_version_says_which_flag_is_missing() {
+        let mut f = Fixture::new();
+        f.cluster.kubernetes_version = None;
+        let resolved = f.resolver().resolve(&node_class()).await.unwrap();
+        let amis = resolved
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "AMIsReady")
+            .unwrap();
+        assert!(!amis.ready);
+        assert!(
+            amis.message.contains("--kubernetes-version"),
+            "{}",
+            amis.message
+        );
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_node_class_is_an_error_naming_the_field() {
+        let f = Fixture::new();
+        let mut class = node_class();
+        class["spec"]["metadataOptions"] = json!({"httpPutResponseHopLimit": "one"});
+        let err = f.resolver().resolve(&class).await.unwrap_err();
+        let ResolveError::Invalid(invalid) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(
+            invalid.field,
+            "spec.metadataOptions.httpPutResponseHopLimit"
+        );
+    }
+
+    #[test]
+    fn iso8601_is_the_form_ec2_dates_use() {
+        let t = std::time::UNIX_EPOCH + Duration::from_secs(1_700_000_000);
+        assert_eq!(iso8601(t), "2023-11-14T22:13:20.000Z");
+    }
+}

@@ -1,0 +1,78 @@
+//! [`Ssm`] on `aws-sdk-ssm`. Built from the plugin's `SdkConfig` (region, credentials, the
+//! `AWS_ENDPOINT_URL[_SSM]` override for emulators all come through `aws-config`). Errors are
+//! classified by SSM's code ([`AwsError::from_code`]).
+
+use aws_config::SdkConfig;
+use aws_sdk_ssm::Client;
+use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+
+use super::{AwsError, AwsFuture, Ssm};
+
+/// SSM through the AWS SDK.
+#[derive(Debug, Clone)]
+pub struct SdkSsm {
+    client: Client,
+}
+
+impl SdkSsm {
+    /// A client from the plugin's AWS configuration.
+    pub fn new(config: &SdkConfig) -> Self {
+        Self {
+            client: Client::new(config),
+        }
+    }
+
+    /// Wraps an existing client (tests build one with their own endpoint).
+    pub fn from_client(client: Client) -> Self {
+        Self { client }
+    }
+}
+
+/// Classifies an SDK error: SSM's answer by its code, anything else as transport.
+fn classify<E, R>(err: SdkError<E, R>) -> AwsError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    match &err {
+        SdkError::ServiceError(context) => {
+            let e = context.err();
+            AwsError::from_code(
+                e.code().unwrap_or("Unknown"),
+                e.message().unwrap_or_default(),
+            )
+        }
+        SdkError::TimeoutError(_) => {
+            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
+        }
+        SdkError::DispatchFailure(_) => {
+            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
+        }
+        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
+    }
+}
+
+impl Ssm for SdkSsm {
+    fn get_parameter<'a>(&'a self, name: &'a str) -> AwsFuture<'a, Option<String>> {
+        Box::pin(async move {
+            let answer = match self.client.get_parameter().name(name).send().await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    let err = classify(err);
+                    return if err.code() == "ParameterNotFound" {
+                        Ok(None)
+                    } else {
+                        Err(err)
+                    };
+                }
+            };
+            answer
+                .parameter()
+                .and_then(|p| p.value())
+                .map(|v| Some(v.to_owned()))
+                .ok_or_else(|| {
+                    AwsError::transport("response", "GetParameter answered without a value")
+                })
+        })
+    }
+}

@@ -1,0 +1,904 @@
+//! The `Drifted` condition of NodeClaims (upstream `nodeclaim/disruption/drift.go`,
+//! KARPENTER-REFERENCE §2.3–2.4).
+//!
+//! For each managed NodeClaim whose NodePool exists: a NodeClaim that is not `Launched=True`
+//! loses `Drifted`. Otherwise the first of these that finds drift decides:
+//!
+//! 1. static drift, `NodePoolDrifted`: the NodePool's and the NodeClaim's hash annotations
+//!    differ under equal hash versions (all four annotations present; see [`super::hash`]);
+//! 2. requirements drift, `RequirementsDrifted`: the NodeClaim's labels no longer satisfy the
+//!    NodePool's requirements (the domain's `Compatible`, upstream semantics);
+//! 3. `InstanceTypeNotFound`, for NodeClaims older than `instance_type_drift_min_age`, checked
+//!    at most every `instance_type_drift_period` per NodeClaim: its instance type is not in the
+//!    NodePool's catalogue, or none of the type's offerings matches its labels (a `reserved`
+//!    NodeClaim may also be matched by an on-demand offering, as upstream). The verdict of a
+//!    check stands until the next one; an empty catalogue or an error decides nothing;
+//! 4. the plugin's IsDrifted (`Unsupported`: no provider drift).
+//!
+//! Drift found sets `Drifted=True` with the reason and a message saying what differs (event
+//! `NodeClaimDrifted`); none found removes the condition (event `DriftCleared`). An answer
+//! that means "unknown" (the plugin unreachable, the instance or node class not found) leaves
+//! the condition as it is. Unlike upstream, whose message repeats the reason, the message
+//! names what differs.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use core_domain::instance_type::InstanceType;
+use core_domain::labels::{
+    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL,
+};
+use core_domain::requirements::{
+    CompatibilityError, NodeSelectorRequirement, Requirement, Requirements,
+};
+use jiff::Timestamp;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::nodeclaim::{CONDITION_DRIFTED, CONDITION_LAUNCHED};
+use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
+
+use super::hash::{CONFLICT_RETRY, HashAnnotationKeys, is_managed};
+use super::nodeclaim::{age, is_condition_true, launched_of, request_of};
+use super::nodeclass::PLUGIN_RETRY;
+use super::{Context, Controller, ControllerError, Requeue, Snapshot};
+use crate::cloudprovider::{CloudProvider, CloudProviderError, DriftReason};
+use crate::cluster::Cluster;
+use crate::events::{EventType, ObjectRef};
+
+/// The NodePool's template changed (static drift).
+pub const REASON_NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
+/// The NodeClaim's labels no longer satisfy the NodePool's requirements.
+pub const REASON_REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
+/// The NodeClaim's instance type, or any offering of it matching the NodeClaim, is gone.
+pub const REASON_INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+
+/// Event reason when a NodeClaim becomes drifted.
+pub const EVENT_DRIFTED: &str = "NodeClaimDrifted";
+/// Event reason when a NodeClaim stops being drifted.
+pub const EVENT_DRIFT_CLEARED: &str = "DriftCleared";
+
+fn drift(reason: &str, message: String) -> DriftReason {
+    DriftReason {
+        reason: reason.to_owned(),
+        message,
+    }
+}
+
+/// Static drift, then requirements drift, of a NodeClaim from its NodePool: the checks that
+/// need no plugin (upstream `areStaticFieldsDrifted`, `areRequirementsDrifted`).
+pub fn drift_of(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
+    static_drift(node_claim, node_pool).or_else(|| requirements_drift(node_claim, node_pool))
+}
+
+/// `NodePoolDrifted` when all four hash annotations are present, the versions are equal and
+/// the hashes differ. Missing annotations or different versions decide nothing: the hash
+/// controller re-stamps such NodeClaims instead.
+pub fn static_drift(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
+    let keys = HashAnnotationKeys::node_pool();
+    let (Some(pool_hash), Some(pool_version)) = keys.read(&node_pool.metadata) else {
+        return None;
+    };
+    let (Some(claim_hash), Some(claim_version)) = keys.read(&node_claim.metadata) else {
+        return None;
+    };
+    (pool_version == claim_version && pool_hash != claim_hash).then(|| {
+        drift(
+            REASON_NODEPOOL_DRIFTED,
+            format!(
+                "the template of NodePool {} changed: its hash is {pool_hash}, the NodeClaim's \
+                 is {claim_hash} (hash version {pool_version})",
+                name_of(&node_pool.metadata),
+            ),
+        )
+    })
+}
+
+/// `RequirementsDrifted` when the NodeClaim's labels are not compatible with the NodePool's
+/// requirements (upstream `NewLabelRequirements(labels).Compatible(nodePoolRequirements)`):
+/// each key the NodePool requires must be labelled unless it is only required absent, and the
+/// label's value must satisfy the requirement. Requirements the domain refuses decide nothing.
+pub fn requirements_drift(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
+    let requirements = node_pool_requirements(node_pool)?;
+    let labels = node_claim.metadata.labels.clone().unwrap_or_default();
+    let error = requirements.matches_labels(&labels).err()?;
+    let why = match error {
+        CompatibilityError::UndefinedLabel { key, .. } => {
+            let requirement = requirements
+                .get(&key)
+                .map_or_else(|| key.clone(), ToString::to_string);
+            format!("it has no label {key}, which the requirement {requirement} needs")
+        }
+        CompatibilityError::Conflicts(conflicts) => conflicts
+            .iter()
+            .map(|conflict| {
+                let value = labels.get(&conflict.key).map_or("", String::as_str);
+                format!(
+                    "its label {}={value} does not satisfy the requirement {}",
+                    conflict.key, conflict.incoming
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("; "),
+    };
+    Some(drift(
+        REASON_REQUIREMENTS_DRIFTED,
+        format!(
+            "the NodeClaim no longer matches the requirements of NodePool {}: {why}",
+            name_of(&node_pool.metadata)
+        ),
+    ))
+}
+
+fn node_pool_requirements(node_pool: &NodePool) -> Option<Requirements> {
+    let api = &node_pool.spec.template.spec.requirements;
+    let domain: Vec<NodeSelectorRequirement> = api
+        .iter()
+        .map(|requirement| NodeSelectorRequirement {
+            key: requirement.key.clone(),
+            operator: requirement.operator,
+            values: requirement.values.clone(),
+            // minValues constrains launches, not whether a launched node still matches.
+            min_values: None,
+        })
+        .collect();
+    match Requirements::from_node_selector_requirements(&domain) {
+        Ok(requirements) => Some(requirements),
+        Err(error) => {
+            tracing::warn!(
+                node_pool = name_of(&node_pool.metadata),
+                %error,
+                "the NodePool's requirements are invalid; requirements drift not checked"
+            );
+            None
+        }
+    }
+}
+
+/// `InstanceTypeNotFound` when a NodeClaim with `labels` cannot be found in `catalogue`: no
+/// instance-type label, a type the catalogue lacks, or no offering of it (available or not)
+/// compatible with the labels. A `reserved` NodeClaim is also matched by on-demand offerings,
+/// so that a reservation that ended does not drift its nodes (upstream). `None` for an empty
+/// catalogue: that is a plugin failing, not every type gone.
+pub fn instance_type_drift(
+    labels: &BTreeMap<String, String>,
+    catalogue: &[Arc<InstanceType>],
+    node_pool: &str,
+) -> Option<DriftReason> {
+    if catalogue.is_empty() {
+        return None;
+    }
+    let Some(name) = labels.get(LABEL_INSTANCE_TYPE) else {
+        return Some(drift(
+            REASON_INSTANCE_TYPE_NOT_FOUND,
+            format!("the NodeClaim has no {LABEL_INSTANCE_TYPE} label"),
+        ));
+    };
+    let Some(instance_type) = catalogue.iter().find(|t| t.name() == name) else {
+        return Some(drift(
+            REASON_INSTANCE_TYPE_NOT_FOUND,
+            format!("instance type {name} is no longer offered for NodePool {node_pool}"),
+        ));
+    };
+    let mut requirements = Requirements::from_labels(labels);
+    if labels.get(LABEL_CAPACITY_TYPE).map(String::as_str) == Some(CAPACITY_TYPE_RESERVED) {
+        requirements.remove(LABEL_CAPACITY_TYPE);
+        requirements.add(Requirement::in_values(
+            LABEL_CAPACITY_TYPE,
+            [CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_ON_DEMAND],
+        ));
+    }
+    let offered = instance_type
+        .offerings()
+        .iter()
+        .any(|offering| offering.is_compatible(&requirements));
+    (!offered).then(|| {
+        let label = |key: &str| labels.get(key).map_or("unset", String::as_str);
+        drift(
+            REASON_INSTANCE_TYPE_NOT_FOUND,
+            format!(
+                "instance type {name} has no offering in zone {} with capacity type {} any more",
+                label(core_domain::labels::LABEL_TOPOLOGY_ZONE),
+                label(LABEL_CAPACITY_TYPE),
+            ),
+        )
+    })
+}
+
+/// What a pass concluded about one NodeClaim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Drifted, for this reason.
+    Drifted(DriftReason),
+    /// Not drifted: the condition goes.
+    NotDrifted,
+    /// Unknown: the condition stays as it is.
+    Unknown,
+}
+
+/// The conditions a NodeClaim should carry after `verdict`, and the event it calls for;
+/// `None` when nothing changes. The transition time moves only when the status does.
+pub fn drifted_conditions(
+    conditions: &[Condition],
+    verdict: &Verdict,
+    now: Timestamp,
+) -> Option<(Vec<Condition>, Option<&'static str>)> {
+    let current = condition::find(conditions, CONDITION_DRIFTED);
+    match verdict {
+        Verdict::Unknown => None,
+        Verdict::NotDrifted => {
+            let current = current?;
+            let remaining = conditions
+                .iter()
+                .filter(|c| c.type_ != CONDITION_DRIFTED)
+                .cloned()
+                .collect();
+            let event = (current.status == ConditionStatus::True).then_some(EVENT_DRIFT_CLEARED);
+            Some((remaining, event))
+        }
+        Verdict::Drifted(reason) => {
+            let was = current.filter(|c| c.status == ConditionStatus::True);
+            let newly = was.is_none_or(|c| c.reason.as_deref() != Some(reason.reason.as_str()));
+            let message = if reason.message.is_empty() {
+                format!("the cloud provider reports {}", reason.reason)
+            } else {
+                reason.message.clone()
+            };
+            let mut updated = conditions.to_vec();
+            let changed = condition::set(
+                &mut updated,
+                CONDITION_DRIFTED,
+                ConditionStatus::True,
+                &reason.reason,
+                &message,
+                Time(now),
+            );
+            changed.then(|| (updated, newly.then_some(EVENT_DRIFTED)))
+        }
+    }
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
+}
+
+/// The last InstanceTypeNotFound check of a NodeClaim and its verdict, which stands until the
+/// next check.
+#[derive(Debug, Clone)]
+struct InstanceTypeCheck {
+    at: Timestamp,
+    drift: Option<DriftReason>,
+}
+
+/// Per pass: each NodePool's catalogue, fetched once; `None` when it could not be had.
+type Catalogues = HashMap<String, Option<Vec<Arc<InstanceType>>>>;
+
+/// What one pass ran into besides verdicts.
+#[derive(Debug, Default)]
+struct PassState {
+    catalogues: Catalogues,
+    plugin_failed: bool,
+    lost_race: bool,
+}
+
+/// Sets and clears the `Drifted` condition of NodeClaims (upstream controller
+/// `nodeclaim.disruption`, its drift part).
+#[derive(Debug)]
+pub struct DriftController<C, P> {
+    ctx: Context<C, P>,
+    instance_type_checks: Mutex<HashMap<String, InstanceTypeCheck>>,
+}
+
+impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
+    /// A controller on `ctx` that has checked nothing yet.
+    pub fn new(ctx: Context<C, P>) -> Self {
+        Self {
+            ctx,
+            instance_type_checks: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn checks(&self) -> MutexGuard<'_, HashMap<String, InstanceTypeCheck>> {
+        // Entries are inserted whole; a poisoned map is still a valid cache.
+        self.instance_type_checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Records that the plugin failed about `object`: a warning event, once per pass.
+    fn plugin_failed(
+        &self,
+        pass: &mut PassState,
+        object: ObjectRef,
+        field: &str,
+        error: &CloudProviderError,
+    ) {
+        tracing::warn!(kind = %object.kind, name = %object.name, %error, "the cloud provider could not answer; drift left unchanged");
+        if !pass.plugin_failed {
+            pass.plugin_failed = true;
+            let fields = BTreeMap::from([
+                (field.to_owned(), object.name.clone()),
+                ("reason".to_owned(), error.to_string()),
+            ]);
+            self.ctx.event(
+                object,
+                EventType::Warning,
+                "PluginUnavailable",
+                format!("could not check drift: {error}"),
+                fields,
+            );
+        }
+    }
+
+    async fn verdict(
+        &self,
+        snapshot: &Snapshot,
+        node_claim: &NodeClaim,
+        node_pool: &NodePool,
+        pass: &mut PassState,
+    ) -> Verdict {
+        if let Some(drift) = drift_of(node_claim, node_pool) {
+            return Verdict::Drifted(drift);
+        }
+        if let Some(drift) = self
+            .instance_type_verdict(snapshot, node_claim, node_pool, pass)
+            .await
+        {
+            return Verdict::Drifted(drift);
+        }
+        self.provider_verdict(snapshot, node_claim, pass).await
+    }
+
+    /// The InstanceTypeNotFound verdict: the last one while it stands, a new check when due.
+    async fn instance_type_verdict(
+        &self,
+        snapshot: &Snapshot,
+        node_claim: &NodeClaim,
+        node_pool: &NodePool,
+        pass: &mut PassState,
+    ) -> Option<DriftReason> {
+        let settings = &self.ctx.settings;
+        let now = self.ctx.clock.now();
+        let created = node_claim.metadata.creation_timestamp.as_ref()?.0;
+        if age(created, now) < settings.instance_type_drift_min_age {
+            return None;
+        }
+        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
+        if let Some(last) = self.checks().get(&uid)
+            && age(last.at, now) < settings.instance_type_drift_period
+        {
+            return last.drift.clone();
+        }
+        let pool_name = name_of(&node_pool.metadata).to_owned();
+        if !pass.catalogues.contains_key(&pool_name) {
+            let catalogue = self.catalogue(snapshot, node_pool, pass).await;
+            pass.catalogues.insert(pool_name.clone(), catalogue);
+        }
+        let catalogue = pass.catalogues.get(&pool_name)?.as_deref()?;
+        if catalogue.is_empty() {
+            return None;
+        }
+        let labels = node_claim.metadata.labels.clone().unwrap_or_default();
+        let drift = instance_type_drift(&labels, catalogue, &pool_name);
+        self.checks().insert(
+            uid,
+            InstanceTypeCheck {
+                at: now,
+                drift: drift.clone(),
+            },
+        );
+        drift
+    }
+
+    async fn catalogue(
+        &self,
+        snapshot: &Snapshot,
+        node_pool: &NodePool,
+        pass: &mut PassState,
+    ) -> Option<Vec<Arc<InstanceType>>> {
+        let pool_json = serde_json::to_value(node_pool).ok()?;
+        let class_json = snapshot
+            .node_class_for(&node_pool.spec.template.spec.node_class_ref)
+            .and_then(|class| serde_json::to_value(class).ok());
+        match self
+            .ctx
+            .cloud
+            .instance_types(&pool_json, class_json.as_ref())
+            .await
+        {
+            Ok(catalogue) => Some(catalogue),
+            Err(CloudProviderError::NodeClassNotReady(message)) => {
+                tracing::debug!(node_pool = name_of(&node_pool.metadata), %message, "node class not ready; instance types not checked");
+                None
+            }
+            Err(error) => {
+                let object = ObjectRef::cluster_scoped("NodePool", name_of(&node_pool.metadata));
+                self.plugin_failed(pass, object, "nodePool", &error);
+                None
+            }
+        }
+    }
+
+    async fn provider_verdict(
+        &self,
+        snapshot: &Snapshot,
+        node_claim: &NodeClaim,
+        pass: &mut PassState,
+    ) -> Verdict {
+        let name = name_of(&node_claim.metadata);
+        let Some(node_class) = snapshot.node_class_for(&node_claim.spec.node_class_ref) else {
+            tracing::debug!(
+                node_claim = name,
+                "node class not found; provider drift not checked"
+            );
+            return Verdict::Unknown;
+        };
+        let Some(launched) = launched_of(node_claim) else {
+            return Verdict::Unknown;
+        };
+        let request = match request_of(node_claim) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(node_claim = name, %error, "cannot hand the NodeClaim to the plugin");
+                return Verdict::Unknown;
+            }
+        };
+        let Ok(class_json) = serde_json::to_value(node_class) else {
+            return Verdict::Unknown;
+        };
+        match self
+            .ctx
+            .cloud
+            .is_drifted(&request, &launched, &class_json)
+            .await
+        {
+            Ok(Some(drift)) => Verdict::Drifted(drift),
+            Ok(None) | Err(CloudProviderError::Unsupported { .. }) => Verdict::NotDrifted,
+            Err(CloudProviderError::NotFound(_) | CloudProviderError::NodeClassNotReady(_)) => {
+                Verdict::Unknown
+            }
+            Err(error) => {
+                self.plugin_failed(
+                    pass,
+                    ObjectRef::cluster_scoped("NodeClaim", name),
+                    "nodeClaim",
+                    &error,
+                );
+                Verdict::Unknown
+            }
+        }
+    }
+
+    /// Writes the condition `verdict` calls for, and its event.
+    async fn apply(
+        &self,
+        node_claim: &NodeClaim,
+        node_pool: &str,
+        verdict: &Verdict,
+        pass: &mut PassState,
+    ) -> Result<(), ControllerError> {
+        let name = name_of(&node_claim.metadata);
+        let conditions = node_claim
+            .status
+            .as_ref()
+            .map_or(&[][..], |status| &status.conditions[..]);
+        let Some((updated, event)) = drifted_conditions(conditions, verdict, self.ctx.clock.now())
+        else {
+            return Ok(());
+        };
+        let patch = serde_json::json!({
+            "metadata": { "resourceVersion": node_claim.metadata.resource_version },
+            "status": { "conditions": updated },
+        });
+        match self
+            .ctx
+            .cluster
+            .merge_patch_status::<NodeClaim>(None, name, &patch)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if error.is_not_found() => return Ok(()),
+            Err(error) if error.is_conflict() => {
+                pass.lost_race = true;
+                return Ok(());
+            }
+            Err(error) => return Err(error.into()),
+        }
+        let Some(event) = event else {
+            return Ok(());
+        };
+        let mut fields = BTreeMap::from([
+            ("nodeClaim".to_owned(), name.to_owned()),
+            ("nodePool".to_owned(), node_pool.to_owned()),
+        ]);
+        let message = match verdict {
+            Verdict::Drifted(drift) => {
+                fields.insert("reason".to_owned(), drift.reason.clone());
+                tracing::info!(node_claim = name, node_pool, reason = %drift.reason, message = %drift.message, "NodeClaim drifted");
+                format!("drifted ({}): {}", drift.reason, drift.message)
+            }
+            _ => {
+                tracing::info!(node_claim = name, node_pool, "NodeClaim no longer drifted");
+                "no longer drifted".to_owned()
+            }
+        };
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", name),
+            EventType::Normal,
+            event,
+            message,
+            fields,
+        );
+        Ok(())
+    }
+}
+
+impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
+    fn name(&self) -> &'static str {
+        "nodeclaim.disruption.drift"
+    }
+
+    async fn reconcile(&self) -> Result<Requeue, ControllerError> {
+        let snapshot = self.ctx.cluster.snapshot().await?;
+        let supported = self.ctx.cloud.supported_node_classes();
+        let mut pass = PassState::default();
+        for node_claim in &snapshot.node_claims {
+            if node_claim.metadata.deletion_timestamp.is_some()
+                || !is_managed(&node_claim.spec.node_class_ref, supported)
+            {
+                continue;
+            }
+            let pool_name = node_claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(LABEL_NODEPOOL));
+            let Some(node_pool) = pool_name.and_then(|pool| snapshot.node_pool(pool)) else {
+                continue;
+            };
+            let verdict = if is_condition_true(node_claim, CONDITION_LAUNCHED) {
+                self.verdict(&snapshot, node_claim, node_pool, &mut pass)
+                    .await
+            } else {
+                Verdict::NotDrifted
+            };
+            self.apply(
+                node_claim,
+                name_of(&node_pool.metadata),
+                &verdict,
+                &mut pass,
+            )
+            .await?;
+        }
+        // Forget the checks of NodeClaims that are gone.
+        self.checks().retain(|uid, _| {
+            snapshot
+                .node_claims
+                .iter()
+                .any(|node_claim| node_claim.metadata.uid.as_ref() == Some(uid))
+        });
+        let mut requeue = Requeue::After(self.ctx.settings.drift_period);
+        if pass.plugin_failed {
+            requeue = requeue.min(Requeue::After(PLUGIN_RETRY));
+        }
+        if pass.lost_race {
+            requeue = requeue.min(Requeue::After(CONFLICT_RETRY));
+        }
+        Ok(requeue)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core_domain::labels::LABEL_TOPOLOGY_ZONE;
+    use karpenter_api::nodepool::{ANNOTATION_NODEPOOL_HASH, ANNOTATION_NODEPOOL_HASH_VERSION};
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::cloudprovider::fake;
+
+    fn node_pool(requirements: Value, annotations: Value) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": { "name": "default", "annotations": annotations },
+            "spec": { "template": { "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": requirements,
+            } } },
+        }))
+        .unwrap()
+    }
+
+    fn node_claim(labels: Value, annotations: Value) -> NodeClaim {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": { "name": "default-x", "labels": labels, "annotations": annotations },
+            "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": [],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn labels() -> Value {
+        json!({
+            "karpenter.sh/nodepool": "default",
+            "node.kubernetes.io/instance-type": "m5.large",
+            "topology.kubernetes.io/zone": "test-zone-1",
+            "karpenter.sh/capacity-type": "spot",
+            "cpu-count": "4",
+        })
+    }
+
+    fn requirement(key: &str, operator: &str, values: &[&str]) -> Value {
+        json!({ "key": key, "operator": operator, "values": values })
+    }
+
+    fn requirements_drift_reason(requirements: Value) -> Option<String> {
+        drift_of(
+            &node_claim(labels(), json!({})),
+            &node_pool(requirements, json!({})),
+        )
+        .map(|drift| drift.reason)
+    }
+
+    #[test]
+    fn upstreams_requirements_table() {
+        let it = "node.kubernetes.io/instance-type";
+        let drifted = Some(REASON_REQUIREMENTS_DRIFTED.to_owned());
+        for (case, requirements, expected) in [
+            (
+                "unchanged In",
+                json!([requirement(it, "In", &["m5.large"])]),
+                None,
+            ),
+            (
+                "In changed to a value the label lacks",
+                json!([requirement(it, "In", &["m5.xlarge"])]),
+                drifted.clone(),
+            ),
+            (
+                "a new In requirement on a key the NodeClaim lacks",
+                json!([requirement("team", "In", &["a"])]),
+                drifted.clone(),
+            ),
+            (
+                "In narrowed to exclude the value",
+                json!([requirement(
+                    "karpenter.sh/capacity-type",
+                    "In",
+                    &["on-demand"]
+                )]),
+                drifted.clone(),
+            ),
+            (
+                "In expanded",
+                json!([requirement(it, "In", &["m5.large", "m5.xlarge"])]),
+                None,
+            ),
+            ("Exists", json!([requirement(it, "Exists", &[])]), None),
+            (
+                "NotIn on a key the NodeClaim lacks",
+                json!([requirement("team", "NotIn", &["a"])]),
+                None,
+            ),
+            (
+                "DoesNotExist on a key the NodeClaim lacks",
+                json!([requirement("team", "DoesNotExist", &[])]),
+                None,
+            ),
+            (
+                "DoesNotExist on a present key",
+                json!([requirement(it, "DoesNotExist", &[])]),
+                drifted.clone(),
+            ),
+            (
+                "Gt below the value",
+                json!([requirement("cpu-count", "Gt", &["2"])]),
+                None,
+            ),
+            (
+                "Gt moved past the value",
+                json!([requirement("cpu-count", "Gt", &["4"])]),
+                drifted.clone(),
+            ),
+            (
+                "Lt above the value",
+                json!([requirement("cpu-count", "Lt", &["8"])]),
+                None,
+            ),
+            (
+                "Lt moved past the value",
+                json!([requirement("cpu-count", "Lt", &["4"])]),
+                drifted.clone(),
+            ),
+        ] {
+            assert_eq!(requirements_drift_reason(requirements), expected, "{case}");
+        }
+    }
+
+    #[test]
+    fn requirements_drift_says_which_requirement_the_labels_fail() {
+        let claim = node_claim(labels(), json!({}));
+        let conflict = requirements_drift(
+            &claim,
+            &node_pool(
+                json!([requirement(
+                    "karpenter.sh/capacity-type",
+                    "In",
+                    &["on-demand"]
+                )]),
+                json!({}),
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            conflict.message,
+            "the NodeClaim no longer matches the requirements of NodePool default: its label \
+             karpenter.sh/capacity-type=spot does not satisfy the requirement \
+             karpenter.sh/capacity-type In [on-demand]"
+        );
+        let missing = requirements_drift(
+            &claim,
+            &node_pool(json!([requirement("team", "In", &["a"])]), json!({})),
+        )
+        .unwrap();
+        assert_eq!(
+            missing.message,
+            "the NodeClaim no longer matches the requirements of NodePool default: it has no \
+             label team, which the requirement team In [a] needs"
+        );
+    }
+
+    fn hashes(hash: &str, version: &str) -> Value {
+        json!({ ANNOTATION_NODEPOOL_HASH: hash, ANNOTATION_NODEPOOL_HASH_VERSION: version })
+    }
+
+    #[test]
+    fn static_drift_needs_all_four_annotations_and_equal_versions() {
+        let pool = node_pool(json!([]), hashes("111", "rs-v1"));
+        let drifted = static_drift(&node_claim(labels(), hashes("222", "rs-v1")), &pool).unwrap();
+        assert_eq!(drifted.reason, REASON_NODEPOOL_DRIFTED);
+        assert_eq!(
+            drifted.message,
+            "the template of NodePool default changed: its hash is 111, the NodeClaim's is 222 \
+             (hash version rs-v1)"
+        );
+        assert_eq!(
+            static_drift(&node_claim(labels(), hashes("111", "rs-v1")), &pool),
+            None
+        );
+        assert_eq!(
+            static_drift(&node_claim(labels(), hashes("222", "v3")), &pool),
+            None,
+            "versions differ: re-stamped, not drifted"
+        );
+        assert_eq!(static_drift(&node_claim(labels(), json!({})), &pool), None);
+        assert_eq!(
+            static_drift(
+                &node_claim(labels(), hashes("222", "rs-v1")),
+                &node_pool(json!([]), json!({}))
+            ),
+            None
+        );
+    }
+
+    #[test]
+    fn static_drift_wins_over_requirements_drift() {
+        let pool = node_pool(
+            json!([requirement("team", "In", &["a"])]),
+            hashes("111", "rs-v1"),
+        );
+        let claim = node_claim(labels(), hashes("222", "rs-v1"));
+        assert_eq!(
+            drift_of(&claim, &pool).unwrap().reason,
+            REASON_NODEPOOL_DRIFTED
+        );
+    }
+
+    fn catalogue() -> Vec<Arc<InstanceType>> {
+        vec![Arc::new(fake::instance_type("m5.large", 2, 8, 29, "amd64"))]
+    }
+
+    fn string_labels(value: Value) -> BTreeMap<String, String> {
+        serde_json::from_value(value).unwrap()
+    }
+
+    #[test]
+    fn instance_type_drift_when_the_type_or_every_matching_offering_is_gone() {
+        let present = string_labels(labels());
+        assert_eq!(instance_type_drift(&present, &catalogue(), "default"), None);
+        assert_eq!(
+            instance_type_drift(&present, &[], "default"),
+            None,
+            "an empty catalogue decides nothing"
+        );
+
+        let mut gone = present.clone();
+        gone.insert(LABEL_INSTANCE_TYPE.into(), "m4.large".into());
+        assert_eq!(
+            instance_type_drift(&gone, &catalogue(), "default")
+                .unwrap()
+                .message,
+            "instance type m4.large is no longer offered for NodePool default"
+        );
+
+        let mut unlabelled = present.clone();
+        unlabelled.remove(LABEL_INSTANCE_TYPE);
+        assert_eq!(
+            instance_type_drift(&unlabelled, &catalogue(), "default")
+                .unwrap()
+                .reason,
+            REASON_INSTANCE_TYPE_NOT_FOUND
+        );
+
+        // The fake offers spot in test-zone-1 and 2 only.
+        let mut no_offering = present.clone();
+        no_offering.insert(LABEL_TOPOLOGY_ZONE.into(), "test-zone-3".into());
+        assert_eq!(
+            instance_type_drift(&no_offering, &catalogue(), "default")
+                .unwrap()
+                .message,
+            "instance type m5.large has no offering in zone test-zone-3 with capacity type spot \
+             any more"
+        );
+
+        let mut reserved = no_offering;
+        reserved.insert(LABEL_CAPACITY_TYPE.into(), CAPACITY_TYPE_RESERVED.into());
+        assert_eq!(
+            instance_type_drift(&reserved, &catalogue(), "default"),
+            None,
+            "a reserved node may fall back to on-demand"
+        );
+    }
+
+    fn at(second: i64) -> Timestamp {
+        Timestamp::from_second(second).unwrap()
+    }
+
+    #[test]
+    fn drifted_conditions_sets_updates_and_clears_with_events() {
+        let amid = Verdict::Drifted(DriftReason {
+            reason: "AMIDrift".into(),
+            message: "image ami-1 is not among ami-2".into(),
+        });
+        let (set, event) = drifted_conditions(&[], &amid, at(10)).unwrap();
+        assert_eq!(event, Some(EVENT_DRIFTED));
+        let drifted = condition::find(&set, CONDITION_DRIFTED).unwrap();
+        assert_eq!(drifted.reason.as_deref(), Some("AMIDrift"));
+        assert_eq!(
+            drifted.message.as_deref(),
+            Some("image ami-1 is not among ami-2")
+        );
+
+        assert_eq!(drifted_conditions(&set, &amid, at(20)), None, "unchanged");
+        assert_eq!(drifted_conditions(&set, &Verdict::Unknown, at(20)), None);
+
+        let other = Verdict::Drifted(DriftReason {
+            reason: "SubnetDrift".into(),
+            message: String::new(),
+        });
+        let (moved, event) = drifted_conditions(&set, &other, at(30)).unwrap();
+        assert_eq!(event, Some(EVENT_DRIFTED), "a new reason is announced");
+        let drifted = condition::find(&moved, CONDITION_DRIFTED).unwrap();
+        assert_eq!(
+            drifted.last_transition_time,
+            Time(at(10)),
+            "still True since 10"
+        );
+        assert_eq!(
+            drifted.message.as_deref(),
+            Some("the cloud provider reports SubnetDrift")
+        );
+
+        let (cleared, event) = drifted_conditions(&moved, &Verdict::NotDrifted, at(40)).unwrap();
+        assert_eq!(event, Some(EVENT_DRIFT_CLEARED));
+        assert!(cleared.is_empty());
+        assert_eq!(
+            drifted_conditions(&cleared, &Verdict::NotDrifted, at(50)),
+            None
+        );
+    }
+}

@@ -1,0 +1,629 @@
+//! The scheduler's input from a snapshot: the pods to place, the capacity that exists or is on
+//! its way, the NodePools with their catalogues and what their NodeClaims already use, and
+//! the DaemonSets. Pure: the controller fetches the catalogues, this assembles.
+//!
+//! Existing capacity, as upstream's scheduler sees the cluster state:
+//!
+//! - every Node that is not being deleted (its NodeClaim neither), with the pods bound to it
+//!   that still hold resources (not terminal), DaemonSet pods as such; Nodes no NodePool
+//!   launched count too, as upstream's state nodes do;
+//! - every NodeClaim that is not being deleted and has no Node yet, as in-flight capacity
+//!   ([`convert::in_flight_node_claim`]);
+//! - the pods nominated to either, reserved on it.
+//!
+//! A NodePool's usage against its limits is the sum of its NodeClaims' capacity (not being
+//! deleted), `nodes` counting each: the capacity in their status once launched, otherwise
+//! the largest of their instance type options (upstream's `subtractMax`), otherwise what they
+//! request.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+
+use core_domain::instance_type::InstanceType;
+use core_domain::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LabelPolicy};
+use core_domain::requirements::Operator;
+use core_domain::resources::{ResourceList, ResourceName};
+use core_domain::scheduler::{ExistingNode, NODES, PreferencePolicy, SchedulingInput};
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::{NodeClaim, NodePool};
+
+use super::convert::{self, InvalidField};
+use super::nominations::Target;
+use super::selection::{is_daemon_set_pod, is_terminal, pod_uid};
+use crate::cluster::Snapshot;
+
+/// A catalogue of instance types, shared.
+pub type Catalogue = Arc<[Arc<InstanceType>]>;
+
+/// What the input is built from.
+#[derive(Debug)]
+pub struct Sources<'a> {
+    /// The cluster.
+    pub snapshot: &'a Snapshot,
+    /// The pods to place.
+    pub pods: &'a [&'a Pod],
+    /// Pods nominated earlier, reserved on their target instead of being placed.
+    pub reserved: &'a [(&'a Pod, Target)],
+    /// The NodePools new capacity may come from, in the order to try them, with their
+    /// catalogues.
+    pub node_pools: &'a [(&'a NodePool, Catalogue)],
+    /// Every catalogue known, by NodePool name (stale ones included): in-flight NodeClaims'
+    /// options and usage estimates come from them.
+    pub catalogues: &'a HashMap<String, Catalogue>,
+    /// Which labels are well known.
+    pub label_policy: &'a LabelPolicy,
+    /// Whether preferences count.
+    pub preference_policy: PreferencePolicy,
+}
+
+/// What could not enter the input, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Skipped {
+    /// A pod to place (it gets a Warning event).
+    Pod {
+        /// `namespace/name`.
+        pod: String,
+        /// Its UID.
+        uid: String,
+        /// The field at fault.
+        error: InvalidField,
+    },
+    /// Any other object (logged): a Node, NodeClaim, NodePool, DaemonSet or bound pod.
+    Object {
+        /// `Kind namespace/name`.
+        object: String,
+        /// The field at fault.
+        error: InvalidField,
+    },
+}
+
+/// The built input.
+#[derive(Debug, Clone)]
+pub struct Built {
+    /// The scheduler's input.
+    pub input: SchedulingInput,
+    /// What each existing node of the input is, for nominations: a NodeClaim or a Node.
+    pub targets: HashMap<String, Target>,
+    /// The pods of `input.pods`, by `namespace/name`, with their UIDs.
+    pub uids: HashMap<String, String>,
+    /// What was left out.
+    pub skipped: Vec<Skipped>,
+}
+
+/// Builds the scheduler's input (see the module documentation).
+pub fn build(sources: &Sources<'_>) -> Built {
+    let snapshot = sources.snapshot;
+    let mut skipped = Vec::new();
+    let mut pods = Vec::with_capacity(sources.pods.len());
+    let mut uids = HashMap::new();
+    for pod in sources.pods {
+        match convert::check_restricted_labels(pod, sources.label_policy)
+            .and_then(|()| convert::pod(pod))
+        {
+            Ok(converted) => {
+                uids.insert(converted.id.to_string(), converted.uid.clone());
+                pods.push(converted);
+            }
+            Err(error) => skipped.push(Skipped::Pod {
+                pod: qualified(pod),
+                uid: pod_uid(pod),
+                error,
+            }),
+        }
+    }
+    let (existing_nodes, targets) = existing_capacity(sources, &mut skipped);
+    let usage = usage_by_node_pool(snapshot, sources.catalogues);
+    let node_pools = sources
+        .node_pools
+        .iter()
+        .filter_map(|(pool, catalogue)| {
+            let name = pool.metadata.name.as_deref().unwrap_or_default();
+            let used = usage.get(name).cloned().unwrap_or_default();
+            convert::node_pool(pool, catalogue.clone(), used)
+                .map_err(|error| {
+                    skipped.push(Skipped::Object {
+                        object: format!("NodePool {name}"),
+                        error,
+                    });
+                })
+                .ok()
+        })
+        .collect();
+    let daemon_set_pods = snapshot
+        .daemon_sets
+        .iter()
+        .filter_map(|daemon_set| {
+            convert::daemon_set_pod(daemon_set)
+                .map_err(|error| {
+                    skipped.push(Skipped::Object {
+                        object: format!("DaemonSet {}", qualified_meta(&daemon_set.metadata)),
+                        error,
+                    });
+                })
+                .ok()
+        })
+        .collect();
+    Built {
+        input: SchedulingInput {
+            pods,
+            existing_nodes,
+            node_pools,
+            daemon_set_pods,
+            label_policy: sources.label_policy.clone(),
+            preference_policy: sources.preference_policy,
+        },
+        targets,
+        uids,
+        skipped,
+    }
+}
+
+fn existing_capacity(
+    sources: &Sources<'_>,
+    skipped: &mut Vec<Skipped>,
+) -> (Vec<ExistingNode>, HashMap<String, Target>) {
+    let snapshot = sources.snapshot;
+    let live_claims: Vec<&NodeClaim> = snapshot
+        .node_claims
+        .iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .collect();
+    let mut claim_of_node: HashMap<&str, &NodeClaim> = HashMap::new();
+    let mut claim_of_provider_id: HashMap<&str, &NodeClaim> = HashMap::new();
+    for claim in &snapshot.node_claims {
+        if let Some(status) = &claim.status {
+            if !status.node_name.is_empty() {
+                claim_of_node.insert(status.node_name.as_str(), claim);
+            }
+            if !status.provider_id.is_empty() {
+                claim_of_provider_id.insert(status.provider_id.as_str(), claim);
+            }
+        }
+    }
+    let by_node = snapshot.pods_by_node();
+    let mut nodes: BTreeMap<String, ExistingNode> = BTreeMap::new();
+    let mut targets = HashMap::new();
+    let mut registered_claims = HashSet::new();
+    for node in &snapshot.nodes {
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let provider_id = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.provider_id.as_deref())
+            .unwrap_or_default();
+        let claim = claim_of_node
+            .get(name)
+            .or_else(|| claim_of_provider_id.get(provider_id))
+            .copied();
+        if let Some(claim) = claim {
+            registered_claims.insert(claim_name(claim));
+        }
+        let deleting = node.metadata.deletion_timestamp.is_some()
+            || claim.is_some_and(|claim| claim.metadata.deletion_timestamp.is_some());
+        if deleting {
+            continue;
+        }
+        let mut existing = match convert::node(node, claim) {
+            Ok(existing) => existing,
+            Err(error) => {
+                skipped.push(Skipped::Object {
+                    object: format!("Node {name}"),
+                    error,
+                });
+                continue;
+            }
+        };
+        for pod in by_node.get(name).into_iter().flatten() {
+            if is_terminal(pod) {
+                continue;
+            }
+            match convert::pod(pod) {
+                Ok(converted) if is_daemon_set_pod(pod) => {
+                    existing = existing.with_daemon_pod(converted);
+                }
+                Ok(converted) => existing = existing.with_pod(converted),
+                Err(error) => skipped.push(Skipped::Object {
+                    object: format!("Pod {}", qualified(pod)),
+                    error,
+                }),
+            }
+        }
+        let target = match claim {
+            Some(claim) => Target::NodeClaim(claim_name(claim).to_owned()),
+            None => Target::Node(name.to_owned()),
+        };
+        targets.insert(name.to_owned(), target);
+        nodes.insert(name.to_owned(), existing);
+    }
+    for claim in live_claims {
+        let name = claim_name(claim);
+        if registered_claims.contains(name) || nodes.contains_key(name) {
+            continue;
+        }
+        let catalogue = node_pool_of(claim)
+            .and_then(|pool| sources.catalogues.get(pool))
+            .map_or(&[][..], |catalogue| &catalogue[..]);
+        match convert::in_flight_node_claim(claim, catalogue) {
+            Ok(existing) => {
+                targets.insert(name.to_owned(), Target::NodeClaim(name.to_owned()));
+                nodes.insert(name.to_owned(), existing);
+            }
+            Err(error) => skipped.push(Skipped::Object {
+                object: format!("NodeClaim {name}"),
+                error,
+            }),
+        }
+    }
+    reserve(sources, &mut nodes, &targets, skipped);
+    (nodes.into_values().collect(), targets)
+}
+
+/// Adds the nominated pods to the capacity they were nominated to.
+fn reserve(
+    sources: &Sources<'_>,
+    nodes: &mut BTreeMap<String, ExistingNode>,
+    targets: &HashMap<String, Target>,
+    skipped: &mut Vec<Skipped>,
+) {
+    let node_of_target: HashMap<&Target, &String> = targets
+        .iter()
+        .map(|(node, target)| (target, node))
+        .collect();
+    for (pod, target) in sources.reserved {
+        let Some(node) = node_of_target.get(target).copied() else {
+            continue;
+        };
+        match convert::pod(pod) {
+            Ok(converted) => {
+                if let Some(existing) = nodes.remove(node) {
+                    nodes.insert(node.clone(), existing.with_pod(converted));
+                }
+            }
+            Err(error) => skipped.push(Skipped::Object {
+                object: format!("Pod {}", qualified(pod)),
+                error,
+            }),
+        }
+    }
+}
+
+/// What each NodePool's NodeClaims use (see the module documentation), by NodePool name.
+pub fn usage_by_node_pool(
+    snapshot: &Snapshot,
+    catalogues: &HashMap<String, Catalogue>,
+) -> HashMap<String, ResourceList> {
+    let mut usage: HashMap<String, ResourceList> = HashMap::new();
+    let nodes = ResourceName::new(NODES);
+    for claim in &snapshot.node_claims {
+        if claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let Some(pool) = node_pool_of(claim) else {
+            continue;
+        };
+        let mut capacity = claim_capacity(claim, catalogues.get(pool));
+        capacity.set(&nodes, capacity.get(&nodes).saturating_add(1));
+        usage
+            .entry(pool.to_owned())
+            .or_default()
+            .saturating_add_assign(&capacity);
+    }
+    usage
+}
+
+fn claim_capacity(claim: &NodeClaim, catalogue: Option<&Catalogue>) -> ResourceList {
+    let launched = claim
+        .status
+        .as_ref()
+        .map(|status| &status.capacity)
+        .filter(|capacity| !capacity.is_empty())
+        .and_then(|capacity| convert::resource_list("status.capacity", capacity).ok());
+    if let Some(capacity) = launched {
+        return capacity;
+    }
+    let allowed: Option<HashSet<&str>> = claim
+        .spec
+        .requirements
+        .iter()
+        .find(|r| r.key == LABEL_INSTANCE_TYPE && r.operator == Operator::In)
+        .map(|r| r.values.iter().map(String::as_str).collect());
+    let largest = catalogue
+        .into_iter()
+        .flat_map(|catalogue| catalogue.iter())
+        .filter(|it| {
+            allowed
+                .as_ref()
+                .is_none_or(|names| names.contains(it.name()))
+        })
+        .fold(None, |largest: Option<ResourceList>, it| {
+            Some(match largest {
+                Some(largest) => largest.max_per_resource(it.capacity()),
+                None => it.capacity().clone(),
+            })
+        });
+    largest.unwrap_or_else(|| {
+        convert::resource_list("spec.resources.requests", &claim.spec.resources.requests)
+            .unwrap_or_default()
+    })
+}
+
+fn node_pool_of(claim: &NodeClaim) -> Option<&str> {
+    claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_NODEPOOL))
+        .map(String::as_str)
+}
+
+fn claim_name(claim: &NodeClaim) -> &str {
+    claim.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn qualified(pod: &Pod) -> String {
+    qualified_meta(&pod.metadata)
+}
+
+fn qualified_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default()
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use core_domain::scheduler::solve;
+    use serde::de::DeserializeOwned;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::cloudprovider::fake::instance_type;
+
+    fn from_json<T: DeserializeOwned>(value: Value) -> T {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pending(name: &str, cpu: &str) -> Pod {
+        from_json(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "namespace": "default", "name": name, "uid": format!("uid-{name}") },
+            "spec": { "containers": [{ "name": "c", "image": "c",
+                "resources": { "requests": { "cpu": cpu } } }] },
+        }))
+    }
+
+    fn bound(name: &str, cpu: &str, node: &str) -> Pod {
+        let mut pod = pending(name, cpu);
+        if let Some(spec) = pod.spec.as_mut() {
+            spec.node_name = Some(node.to_owned());
+        }
+        pod
+    }
+
+    fn node_pool(limits: Value) -> NodePool {
+        from_json(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": { "name": "default", "uid": "pool-uid" },
+            "spec": {
+                "limits": limits,
+                "template": { "spec": {
+                    "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                    "requirements": [],
+                } },
+            },
+        }))
+    }
+
+    fn claim(name: &str, types: &[&str], node: Option<&str>) -> NodeClaim {
+        let mut value = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": { "name": name, "labels": { LABEL_NODEPOOL: "default" } },
+            "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": [{ "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": types }],
+            },
+        });
+        if let Some(node) = node {
+            value["status"] = json!({ "nodeName": node, "capacity": { "cpu": "4", "memory": "4Gi", "pods": "5" } });
+        }
+        from_json(value)
+    }
+
+    fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
+        from_json(json!({
+            "apiVersion": "v1", "kind": "Node",
+            "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
+            "status": { "allocatable": { "cpu": cpu, "memory": "4Gi", "pods": "10" } },
+        }))
+    }
+
+    fn catalogue() -> Catalogue {
+        Arc::from(vec![
+            Arc::new(instance_type("small-instance-type", 2, 2, 5, "amd64")),
+            Arc::new(instance_type("default-instance-type", 4, 4, 5, "amd64")),
+        ])
+    }
+
+    struct Fixture {
+        snapshot: Snapshot,
+        pool: NodePool,
+        catalogues: HashMap<String, Catalogue>,
+        policy: LabelPolicy,
+    }
+
+    impl Fixture {
+        fn new(snapshot: Snapshot, limits: Value) -> Self {
+            let mut snapshot = snapshot;
+            snapshot.sort();
+            Self {
+                snapshot,
+                pool: node_pool(limits),
+                catalogues: HashMap::from([("default".to_owned(), catalogue())]),
+                policy: LabelPolicy::core(),
+            }
+        }
+
+        fn build(&self, pods: &[&Pod], reserved: &[(&Pod, Target)]) -> Built {
+            let node_pools = [(&self.pool, catalogue())];
+            build(&Sources {
+                snapshot: &self.snapshot,
+                pods,
+                reserved,
+                node_pools: &node_pools,
+                catalogues: &self.catalogues,
+                label_policy: &self.policy,
+                preference_policy: PreferencePolicy::Respect,
+            })
+        }
+    }
+
+    #[test]
+    fn given_nodes_and_node_claims_then_live_ones_are_capacity_with_their_pods() {
+        let mut deleting = node("node-gone", "4");
+        deleting.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                "2025-01-01T00:00:00Z".parse().unwrap(),
+            ));
+        let fixture = Fixture::new(
+            Snapshot {
+                nodes: vec![node("node-1", "4"), deleting],
+                node_claims: vec![
+                    claim(
+                        "default-registered",
+                        &["default-instance-type"],
+                        Some("node-1"),
+                    ),
+                    claim(
+                        "default-launching",
+                        &["small-instance-type", "default-instance-type"],
+                        None,
+                    ),
+                ],
+                pods: vec![bound("web-1", "1", "node-1")],
+                ..Snapshot::default()
+            },
+            json!({}),
+        );
+        let built = fixture.build(&[], &[]);
+        let names: Vec<&str> = built
+            .input
+            .existing_nodes
+            .iter()
+            .map(|n| n.name.as_str())
+            .collect();
+        assert_eq!(names, ["default-launching", "node-1"]);
+        let node_1 = &built.input.existing_nodes[1];
+        assert_eq!(node_1.requested.cpu_millis(), 1000);
+        assert_eq!(
+            built.targets["node-1"],
+            Target::NodeClaim("default-registered".to_owned()),
+            "a registered NodeClaim's node nominates to the NodeClaim"
+        );
+        assert_eq!(
+            built.input.existing_nodes[0].allocatable,
+            *catalogue()[0].allocatable(),
+            "the launching NodeClaim may turn out as its smallest option"
+        );
+    }
+
+    #[test]
+    fn given_a_nominated_pod_then_its_requests_are_reserved_on_its_node_claim() {
+        let fixture = Fixture::new(
+            Snapshot {
+                node_claims: vec![claim("default-launching", &["small-instance-type"], None)],
+                ..Snapshot::default()
+            },
+            json!({}),
+        );
+        let nominated = pending("nominated", "1500m");
+        let newcomer = pending("newcomer", "1");
+        let built = fixture.build(
+            &[&newcomer],
+            &[(&nominated, Target::NodeClaim("default-launching".into()))],
+        );
+        assert_eq!(built.input.existing_nodes[0].requested.cpu_millis(), 1500);
+        let results = solve(&built.input).unwrap();
+        assert!(
+            results.existing_placements.is_empty(),
+            "1 CPU does not fit next to the reserved 1.5 on a 1.9 CPU node"
+        );
+        assert_eq!(results.new_node_claims.len(), 1);
+    }
+
+    #[test]
+    fn given_node_claims_then_usage_counts_capacity_or_the_largest_option_and_nodes() {
+        let fixture = Fixture::new(
+            Snapshot {
+                node_claims: vec![
+                    claim(
+                        "default-registered",
+                        &["default-instance-type"],
+                        Some("node-1"),
+                    ),
+                    claim(
+                        "default-launching",
+                        &["small-instance-type", "default-instance-type"],
+                        None,
+                    ),
+                ],
+                ..Snapshot::default()
+            },
+            json!({}),
+        );
+        let usage = usage_by_node_pool(&fixture.snapshot, &fixture.catalogues);
+        let used = &usage["default"];
+        assert_eq!(
+            used.cpu_millis(),
+            8000,
+            "4 launched + 4 for the largest option"
+        );
+        assert_eq!(used.get(&ResourceName::new(NODES)), 2);
+    }
+
+    #[test]
+    fn given_limits_then_the_scheduler_is_capped_by_the_usage() {
+        let fixture = Fixture::new(
+            Snapshot {
+                nodes: vec![node("node-1", "1")],
+                node_claims: vec![claim(
+                    "default-registered",
+                    &["default-instance-type"],
+                    Some("node-1"),
+                )],
+                ..Snapshot::default()
+            },
+            json!({ "cpu": "6" }),
+        );
+        let big = pending("big", "3");
+        let other = pending("other", "3");
+        let built = fixture.build(&[&big, &other], &[]);
+        let results = solve(&built.input).unwrap();
+        assert_eq!(
+            results.new_node_claims.len(),
+            0,
+            "4 of 6 CPUs used: no 4-CPU node fits"
+        );
+        assert_eq!(results.unschedulable.len(), 2);
+    }
+
+    #[test]
+    fn given_an_invalid_pod_then_it_is_skipped_with_its_field() {
+        let fixture = Fixture::new(Snapshot::default(), json!({}));
+        let bad = pending("bad", "a lot");
+        let good = pending("good", "1");
+        let built = fixture.build(&[&bad, &good], &[]);
+        let names: Vec<String> = built.input.pods.iter().map(|p| p.id.to_string()).collect();
+        assert_eq!(names, ["default/good"]);
+        assert_eq!(built.uids["default/good"], "uid-good");
+        match &built.skipped[..] {
+            [Skipped::Pod { pod, uid, error }] => {
+                assert_eq!(pod, "default/bad");
+                assert_eq!(uid, "uid-bad");
+                assert_eq!(error.field, "spec.containers[0].resources.requests.cpu");
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+}

@@ -1,0 +1,315 @@
+//! Which pods the provisioner has already found capacity for, and until when (upstream's
+//! nomination of state nodes, `state/statenode.go`): in memory only, so a restart forgets
+//! them and the next pass finds the same capacity again (the NodeClaims it created are
+//! in-flight capacity in the scheduler's input).
+//!
+//! A nominated pod is not scheduled again, and its requests are reserved on the capacity it
+//! was nominated to, while the nomination holds:
+//!
+//! - to a NodeClaim: as long as the NodeClaim exists, is not being deleted and is not yet
+//!   initialized; once initialized, for the nomination window after the nomination (the pod is
+//!   the kube-scheduler's to bind). A NodeClaim that is not in the snapshot yet (a cache
+//!   lagging behind the create) holds the nomination for the window; one that was seen and is
+//!   gone drops it at once, so the pods of a failed launch are scheduled again.
+//! - to a Node without a NodeClaim: for the window, while the Node exists and is not being
+//!   deleted.
+//!
+//! The window is upstream's: max(2 × batch_max, 10 s).
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use karpenter_api::condition;
+use karpenter_api::nodeclaim::CONDITION_INITIALIZED;
+
+use super::batcher::{later, remaining};
+use crate::cluster::Snapshot;
+
+/// The shortest nomination window.
+pub const MIN_NOMINATION_WINDOW: Duration = Duration::from_secs(10);
+
+/// Upstream's nomination window for a batch of at most `batch_max`: max(2 × batch_max, 10 s).
+pub fn nomination_window(batch_max: Duration) -> Duration {
+    batch_max.saturating_mul(2).max(MIN_NOMINATION_WINDOW)
+}
+
+/// What a pod is nominated to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Target {
+    /// A NodeClaim, by name (whether or not its Node registered).
+    NodeClaim(String),
+    /// A Node that has no NodeClaim (one core does not manage), by name.
+    Node(String),
+}
+
+impl Target {
+    /// The NodeClaim's or Node's name.
+    pub fn name(&self) -> &str {
+        match self {
+            Target::NodeClaim(name) | Target::Node(name) => name,
+        }
+    }
+}
+
+/// One nomination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Nomination {
+    /// Where the pod is expected to go.
+    pub target: Target,
+    /// When it was nominated.
+    pub at: Timestamp,
+    /// Whether a snapshot has shown the target NodeClaim since.
+    pub seen: bool,
+    /// Whether the nomination ends with the window (false while its NodeClaim launches).
+    pub windowed: bool,
+}
+
+/// The nominations, by pod UID.
+#[derive(Debug, Clone)]
+pub struct Nominations {
+    window: Duration,
+    by_pod: HashMap<String, Nomination>,
+}
+
+impl Nominations {
+    /// No nominations; time-bound ones last `window`.
+    pub fn new(window: Duration) -> Self {
+        Self {
+            window,
+            by_pod: HashMap::new(),
+        }
+    }
+
+    /// Nominates the pod `uid` to `target` at `now`, replacing an earlier nomination.
+    pub fn nominate(&mut self, uid: &str, target: Target, now: Timestamp) {
+        self.by_pod.insert(
+            uid.to_owned(),
+            Nomination {
+                target,
+                at: now,
+                seen: false,
+                windowed: true,
+            },
+        );
+    }
+
+    /// The nomination of the pod `uid`, if it holds (as of the last [`Nominations::prune`]).
+    pub fn get(&self, uid: &str) -> Option<&Nomination> {
+        self.by_pod.get(uid)
+    }
+
+    /// The nominations that hold, by pod UID.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &Nomination)> + '_ {
+        self.by_pod.iter().map(|(uid, n)| (uid.as_str(), n))
+    }
+
+    /// How many nominations hold.
+    pub fn len(&self) -> usize {
+        self.by_pod.len()
+    }
+
+    /// Whether none holds.
+    pub fn is_empty(&self) -> bool {
+        self.by_pod.is_empty()
+    }
+
+    /// Drops the nominations that no longer hold at `now` given `snapshot` (see the module
+    /// documentation), and those of pods that are no longer waiting for capacity (`waiting`:
+    /// the UIDs of the pods the provisioner would schedule).
+    pub fn prune(&mut self, snapshot: &Snapshot, waiting: &HashSet<&str>, now: Timestamp) {
+        let window = self.window;
+        self.by_pod.retain(|uid, nomination| {
+            waiting.contains(uid.as_str()) && holds(nomination, snapshot, now, window)
+        });
+    }
+
+    /// How long until the first nomination bound by the window ends, if any.
+    pub fn next_expiry(&self, now: Timestamp) -> Option<Duration> {
+        self.by_pod
+            .values()
+            .filter(|n| n.windowed)
+            .filter_map(|n| remaining(now, later(n.at, self.window)))
+            .min()
+    }
+}
+
+/// Whether `nomination` still holds; notes whether its NodeClaim was seen and whether the
+/// window bounds it.
+fn holds(
+    nomination: &mut Nomination,
+    snapshot: &Snapshot,
+    now: Timestamp,
+    window: Duration,
+) -> bool {
+    let within_window = now < later(nomination.at, window);
+    match &nomination.target {
+        Target::NodeClaim(name) => match snapshot.node_claim(name) {
+            Some(claim) if claim.metadata.deletion_timestamp.is_some() => false,
+            Some(claim) => {
+                nomination.seen = true;
+                let initialized = claim.status.as_ref().is_some_and(|status| {
+                    condition::is_true(&status.conditions, CONDITION_INITIALIZED)
+                });
+                nomination.windowed = initialized;
+                !initialized || within_window
+            }
+            None => {
+                nomination.windowed = true;
+                !nomination.seen && within_window
+            }
+        },
+        Target::Node(name) => snapshot
+            .node(name)
+            .is_some_and(|node| node.metadata.deletion_timestamp.is_none() && within_window),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+    use karpenter_api::NodeClaim;
+    use serde_json::json;
+
+    use super::*;
+
+    fn t(seconds: u64) -> Timestamp {
+        let start: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
+        later(start, Duration::from_secs(seconds))
+    }
+
+    fn claim(name: &str, initialized: bool, deleting: bool) -> NodeClaim {
+        let mut value = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": { "name": name },
+            "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": [],
+            },
+        });
+        if initialized {
+            value["status"] = json!({ "conditions": [{
+                "type": "Initialized", "status": "True",
+                "lastTransitionTime": "2025-01-01T00:00:00Z",
+            }]});
+        }
+        if deleting {
+            value["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+            value["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn snapshot(claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
+        let mut snapshot = Snapshot {
+            node_claims: claims,
+            nodes,
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        snapshot
+    }
+
+    fn waiting() -> HashSet<&'static str> {
+        HashSet::from(["pod-a"])
+    }
+
+    fn nominated(target: Target) -> Nominations {
+        let mut nominations = Nominations::new(Duration::from_secs(20));
+        nominations.nominate("pod-a", target, t(0));
+        nominations
+    }
+
+    #[test]
+    fn given_the_default_batch_max_then_the_window_is_twenty_seconds() {
+        assert_eq!(
+            nomination_window(Duration::from_secs(10)),
+            Duration::from_secs(20)
+        );
+        assert_eq!(
+            nomination_window(Duration::from_secs(1)),
+            MIN_NOMINATION_WINDOW
+        );
+    }
+
+    #[test]
+    fn given_a_launching_node_claim_then_the_nomination_outlives_the_window() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        let launching = snapshot(vec![claim("default-x", false, false)], vec![]);
+        nominations.prune(&launching, &waiting(), t(1));
+        assert_eq!(
+            nominations.next_expiry(t(1)),
+            None,
+            "no time bound while launching"
+        );
+        nominations.prune(&launching, &waiting(), t(600));
+        assert!(nominations.get("pod-a").is_some());
+    }
+
+    #[test]
+    fn given_an_initialized_node_claim_then_the_nomination_ends_with_the_window() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        let initialized = snapshot(vec![claim("default-x", true, false)], vec![]);
+        nominations.prune(&initialized, &waiting(), t(19));
+        assert!(nominations.get("pod-a").is_some());
+        assert_eq!(nominations.next_expiry(t(19)), Some(Duration::from_secs(1)));
+        nominations.prune(&initialized, &waiting(), t(20));
+        assert!(nominations.is_empty());
+    }
+
+    #[test]
+    fn given_a_node_claim_being_deleted_then_the_nomination_ends() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        nominations.prune(
+            &snapshot(vec![claim("default-x", false, true)], vec![]),
+            &waiting(),
+            t(1),
+        );
+        assert!(nominations.is_empty());
+    }
+
+    #[test]
+    fn given_a_node_claim_not_seen_yet_then_the_window_holds_the_nomination() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        nominations.prune(&snapshot(vec![], vec![]), &waiting(), t(5));
+        assert!(nominations.get("pod-a").is_some(), "the cache may lag");
+        nominations.prune(&snapshot(vec![], vec![]), &waiting(), t(20));
+        assert!(nominations.is_empty());
+    }
+
+    #[test]
+    fn given_a_node_claim_seen_then_gone_then_the_nomination_ends_at_once() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        let present = snapshot(vec![claim("default-x", false, false)], vec![]);
+        nominations.prune(&present, &waiting(), t(1));
+        assert!(nominations.get("pod-a").is_some_and(|n| n.seen));
+        nominations.prune(&snapshot(vec![], vec![]), &waiting(), t(2));
+        assert!(nominations.is_empty(), "a failed launch frees its pods");
+    }
+
+    #[test]
+    fn given_a_pod_no_longer_waiting_then_its_nomination_is_forgotten() {
+        let mut nominations = nominated(Target::NodeClaim("default-x".into()));
+        let present = snapshot(vec![claim("default-x", false, false)], vec![]);
+        nominations.prune(&present, &HashSet::new(), t(1));
+        assert!(nominations.is_empty());
+    }
+
+    #[test]
+    fn given_a_node_without_node_claim_then_the_nomination_lasts_the_window() {
+        let node: Node = serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Node", "metadata": { "name": "static-1" },
+        }))
+        .unwrap();
+        let mut nominations = nominated(Target::Node("static-1".into()));
+        let with_node = snapshot(vec![], vec![node]);
+        nominations.prune(&with_node, &waiting(), t(10));
+        assert_eq!(
+            nominations.get("pod-a").map(|n| n.target.name()),
+            Some("static-1")
+        );
+        nominations.prune(&with_node, &waiting(), t(21));
+        assert!(nominations.is_empty());
+    }
+}

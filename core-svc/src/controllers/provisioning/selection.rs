@@ -1,0 +1,496 @@
+//! Which pods wait for capacity and which NodePools may provide it (KARPENTER-REFERENCE §5.2).
+//!
+//! A pod waits for capacity when the kube-scheduler gave up on it (provisionable), or when it
+//! runs on a node being deleted and will need a place to go (reschedulable), as upstream's
+//! provisioner schedules both so that replacement capacity is ready before the drain.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::NodePool;
+use kube::core::DynamicObject;
+use serde_json::Value;
+
+use crate::cloudprovider::NodeClassKind;
+use crate::cluster::Snapshot;
+
+/// The annotation the kubelet puts on the API server's copy of a static pod.
+pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
+
+/// Whether the kube-scheduler gave up on the pod and only new capacity can help (upstream
+/// `IsProvisionable`): unbound, not terminating, Pending, `PodScheduled=False` with reason
+/// `Unschedulable`, not nominated by the kube-scheduler's preemption, not a DaemonSet's or a
+/// static pod.
+pub fn is_provisionable(pod: &Pod) -> bool {
+    let status = pod.status.as_ref();
+    let unschedulable = status
+        .and_then(|status| status.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|condition| {
+            condition.type_ == "PodScheduled"
+                && condition.status == "False"
+                && condition.reason.as_deref() == Some("Unschedulable")
+        });
+    let pending = status
+        .and_then(|status| status.phase.as_deref())
+        .is_none_or(|phase| phase == "Pending");
+    let preempting = status
+        .and_then(|status| status.nominated_node_name.as_deref())
+        .is_some_and(|name| !name.is_empty());
+    node_name(pod).is_none()
+        && !is_terminating(pod)
+        && pending
+        && unschedulable
+        && !preempting
+        && !is_daemon_set_pod(pod)
+        && !is_static_pod(pod)
+}
+
+/// Whether the pod would have to move if its node went away (upstream `IsReschedulable`):
+/// neither terminal nor terminating, and neither a DaemonSet's nor a static pod.
+pub fn is_reschedulable(pod: &Pod) -> bool {
+    !is_terminal(pod) && !is_terminating(pod) && !is_daemon_set_pod(pod) && !is_static_pod(pod)
+}
+
+/// Whether the pod finished (`Succeeded` or `Failed`): it holds no resources.
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Whether the pod is being deleted.
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Whether a DaemonSet owns the pod.
+pub fn is_daemon_set_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.kind == "DaemonSet")
+}
+
+/// Whether the pod is a static pod (a mirror pod, or one owned by its Node): it cannot move.
+pub fn is_static_pod(pod: &Pod) -> bool {
+    let mirror = pod
+        .metadata
+        .annotations
+        .as_ref()
+        .is_some_and(|annotations| annotations.contains_key(ANNOTATION_MIRROR_POD));
+    let node_owned = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.kind == "Node");
+    mirror || node_owned
+}
+
+/// The node the pod is bound to.
+pub fn node_name(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.node_name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// The names of the Nodes being deleted, directly or through their NodeClaim.
+pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
+    let nodes = snapshot
+        .nodes
+        .iter()
+        .filter(|node| node.metadata.deletion_timestamp.is_some())
+        .filter_map(|node| node.metadata.name.as_deref());
+    let claimed = snapshot
+        .node_claims
+        .iter()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_some())
+        .filter_map(|claim| claim.status.as_ref())
+        .map(|status| status.node_name.as_str())
+        .filter(|name| !name.is_empty());
+    nodes.chain(claimed).collect()
+}
+
+/// The pods waiting for capacity, in the snapshot's order: the provisionable ones and the
+/// reschedulable pods of the nodes being deleted.
+pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
+    let deleting = deleting_nodes(snapshot);
+    snapshot
+        .pods
+        .iter()
+        .filter(|pod| match node_name(pod) {
+            None => is_provisionable(pod),
+            Some(node) => deleting.contains(node) && is_reschedulable(pod),
+        })
+        .collect()
+}
+
+/// The pod's UID, or `namespace/name` for a pod that has none (not from an API server).
+pub fn pod_uid(pod: &Pod) -> String {
+    match &pod.metadata.uid {
+        Some(uid) => uid.clone(),
+        None => format!(
+            "{}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        ),
+    }
+}
+
+/// Why a NodePool cannot provide capacity now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unusable {
+    /// It is being deleted.
+    Deleting,
+    /// It is static (`spec.replicas`): its size does not follow pods.
+    Static,
+    /// Its node class is of a kind the cloud provider does not manage.
+    UnsupportedNodeClass {
+        /// The node class's `group/kind`.
+        kind: String,
+    },
+    /// Its node class does not exist.
+    NodeClassMissing,
+    /// Its node class is not Ready.
+    NodeClassNotReady {
+        /// The Ready condition's reason and message, or why there is none.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Unusable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unusable::Deleting => f.write_str("the NodePool is being deleted"),
+            Unusable::Static => f.write_str("the NodePool is static"),
+            Unusable::UnsupportedNodeClass { kind } => {
+                write!(
+                    f,
+                    "node class kind {kind} is not managed by the cloud provider"
+                )
+            }
+            Unusable::NodeClassMissing => f.write_str("the node class does not exist"),
+            Unusable::NodeClassNotReady { reason } => {
+                write!(f, "the node class is not ready: {reason}")
+            }
+        }
+    }
+}
+
+/// A NodePool that may provide capacity, with its node class (absent only when readiness is
+/// not checked and the object does not exist).
+#[derive(Debug, Clone, Copy)]
+pub struct UsableNodePool<'a> {
+    /// The NodePool.
+    pub pool: &'a NodePool,
+    /// Its node class.
+    pub node_class: Option<&'a DynamicObject>,
+}
+
+/// The NodePools that may provide capacity, highest weight first then by name, and why each
+/// other one may not. A NodePool needs a node class of a kind the provider manages (`supported`;
+/// empty means any) and, when `require_ready_node_class`, that node class to exist with
+/// `Ready=True` (it is false when the plugin does not implement ResolveNodeClass: then every
+/// node class counts as ready).
+pub fn usable_node_pools<'a>(
+    snapshot: &'a Snapshot,
+    supported: &[NodeClassKind],
+    require_ready_node_class: bool,
+) -> (Vec<UsableNodePool<'a>>, Vec<(&'a NodePool, Unusable)>) {
+    let mut usable = Vec::new();
+    let mut unusable = Vec::new();
+    for pool in &snapshot.node_pools {
+        match usability(snapshot, pool, supported, require_ready_node_class) {
+            Ok(node_class) => usable.push(UsableNodePool { pool, node_class }),
+            Err(reason) => unusable.push((pool, reason)),
+        }
+    }
+    usable.sort_by(|a, b| {
+        let weight = |p: &UsableNodePool<'_>| p.pool.spec.weight.unwrap_or(0);
+        weight(b)
+            .cmp(&weight(a))
+            .then_with(|| a.pool.metadata.name.cmp(&b.pool.metadata.name))
+    });
+    (usable, unusable)
+}
+
+fn usability<'a>(
+    snapshot: &'a Snapshot,
+    pool: &NodePool,
+    supported: &[NodeClassKind],
+    require_ready_node_class: bool,
+) -> Result<Option<&'a DynamicObject>, Unusable> {
+    if pool.metadata.deletion_timestamp.is_some() {
+        return Err(Unusable::Deleting);
+    }
+    if pool.is_static() {
+        return Err(Unusable::Static);
+    }
+    let reference = &pool.spec.template.spec.node_class_ref;
+    if !supported.is_empty()
+        && !supported
+            .iter()
+            .any(|kind| kind.group == reference.group && kind.kind == reference.kind)
+    {
+        return Err(Unusable::UnsupportedNodeClass {
+            kind: format!("{}/{}", reference.group, reference.kind),
+        });
+    }
+    let node_class = snapshot.node_class_for(reference);
+    if !require_ready_node_class {
+        return Ok(node_class);
+    }
+    let node_class = node_class.ok_or(Unusable::NodeClassMissing)?;
+    if node_class.metadata.deletion_timestamp.is_some() {
+        return Err(Unusable::NodeClassNotReady {
+            reason: "it is being deleted".to_owned(),
+        });
+    }
+    node_class_readiness(node_class)
+        .map(|()| Some(node_class))
+        .map_err(|reason| Unusable::NodeClassNotReady { reason })
+}
+
+/// Whether a node class's `Ready` condition is True; otherwise its reason and message.
+pub fn node_class_readiness(node_class: &DynamicObject) -> Result<(), String> {
+    let ready = node_class
+        .data
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|condition| condition.get("type").and_then(Value::as_str) == Some("Ready"));
+    let Some(ready) = ready else {
+        return Err("it has no Ready condition yet".to_owned());
+    };
+    let field = |name: &str| ready.get(name).and_then(Value::as_str).unwrap_or_default();
+    if field("status") == "True" {
+        return Ok(());
+    }
+    Err(match (field("reason"), field("message")) {
+        ("", "") => format!("Ready is {}", field("status")),
+        (reason, "") => reason.to_owned(),
+        ("", message) => message.to_owned(),
+        (reason, message) => format!("{reason}: {message}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::api::core::v1::Node;
+    use karpenter_api::NodeClaim;
+    use serde::de::DeserializeOwned;
+    use serde_json::json;
+
+    use super::*;
+
+    fn from_json<T: DeserializeOwned>(value: Value) -> T {
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn pod(name: &str, extra: Value) -> Pod {
+        let mut value = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": { "namespace": "default", "name": name, "uid": format!("uid-{name}") },
+            "spec": { "containers": [] },
+            "status": { "phase": "Pending", "conditions": [
+                { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
+            ]},
+        });
+        merge(&mut value, extra);
+        from_json(value)
+    }
+
+    fn merge(base: &mut Value, extra: Value) {
+        match (base, extra) {
+            (Value::Object(base), Value::Object(extra)) => {
+                for (key, value) in extra {
+                    merge(base.entry(key).or_insert(Value::Null), value);
+                }
+            }
+            (base, extra) => *base = extra,
+        }
+    }
+
+    #[test]
+    fn given_an_unschedulable_pending_pod_then_it_is_provisionable() {
+        assert!(is_provisionable(&pod("a", json!({}))));
+    }
+
+    #[test]
+    fn given_pods_the_kube_scheduler_has_not_given_up_on_then_they_are_not_provisionable() {
+        let cases = [
+            ("bound", json!({ "spec": { "nodeName": "node-1" } })),
+            (
+                "terminating",
+                json!({ "metadata": { "deletionTimestamp": "2025-01-01T00:00:00Z" } }),
+            ),
+            ("running", json!({ "status": { "phase": "Running" } })),
+            (
+                "not tried",
+                json!({ "status": { "conditions": [{ "type": "PodScheduled", "status": "False", "reason": "SchedulingGated" }] } }),
+            ),
+            (
+                "scheduled",
+                json!({ "status": { "conditions": [{ "type": "PodScheduled", "status": "True" }] } }),
+            ),
+            (
+                "preempting",
+                json!({ "status": { "nominatedNodeName": "node-2" } }),
+            ),
+            (
+                "daemon set",
+                json!({ "metadata": { "ownerReferences": [{ "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "u" }] } }),
+            ),
+            (
+                "mirror",
+                json!({ "metadata": { "annotations": { ANNOTATION_MIRROR_POD: "x" } } }),
+            ),
+        ];
+        for (case, extra) in cases {
+            assert!(!is_provisionable(&pod("p", extra)), "{case}");
+        }
+    }
+
+    #[test]
+    fn given_a_node_being_deleted_then_its_reschedulable_pods_wait_too() {
+        let node = |name: &str, deleting: bool| -> Node {
+            let mut value =
+                json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } });
+            if deleting {
+                value["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
+                value["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+            }
+            from_json(value)
+        };
+        let claim: NodeClaim = from_json(json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+            "metadata": { "name": "c", "deletionTimestamp": "2025-01-01T00:00:00Z", "finalizers": ["x"] },
+            "spec": { "nodeClassRef": { "group": "g", "kind": "K", "name": "n" }, "requirements": [] },
+            "status": { "nodeName": "claimed" },
+        }));
+        let running = |name: &str, node: &str| {
+            pod(
+                name,
+                json!({ "spec": { "nodeName": node }, "status": { "phase": "Running", "conditions": [] } }),
+            )
+        };
+        let mut snapshot = Snapshot {
+            nodes: vec![
+                node("deleting", true),
+                node("claimed", false),
+                node("live", false),
+            ],
+            node_claims: vec![claim],
+            pods: vec![
+                pod("pending", json!({})),
+                running("on-deleting", "deleting"),
+                running("on-claimed", "claimed"),
+                running("on-live", "live"),
+                pod(
+                    "done",
+                    json!({ "spec": { "nodeName": "deleting" }, "status": { "phase": "Succeeded" } }),
+                ),
+            ],
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        let names: Vec<&str> = waiting_pods(&snapshot)
+            .into_iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, ["on-claimed", "on-deleting", "pending"]);
+    }
+
+    fn node_pool(name: &str, extra: Value) -> NodePool {
+        let mut value = json!({
+            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+            "metadata": { "name": name },
+            "spec": { "template": { "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": [],
+            } } },
+        });
+        merge(&mut value, extra);
+        from_json(value)
+    }
+
+    fn node_class(name: &str, ready: &str) -> DynamicObject {
+        from_json(json!({
+            "apiVersion": "test.karpenter.sh/v1", "kind": "TestNodeClass",
+            "metadata": { "name": name },
+            "status": { "conditions": [{ "type": "Ready", "status": ready, "reason": "SubnetsNotFound" }] },
+        }))
+    }
+
+    fn kinds() -> Vec<NodeClassKind> {
+        vec![NodeClassKind {
+            group: "test.karpenter.sh".into(),
+            version: "v1".into(),
+            kind: "TestNodeClass".into(),
+        }]
+    }
+
+    #[test]
+    fn given_node_pools_then_usable_ones_come_by_weight_and_the_others_say_why() {
+        let other_class =
+            json!({ "spec": { "template": { "spec": { "nodeClassRef": { "name": "other" } } } } });
+        let mut snapshot = Snapshot {
+            node_pools: vec![
+                node_pool("a-light", json!({})),
+                node_pool("b-heavy", json!({ "spec": { "weight": 50 } })),
+                node_pool("c-static", json!({ "spec": { "replicas": 1 } })),
+                node_pool("d-not-ready", other_class),
+                node_pool(
+                    "e-foreign",
+                    json!({ "spec": { "template": { "spec": { "nodeClassRef": { "kind": "EC2NodeClass" } } } } }),
+                ),
+                node_pool(
+                    "f-missing",
+                    json!({ "spec": { "template": { "spec": { "nodeClassRef": { "name": "missing" } } } } }),
+                ),
+            ],
+            node_classes: vec![node_class("default", "True"), node_class("other", "False")],
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        let (usable, unusable) = usable_node_pools(&snapshot, &kinds(), true);
+        let names: Vec<&str> = usable
+            .iter()
+            .filter_map(|u| u.pool.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, ["b-heavy", "a-light"]);
+        let reasons: Vec<(&str, String)> = unusable
+            .iter()
+            .map(|(pool, why)| (pool.metadata.name.as_deref().unwrap(), why.to_string()))
+            .collect();
+        assert_eq!(
+            reasons,
+            [
+                ("c-static", "the NodePool is static".to_owned()),
+                (
+                    "d-not-ready",
+                    "the node class is not ready: SubnetsNotFound".to_owned()
+                ),
+                (
+                    "e-foreign",
+                    "node class kind test.karpenter.sh/EC2NodeClass is not managed by the cloud provider"
+                        .to_owned()
+                ),
+                ("f-missing", "the node class does not exist".to_owned()),
+            ]
+        );
+        let (usable, _) = usable_node_pools(&snapshot, &kinds(), false);
+        assert_eq!(
+            usable.len(),
+            4,
+            "readiness unchecked: not-ready and missing count"
+        );
+    }
+}

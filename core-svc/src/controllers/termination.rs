@@ -1,0 +1,1317 @@
+//! Termination (upstream `node/termination` and the finalize half of `nodeclaim/lifecycle`,
+//! KARPENTER-REFERENCE §4): what happens between a NodeClaim's (or its Node's) deletion and
+//! the moment both are gone.
+//!
+//! For each launched NodeClaim being deleted that still carries [`TERMINATION_FINALIZER`]:
+//!
+//! 1. stamp `karpenter.sh/nodeclaim-termination-timestamp` (deletion time plus
+//!    terminationGracePeriod) when it has a terminationGracePeriod;
+//! 2. delete its Nodes (those with its provider ID), so they show as terminating, keeping them
+//!    with the finalizer until the instance is gone;
+//! 3. unless a Node is NotReady and the cloud says its instance is gone: taint the Nodes
+//!    `karpenter.sh/disrupted:NoSchedule` and drain them tier by tier ([`drain`]), with
+//!    `Drained=Unknown` while draining and `Drained=True` once nothing is left to wait for and
+//!    at least [`MIN_DRAIN_TIME`] has passed since the drain began (a pod bound just before the
+//!    taint landed is caught);
+//! 4. `Delete` the instance until the plugin answers Gone (`InstanceTerminating=True` meanwhile);
+//! 5. remove the finalizer from the Nodes, then from the NodeClaim.
+//!
+//! A Node deleted on its own (`kubectl delete node`) gets its NodeClaim deleted, which brings
+//! it back to the steps above. A Node being deleted with the finalizer but no NodeClaim is
+//! drained and released without touching the cloud (garbage collection owns stray instances).
+//! NodeClaims that never launched (no provider ID) are the lifecycle controller's.
+//!
+//! Differences from upstream: one controller instead of two (node termination and NodeClaim
+//! finalize), so the instance is deleted once; no VolumeAttachment wait (the cluster port has no
+//! VolumeAttachments yet); no metrics yet; the termination deadline is read from the annotation
+//! when present and computed from the spec otherwise (upstream only reads the annotation).
+
+pub mod drain;
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use core_domain::labels::{ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_NODEPOOL};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING};
+use karpenter_api::{ConditionStatus, NodeClaim, condition};
+use serde_json::{Map, Value, json};
+
+use super::nodeclaim::set_condition;
+use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
+use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
+use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
+use crate::events::{EventType, ObjectRef};
+use drain::{DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan};
+
+/// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
+/// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
+pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
+/// How soon a drain that did something this pass looks again.
+pub const DRAIN_POLL: Duration = Duration::from_secs(1);
+/// How long a drain that could do nothing (PDBs, do-not-disrupt, pods terminating) waits at
+/// most before trying again (upstream's eviction backoff ceiling).
+pub const DRAIN_RETRY_MAX: Duration = Duration::from_secs(10);
+/// The label that takes a draining node out of external load balancers.
+pub const LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
+    "node.kubernetes.io/exclude-from-external-load-balancers";
+/// Repeated events about the same object and cause (a PDB blocking an eviction, the plugin
+/// failing) are recorded at most this often; the retries in between only log.
+pub const EVENT_DEDUPE_WINDOW: Duration = Duration::from_secs(2 * 60);
+
+/// The taint a draining node carries: `karpenter.sh/disrupted:NoSchedule`.
+pub fn disrupted_taint() -> Taint {
+    Taint {
+        key: DISRUPTED_TAINT_KEY.to_owned(),
+        value: None,
+        effect: DISRUPTED_TAINT_EFFECT.to_owned(),
+        time_added: None,
+    }
+}
+
+/// When the NodeClaim's drain ends regardless of what still runs: its deletion time plus its
+/// terminationGracePeriod, to the second; the annotation when it holds a valid time (whoever
+/// wrote it first fixed it). `None` while not deleting or without a terminationGracePeriod.
+pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
+    let deleting_since = node_claim.metadata.deletion_timestamp.as_ref()?;
+    let grace = node_claim.spec.termination_grace_period.as_ref()?;
+    let annotated = node_claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP))
+        .and_then(|value| value.parse::<Timestamp>().ok());
+    if annotated.is_some() {
+        return annotated;
+    }
+    let deadline = deleting_since
+        .0
+        .saturating_add(grace.duration())
+        .unwrap_or(Timestamp::MAX);
+    Some(Timestamp::from_second(deadline.as_second()).unwrap_or(deadline))
+}
+
+/// Whether the object carries [`TERMINATION_FINALIZER`].
+fn has_finalizer<K: kube::Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|finalizer| finalizer == TERMINATION_FINALIZER)
+}
+
+fn is_deleting<K: kube::Resource>(object: &K) -> bool {
+    object.meta().deletion_timestamp.is_some()
+}
+
+fn name_of<K: kube::Resource>(object: &K) -> &str {
+    object.meta().name.as_deref().unwrap_or_default()
+}
+
+fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions {
+    object
+        .meta()
+        .uid
+        .as_ref()
+        .map(Preconditions::uid)
+        .unwrap_or_default()
+}
+
+fn provider_id_of(node_claim: &NodeClaim) -> &str {
+    node_claim
+        .status
+        .as_ref()
+        .map(|status| status.provider_id.as_str())
+        .unwrap_or_default()
+}
+
+fn node_provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.provider_id.as_deref())
+        .unwrap_or_default()
+}
+
+/// The Nodes of a NodeClaim: those with its provider ID (a node name can be reused by a later
+/// instance, a provider ID cannot).
+pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a Node> {
+    let provider_id = provider_id_of(node_claim);
+    if provider_id.is_empty() {
+        return Vec::new();
+    }
+    snapshot
+        .nodes
+        .iter()
+        .filter(|node| node_provider_id(node) == provider_id)
+        .collect()
+}
+
+/// The NodeClaim of a Node, by provider ID.
+pub fn node_claim_of<'a>(snapshot: &'a Snapshot, node: &Node) -> Option<&'a NodeClaim> {
+    let provider_id = node_provider_id(node);
+    if provider_id.is_empty() {
+        return None;
+    }
+    snapshot
+        .node_claims
+        .iter()
+        .find(|node_claim| provider_id_of(node_claim) == provider_id)
+}
+
+fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+        })
+}
+
+/// One piece of work for a pass.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finalization {
+    /// A Node is being deleted but its NodeClaim is not: delete the NodeClaim, whose
+    /// finalization then takes the Node along (upstream's node termination does the same).
+    DeleteNodeClaim {
+        /// The NodeClaim's name.
+        node_claim: String,
+    },
+    /// A launched NodeClaim is being deleted: drain its Nodes, terminate its instance, release
+    /// both.
+    NodeClaim {
+        /// The NodeClaim's name.
+        node_claim: String,
+    },
+    /// A Node is being deleted with core's finalizer and has no NodeClaim: drain it, release it.
+    OrphanNode {
+        /// The Node's name.
+        node: String,
+    },
+}
+
+/// Everything the termination controller has to act on in `snapshot`, NodeClaims by name
+/// first, then Nodes by name.
+pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
+    let mut work: Vec<Finalization> = snapshot
+        .node_claims
+        .iter()
+        .filter(|node_claim| {
+            is_deleting(*node_claim)
+                && has_finalizer(*node_claim)
+                && !provider_id_of(node_claim).is_empty()
+        })
+        .map(|node_claim| Finalization::NodeClaim {
+            node_claim: name_of(node_claim).to_owned(),
+        })
+        .collect();
+    let mut claims_to_delete = BTreeSet::new();
+    for node in &snapshot.nodes {
+        if !is_deleting(node) || !has_finalizer(node) {
+            continue;
+        }
+        match node_claim_of(snapshot, node) {
+            Some(node_claim) if !is_deleting(node_claim) => {
+                claims_to_delete.insert(name_of(node_claim).to_owned());
+            }
+            // Its NodeClaim's finalization (listed above) handles it.
+            Some(_) => {}
+            None => work.push(Finalization::OrphanNode {
+                node: name_of(node).to_owned(),
+            }),
+        }
+    }
+    work.extend(
+        claims_to_delete
+            .into_iter()
+            .map(|node_claim| Finalization::DeleteNodeClaim { node_claim }),
+    );
+    work
+}
+
+/// Where a NodeClaim's drain stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DrainStatus {
+    /// Pods are still waited for.
+    Draining,
+    /// Nothing is left, but the drain began less than [`MIN_DRAIN_TIME`] ago: look again then.
+    Settling {
+        /// When the drain may count as done.
+        until: Timestamp,
+    },
+    /// Drained: the instance may go.
+    Drained,
+}
+
+/// The drain's status given whether pods are left (`pods_left`), when the drain began
+/// (`draining_since`, the `Drained=Unknown` transition; `None` when it begins now) and the
+/// termination deadline. Past the deadline the drain is over regardless.
+pub fn drain_status(
+    pods_left: bool,
+    draining_since: Option<Timestamp>,
+    now: Timestamp,
+    deadline: Option<Timestamp>,
+) -> DrainStatus {
+    if deadline.is_some_and(|deadline| now >= deadline) {
+        return DrainStatus::Drained;
+    }
+    if pods_left {
+        return DrainStatus::Draining;
+    }
+    let until = draining_since
+        .unwrap_or(now)
+        .saturating_add(MIN_DRAIN_TIME)
+        .unwrap_or(Timestamp::MAX);
+    if now < until {
+        DrainStatus::Settling { until }
+    } else {
+        DrainStatus::Drained
+    }
+}
+
+/// When the NodeClaim's drain began: the transition of `Drained` to Unknown.
+fn draining_since(node_claim: &NodeClaim) -> Option<Timestamp> {
+    let status = node_claim.status.as_ref()?;
+    condition::find(&status.conditions, CONDITION_DRAINED)
+        .filter(|drained| drained.status == ConditionStatus::Unknown)
+        .map(|drained| drained.last_transition_time.0)
+}
+
+fn is_drained(node_claim: &NodeClaim) -> bool {
+    node_claim
+        .status
+        .as_ref()
+        .is_some_and(|status| condition::is_true(&status.conditions, CONDITION_DRAINED))
+}
+
+/// How long from `now` to `then`, zero when it has passed.
+fn until(now: Timestamp, then: Timestamp) -> Duration {
+    Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
+}
+
+fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
+        .collect()
+}
+
+fn qualified_pod_name(pod: &Pod) -> String {
+    format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        name_of(pod)
+    )
+}
+
+/// What a drain of a NodeClaim's Nodes came to in one pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum DrainOutcome {
+    /// The Nodes are NotReady and the cloud says their instance is gone: nothing to drain.
+    InstanceGone,
+    /// Pods are still waited for; look again after this long.
+    Draining(Duration),
+    /// Nothing is left to wait for (or the deadline passed).
+    Empty,
+}
+
+/// Where a NodeClaim stands after its drain was recorded.
+#[derive(Debug)]
+enum DrainStep {
+    /// Drained (or skipped): on to the instance, with the NodeClaim as written.
+    Done(Box<NodeClaim>),
+    /// Not yet: look again after this long.
+    Wait(Duration),
+}
+
+/// What a pass remembers between passes; losing it (a restart) only repeats an event.
+#[derive(Debug, Default)]
+struct Memory {
+    /// When each (reason, object) event was last recorded, for [`EVENT_DEDUPE_WINDOW`].
+    recorded: HashMap<(String, String), Timestamp>,
+    /// The NodeClaims (by UID) whose `InstanceTerminated` was recorded.
+    instance_terminated: BTreeSet<String>,
+}
+
+/// What one pass tracks.
+#[derive(Debug, Default)]
+struct Pass {
+    plugin_unavailable_reported: bool,
+}
+
+/// The termination controller: drains and finalizes deleted NodeClaims and Nodes.
+#[derive(Debug)]
+pub struct TerminationController<C, P> {
+    ctx: Context<C, P>,
+    memory: Mutex<Memory>,
+}
+
+impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
+    /// A termination controller working through `ctx`.
+    pub fn new(ctx: Context<C, P>) -> Self {
+        Self {
+            ctx,
+            memory: Mutex::new(Memory::default()),
+        }
+    }
+
+    fn memory(&self) -> MutexGuard<'_, Memory> {
+        // The memory only dedupes events: whatever a panicking holder left is still usable.
+        self.memory.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether an event with `reason` about `key` is due: not recorded within the window.
+    fn event_due(&self, reason: &str, key: &str, now: Timestamp) -> bool {
+        let mut memory = self.memory();
+        let entry = (reason.to_owned(), key.to_owned());
+        let due = memory
+            .recorded
+            .get(&entry)
+            .is_none_or(|last| until(*last, now) >= EVENT_DEDUPE_WINDOW);
+        if due {
+            memory.recorded.insert(entry, now);
+        }
+        due
+    }
+
+    fn forget_old(&self, snapshot: &Snapshot, now: Timestamp) {
+        let mut memory = self.memory();
+        memory
+            .recorded
+            .retain(|_, last| until(*last, now) < EVENT_DEDUPE_WINDOW);
+        let deleting: BTreeSet<&str> = snapshot
+            .node_claims
+            .iter()
+            .filter(|node_claim| is_deleting(*node_claim))
+            .filter_map(|node_claim| node_claim.metadata.uid.as_deref())
+            .collect();
+        memory
+            .instance_terminated
+            .retain(|uid| deleting.contains(uid.as_str()));
+    }
+
+    /// Logs a plugin failure and records `PluginUnavailable` at most once per pass for the
+    /// answers that mean the plugin cannot be trusted right now.
+    fn plugin_failed(
+        &self,
+        pass: &mut Pass,
+        error: &CloudProviderError,
+        rpc: &str,
+        object: ObjectRef,
+        provider_id: &str,
+    ) {
+        tracing::warn!(
+            kind = %object.kind,
+            name = %object.name,
+            provider_id,
+            rpc,
+            error = %error,
+            "cloud provider call failed; keeping the finalizers"
+        );
+        let unavailable = matches!(
+            error,
+            CloudProviderError::Unavailable(_) | CloudProviderError::InvalidResponse(_)
+        );
+        if unavailable && !pass.plugin_unavailable_reported {
+            pass.plugin_unavailable_reported = true;
+            let key = if object.kind == "Node" {
+                "node"
+            } else {
+                "nodeClaim"
+            };
+            let fields = fields(&[(key, &object.name), ("providerID", provider_id)]);
+            self.ctx.event(
+                object,
+                EventType::Warning,
+                "PluginUnavailable",
+                format!("{rpc} failed, termination waits: {error}"),
+                fields,
+            );
+        }
+    }
+
+    async fn finalize(
+        &self,
+        pass: &mut Pass,
+        snapshot: &Snapshot,
+        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        work: &Finalization,
+        now: Timestamp,
+    ) -> Result<Requeue, ControllerError> {
+        match work {
+            Finalization::NodeClaim { node_claim } => {
+                let Some(node_claim) = snapshot.node_claim(node_claim) else {
+                    return Ok(Requeue::OnChange);
+                };
+                let nodes = nodes_of(snapshot, node_claim);
+                self.finalize_node_claim(pass, pods_by_node, node_claim.clone(), nodes, now)
+                    .await
+            }
+            Finalization::DeleteNodeClaim { node_claim } => {
+                let Some(node_claim) = snapshot.node_claim(node_claim) else {
+                    return Ok(Requeue::OnChange);
+                };
+                let name = name_of(node_claim);
+                let options = DeleteOptions {
+                    grace_period_seconds: None,
+                    preconditions: uid_preconditions(node_claim),
+                };
+                match self
+                    .ctx
+                    .cluster
+                    .delete::<NodeClaim>(None, name, options)
+                    .await
+                {
+                    Ok(()) => {}
+                    Err(error) if error.is_not_found() => return Ok(Requeue::OnChange),
+                    Err(error) => return Err(error.into()),
+                }
+                tracing::info!(
+                    node_claim = name,
+                    "deleting the NodeClaim of a deleted Node"
+                );
+                // Carry on in this pass with the NodeClaim as it now is.
+                let Some(deleting) = self.ctx.cluster.get::<NodeClaim>(None, name).await? else {
+                    return Ok(Requeue::OnChange);
+                };
+                if !has_finalizer(&deleting) || provider_id_of(&deleting).is_empty() {
+                    return Ok(Requeue::OnChange);
+                }
+                let nodes = nodes_of(snapshot, &deleting);
+                self.finalize_node_claim(pass, pods_by_node, deleting, nodes, now)
+                    .await
+            }
+            Finalization::OrphanNode { node } => {
+                let Some(node) = snapshot.node(node) else {
+                    return Ok(Requeue::OnChange);
+                };
+                self.finalize_orphan_node(pass, pods_by_node, node, now)
+                    .await
+            }
+        }
+    }
+
+    /// The steps of the module documentation, as far as they go in this pass.
+    async fn finalize_node_claim(
+        &self,
+        pass: &mut Pass,
+        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        mut node_claim: NodeClaim,
+        nodes: Vec<&Node>,
+        now: Timestamp,
+    ) -> Result<Requeue, ControllerError> {
+        let name = name_of(&node_claim).to_owned();
+        let provider_id = provider_id_of(&node_claim).to_owned();
+        // 1. The deadline, for whoever reads it (upstream's drain and disruption do).
+        let deadline = termination_deadline(&node_claim);
+        if let Some(deadline) = deadline {
+            node_claim = self.annotate_deadline(node_claim, deadline).await?;
+        }
+        // 2. The Nodes show as terminating.
+        let mut nodes = self.delete_nodes(nodes).await?;
+        // 3. The drain.
+        if !nodes.is_empty() && !is_drained(&node_claim) {
+            let outcome = self
+                .drain_nodes(pass, &mut nodes, pods_by_node, &name, deadline, now)
+                .await?;
+            match self
+                .record_drain(node_claim, outcome, deadline, now)
+                .await?
+            {
+                DrainStep::Done(drained) => node_claim = *drained,
+                DrainStep::Wait(wait) => return Ok(Requeue::After(wait)),
+            }
+        }
+        // 4. The instance.
+        match self.ctx.cloud.delete(&provider_id, &name).await {
+            Ok(Deletion::Gone) => {}
+            Ok(Deletion::Terminating) => {
+                self.set_condition(
+                    &node_claim,
+                    CONDITION_INSTANCE_TERMINATING,
+                    ConditionStatus::True,
+                    "",
+                    "",
+                    now,
+                )
+                .await?;
+                return Ok(Requeue::After(self.ctx.settings.termination_poll));
+            }
+            Err(error) => {
+                let object = ObjectRef::cluster_scoped("NodeClaim", &name);
+                self.plugin_failed(pass, &error, "Delete", object, &provider_id);
+                return Ok(Requeue::After(self.ctx.settings.termination_poll));
+            }
+        }
+        // 5. The finalizers, the Nodes' first.
+        self.instance_terminated(&node_claim, &nodes);
+        for node in &nodes {
+            self.release_node(node, &name).await?;
+        }
+        self.release_node_claim(&node_claim).await?;
+        Ok(Requeue::OnChange)
+    }
+
+    /// Records the drain's progress on the NodeClaim: `Drained=Unknown` while draining or
+    /// settling (answering when to look again), `Drained=True` once done (answering the
+    /// NodeClaim as written). A drain skipped because the instance is gone records nothing.
+    async fn record_drain(
+        &self,
+        node_claim: NodeClaim,
+        outcome: DrainOutcome,
+        deadline: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<DrainStep, ControllerError> {
+        let (pods_left, retry) = match outcome {
+            DrainOutcome::InstanceGone => return Ok(DrainStep::Done(Box::new(node_claim))),
+            DrainOutcome::Draining(retry) => (true, retry),
+            DrainOutcome::Empty => (false, DRAIN_POLL),
+        };
+        let (status, wait) =
+            match drain_status(pods_left, draining_since(&node_claim), now, deadline) {
+                DrainStatus::Draining => (ConditionStatus::Unknown, Some(retry)),
+                DrainStatus::Settling { until: settled } => {
+                    (ConditionStatus::Unknown, Some(until(now, settled)))
+                }
+                DrainStatus::Drained => (ConditionStatus::True, None),
+            };
+        let (reason, message) = match status {
+            ConditionStatus::True => ("", ""),
+            _ => ("Draining", "Draining"),
+        };
+        let written = self
+            .set_condition(&node_claim, CONDITION_DRAINED, status, reason, message, now)
+            .await?;
+        Ok(match wait {
+            Some(wait) => DrainStep::Wait(wait),
+            None => {
+                tracing::info!(node_claim = name_of(&written), "drained");
+                DrainStep::Done(Box::new(written))
+            }
+        })
+    }
+
+    /// Records `InstanceTerminated`, once per NodeClaim while this process lives.
+    fn instance_terminated(&self, node_claim: &NodeClaim, nodes: &[Node]) {
+        let first_report = node_claim
+            .metadata
+            .uid
+            .clone()
+            .is_none_or(|uid| self.memory().instance_terminated.insert(uid));
+        if !first_report {
+            return;
+        }
+        let name = name_of(node_claim);
+        let provider_id = provider_id_of(node_claim);
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", name),
+            EventType::Normal,
+            "InstanceTerminated",
+            format!("Instance {provider_id} is terminated"),
+            fields(&[
+                ("nodeClaim", name),
+                ("providerID", provider_id),
+                ("node", nodes.first().map(name_of).unwrap_or_default()),
+            ]),
+        );
+    }
+
+    /// Removes the finalizer from the NodeClaim, which lets it go.
+    async fn release_node_claim(&self, node_claim: &NodeClaim) -> Result<(), ControllerError> {
+        if !has_finalizer(node_claim) {
+            return Ok(());
+        }
+        match self
+            .ctx
+            .cluster
+            .remove_finalizer(node_claim, TERMINATION_FINALIZER)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if error.is_not_found() => return Ok(()),
+            Err(error) => return Err(error.into()),
+        }
+        let name = name_of(node_claim);
+        let provider_id = provider_id_of(node_claim);
+        let node_pool = node_claim
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|labels| labels.get(LABEL_NODEPOOL))
+            .map(String::as_str)
+            .unwrap_or_default();
+        tracing::info!(node_claim = name, provider_id, "NodeClaim finalized");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", name),
+            EventType::Normal,
+            "NodeClaimDeleted",
+            "NodeClaim deleted",
+            fields(&[
+                ("nodeClaim", name),
+                ("nodePool", node_pool),
+                ("providerID", provider_id),
+            ]),
+        );
+        Ok(())
+    }
+
+    async fn finalize_orphan_node(
+        &self,
+        pass: &mut Pass,
+        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        node: &Node,
+        now: Timestamp,
+    ) -> Result<Requeue, ControllerError> {
+        let mut nodes = [node.clone()];
+        match self
+            .drain_nodes(pass, &mut nodes, pods_by_node, "", None, now)
+            .await?
+        {
+            DrainOutcome::Draining(retry) => Ok(Requeue::After(retry)),
+            DrainOutcome::InstanceGone | DrainOutcome::Empty => {
+                tracing::warn!(
+                    node = name_of(&nodes[0]),
+                    "releasing a deleted Node that has no NodeClaim"
+                );
+                let [node] = nodes;
+                self.release_node(&node, "").await?;
+                Ok(Requeue::OnChange)
+            }
+        }
+    }
+
+    /// Writes the termination deadline annotation when it is missing.
+    async fn annotate_deadline(
+        &self,
+        node_claim: NodeClaim,
+        deadline: Timestamp,
+    ) -> Result<NodeClaim, ControllerError> {
+        let present = node_claim
+            .metadata
+            .annotations
+            .as_ref()
+            .is_some_and(|annotations| {
+                annotations.contains_key(ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP)
+            });
+        if present {
+            return Ok(node_claim);
+        }
+        let patch = json!({ "metadata": { "annotations": {
+            ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: deadline.to_string(),
+        } } });
+        Ok(self
+            .ctx
+            .cluster
+            .merge_patch::<NodeClaim>(None, name_of(&node_claim), &patch)
+            .await?)
+    }
+
+    /// Deletes the Nodes not being deleted yet (adding the finalizer first, so none goes before
+    /// it is drained), and answers them as they now are; those already gone are left out.
+    async fn delete_nodes(&self, nodes: Vec<&Node>) -> Result<Vec<Node>, ControllerError> {
+        let mut current = Vec::with_capacity(nodes.len());
+        for node in nodes {
+            if is_deleting(node) {
+                current.push(node.clone());
+                continue;
+            }
+            let name = name_of(node);
+            if !has_finalizer(node) {
+                self.ctx
+                    .cluster
+                    .add_finalizer(node, TERMINATION_FINALIZER)
+                    .await?;
+            }
+            let options = DeleteOptions {
+                grace_period_seconds: None,
+                preconditions: uid_preconditions(node),
+            };
+            match self.ctx.cluster.delete::<Node>(None, name, options).await {
+                Ok(()) => {}
+                Err(error) if error.is_not_found() => continue,
+                Err(error) => return Err(error.into()),
+            }
+            tracing::info!(node = name, "deleting the Node of a deleted NodeClaim");
+            if let Some(node) = self.ctx.cluster.get::<Node>(None, name).await? {
+                current.push(node);
+            }
+        }
+        Ok(current)
+    }
+
+    /// Removes the finalizer from a Node, which lets it go.
+    async fn release_node(&self, node: &Node, node_claim: &str) -> Result<(), ControllerError> {
+        if !has_finalizer(node) {
+            return Ok(());
+        }
+        match self
+            .ctx
+            .cluster
+            .remove_finalizer(node, TERMINATION_FINALIZER)
+            .await
+        {
+            Ok(_) => {}
+            Err(error) if error.is_not_found() => return Ok(()),
+            Err(error) => return Err(error.into()),
+        }
+        let name = name_of(node);
+        tracing::info!(node = name, node_claim, "Node finalized");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("Node", name),
+            EventType::Normal,
+            "NodeDeleted",
+            "Node deleted",
+            fields(&[("node", name), ("nodeClaim", node_claim)]),
+        );
+        Ok(())
+    }
+
+    /// Whether every Node is NotReady and the cloud says its instance is gone: then there is no
+    /// kubelet to stop the pods, and nothing to drain (upstream). Any doubt means drain.
+    async fn instances_gone(&self, pass: &mut Pass, nodes: &[Node], node_claim: &str) -> bool {
+        for node in nodes {
+            if is_node_ready(node) {
+                return false;
+            }
+            let provider_id = node_provider_id(node);
+            if provider_id.is_empty() {
+                return false;
+            }
+            match self.ctx.cloud.get(provider_id).await {
+                Ok(None) => {}
+                Ok(Some(_)) | Err(CloudProviderError::Unsupported { .. }) => return false,
+                Err(error) => {
+                    let object = if node_claim.is_empty() {
+                        ObjectRef::cluster_scoped("Node", name_of(node))
+                    } else {
+                        ObjectRef::cluster_scoped("NodeClaim", node_claim)
+                    };
+                    self.plugin_failed(pass, &error, "Get", object, provider_id);
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    async fn drain_nodes(
+        &self,
+        pass: &mut Pass,
+        nodes: &mut [Node],
+        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        node_claim: &str,
+        deadline: Option<Timestamp>,
+        now: Timestamp,
+    ) -> Result<DrainOutcome, ControllerError> {
+        if self.instances_gone(pass, nodes, node_claim).await {
+            tracing::info!(
+                node_claim,
+                "the instance is gone and its Node NotReady: skipping the drain"
+            );
+            return Ok(DrainOutcome::InstanceGone);
+        }
+        let mut left = false;
+        let mut acted = false;
+        let mut retry = DRAIN_RETRY_MAX;
+        for node in nodes.iter_mut() {
+            *node = self.prepare_node(node).await?;
+            let node_name = name_of(node);
+            let pods = pods_by_node
+                .get(node_name)
+                .map(Vec::as_slice)
+                .unwrap_or_default();
+            let plan = drain::plan(pods.iter().copied(), now, deadline);
+            // Past the deadline the plan still deletes what runs: the drain is over, but the
+            // pods get their last second.
+            acted |= self.execute(&plan, node_name, node_claim, now).await?;
+            if plan.is_drained() {
+                continue;
+            }
+            left = true;
+            for due in plan.next_force_delete.into_iter().chain(deadline) {
+                retry = retry.min(until(now, due));
+            }
+        }
+        Ok(match (left, acted) {
+            (false, _) => DrainOutcome::Empty,
+            (true, true) => DrainOutcome::Draining(DRAIN_POLL),
+            (true, false) => DrainOutcome::Draining(retry.max(DRAIN_POLL)),
+        })
+    }
+
+    /// Taints the Node `karpenter.sh/disrupted:NoSchedule` and labels it out of external load
+    /// balancers (upstream `Taint`).
+    async fn prepare_node(&self, node: &Node) -> Result<Node, ControllerError> {
+        let tainted = self
+            .ctx
+            .cluster
+            .add_node_taint(node, &disrupted_taint())
+            .await?;
+        let labelled =
+            tainted.metadata.labels.as_ref().is_some_and(|labels| {
+                labels.contains_key(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
+            });
+        if labelled {
+            return Ok(tainted);
+        }
+        let patch = json!({ "metadata": { "labels": {
+            LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "karpenter",
+        } } });
+        Ok(self
+            .ctx
+            .cluster
+            .merge_patch::<Node>(None, name_of(node), &patch)
+            .await?)
+    }
+
+    /// Carries out one pass of a node's drain plan; answers whether any pod was deleted or
+    /// evicted.
+    async fn execute(
+        &self,
+        plan: &DrainPlan<'_>,
+        node: &str,
+        node_claim: &str,
+        now: Timestamp,
+    ) -> Result<bool, ControllerError> {
+        let mut acted = false;
+        for force in &plan.force_delete {
+            let pod = force.pod;
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+            let options = DeleteOptions {
+                grace_period_seconds: Some(force.grace_period_seconds),
+                preconditions: uid_preconditions(pod),
+            };
+            match self
+                .ctx
+                .cluster
+                .delete::<Pod>(Some(namespace), name_of(pod), options)
+                .await
+            {
+                Ok(()) => {}
+                // Gone, or a new pod under the same name: nothing of this one to delete.
+                Err(error) if error.is_not_found() || error.is_conflict() => continue,
+                Err(error) => return Err(error.into()),
+            }
+            acted = true;
+            let qualified = qualified_pod_name(pod);
+            let grace = force.grace_period_seconds.to_string();
+            tracing::info!(
+                pod = %qualified,
+                node,
+                node_claim,
+                grace_period_seconds = force.grace_period_seconds,
+                "deleting pod for the terminationGracePeriod deadline"
+            );
+            self.ctx.event(
+                ObjectRef::namespaced("Pod", namespace, name_of(pod)),
+                EventType::Normal,
+                "PodDeleted",
+                format!(
+                    "Deleting the pod with a grace period of {grace}s so that it stops before the node's terminationGracePeriod ends"
+                ),
+                fields(&[
+                    ("pod", &qualified),
+                    ("node", node),
+                    ("nodeClaim", node_claim),
+                    ("reason", "TerminationGracePeriod"),
+                    ("gracePeriodSeconds", &grace),
+                ]),
+            );
+        }
+        for pod in &plan.evict {
+            acted |= self.evict(pod, node, node_claim, now).await?;
+        }
+        Ok(acted)
+    }
+
+    /// Evicts one pod; answers whether it went (or is going).
+    async fn evict(
+        &self,
+        pod: &Pod,
+        node: &str,
+        node_claim: &str,
+        now: Timestamp,
+    ) -> Result<bool, ControllerError> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let name = name_of(pod);
+        let qualified = qualified_pod_name(pod);
+        let object = ObjectRef::namespaced("Pod", namespace, name);
+        let dedupe_key = pod
+            .metadata
+            .uid
+            .clone()
+            .unwrap_or_else(|| qualified.clone());
+        match self
+            .ctx
+            .cluster
+            .evict(namespace, name, &uid_preconditions(pod))
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(pod = %qualified, node, node_claim, "evicted pod");
+                self.ctx.event(
+                    object,
+                    EventType::Normal,
+                    "PodEvicted",
+                    format!("Evicted pod from node {node}"),
+                    fields(&[
+                        ("pod", &qualified),
+                        ("node", node),
+                        ("nodeClaim", node_claim),
+                    ]),
+                );
+                Ok(true)
+            }
+            // Gone, or recreated under the same name since the read: not this drain's pod.
+            Err(error) if error.is_not_found() || error.is_conflict() => Ok(false),
+            Err(ClusterError::TooManyRequests { budget, reason, .. }) => {
+                tracing::debug!(pod = %qualified, node, budget = %budget, "eviction blocked by a PodDisruptionBudget");
+                if self.event_due("EvictionBlocked", &dedupe_key, now) {
+                    self.ctx.event(
+                        object,
+                        EventType::Normal,
+                        "EvictionBlocked",
+                        format!(
+                            "Eviction blocked by PodDisruptionBudget {namespace}/{budget}: {reason}"
+                        ),
+                        fields(&[
+                            ("pod", &qualified),
+                            ("node", node),
+                            ("nodeClaim", node_claim),
+                            ("podDisruptionBudget", &format!("{namespace}/{budget}")),
+                        ]),
+                    );
+                }
+                Ok(false)
+            }
+            Err(ClusterError::MultipleDisruptionBudgets { budgets, .. }) => {
+                let budgets = budgets.join(",");
+                tracing::warn!(pod = %qualified, node, budgets = %budgets, "pod matches several PodDisruptionBudgets; eviction refused");
+                if self.event_due("EvictionBlocked", &dedupe_key, now) {
+                    self.ctx.event(
+                        object,
+                        EventType::Warning,
+                        "EvictionBlocked",
+                        format!(
+                            "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
+                        ),
+                        fields(&[
+                            ("pod", &qualified),
+                            ("node", node),
+                            ("nodeClaim", node_claim),
+                            ("podDisruptionBudget", &budgets),
+                        ]),
+                    );
+                }
+                Ok(false)
+            }
+            Err(error) => Err(error.into()),
+        }
+    }
+
+    /// Sets a NodeClaim status condition (optimistically: the condition list is replaced whole)
+    /// and answers the NodeClaim as written; no write when nothing changes.
+    async fn set_condition(
+        &self,
+        node_claim: &NodeClaim,
+        type_: &str,
+        status: ConditionStatus,
+        reason: &str,
+        message: &str,
+        now: Timestamp,
+    ) -> Result<NodeClaim, ControllerError> {
+        let mut conditions = node_claim
+            .status
+            .as_ref()
+            .map(|status| status.conditions.clone())
+            .unwrap_or_default();
+        if !set_condition(&mut conditions, type_, status, reason, message, now) {
+            return Ok(node_claim.clone());
+        }
+        let name = name_of(node_claim);
+        let conditions = serde_json::to_value(&conditions).map_err(|error| {
+            ClusterError::invalid("NodeClaim", name, "status.conditions", error.to_string())
+        })?;
+        let mut metadata = Map::new();
+        if let Some(resource_version) = &node_claim.metadata.resource_version {
+            metadata.insert(
+                "resourceVersion".to_owned(),
+                Value::String(resource_version.clone()),
+            );
+        }
+        let patch = json!({ "metadata": metadata, "status": { "conditions": conditions } });
+        Ok(self
+            .ctx
+            .cluster
+            .merge_patch_status::<NodeClaim>(None, name, &patch)
+            .await?)
+    }
+}
+
+impl<C: Cluster, P: CloudProvider> Controller for TerminationController<C, P> {
+    fn name(&self) -> &'static str {
+        "node.termination"
+    }
+
+    async fn reconcile(&self) -> Result<Requeue, ControllerError> {
+        let snapshot = self.ctx.cluster.snapshot().await?;
+        let now = self.ctx.clock.now();
+        let pods_by_node = snapshot.pods_by_node();
+        let mut pass = Pass::default();
+        let mut requeue = Requeue::OnChange;
+        let mut failure = None;
+        for work in finalizations(&snapshot) {
+            match self
+                .finalize(&mut pass, &snapshot, &pods_by_node, &work, now)
+                .await
+            {
+                Ok(next) => requeue = requeue.min(next),
+                // Someone wrote in between: read again soon.
+                Err(ControllerError::Cluster(error)) if error.is_conflict() => {
+                    tracing::debug!(?work, error = %error, "conflict; retrying");
+                    requeue = requeue.min(Requeue::After(DRAIN_POLL));
+                }
+                Err(error) => {
+                    tracing::warn!(?work, error = %error, "termination failed; retrying");
+                    failure.get_or_insert(error);
+                }
+            }
+        }
+        self.forget_old(&snapshot, now);
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(requeue),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    fn at(seconds: i64) -> Timestamp {
+        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
+    }
+
+    fn node_claim(value: Value) -> NodeClaim {
+        let mut base = json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": { "name": "default-abcde", "finalizers": [TERMINATION_FINALIZER] },
+            "spec": {
+                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+                "requirements": [],
+            },
+            "status": { "providerID": "fake:///zone/i-1" },
+        });
+        merge(&mut base, value);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn node(value: Value) -> Node {
+        let mut base = json!({
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": { "name": "node-a", "finalizers": [TERMINATION_FINALIZER] },
+            "spec": { "providerID": "fake:///zone/i-1" },
+        });
+        merge(&mut base, value);
+        serde_json::from_value(base).unwrap()
+    }
+
+    fn merge(target: &mut Value, patch: Value) {
+        match (target, patch) {
+            (Value::Object(target), Value::Object(patch)) => {
+                for (key, value) in patch {
+                    merge(target.entry(key).or_insert(Value::Null), value);
+                }
+            }
+            (target, patch) => *target = patch,
+        }
+    }
+
+    fn deleting_at(seconds: i64) -> Value {
+        json!({ "metadata": { "deletionTimestamp": Time(at(seconds)) } })
+    }
+
+    fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
+        let mut snapshot = Snapshot {
+            node_claims,
+            nodes,
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        snapshot
+    }
+
+    #[test]
+    fn the_deadline_is_the_deletion_time_plus_the_grace_period() {
+        let mut claim = node_claim(json!({ "spec": { "terminationGracePeriod": "10m" } }));
+        assert_eq!(termination_deadline(&claim), None, "not deleting");
+        merge_into(&mut claim, deleting_at(100));
+        assert_eq!(termination_deadline(&claim), Some(at(700)));
+    }
+
+    #[test]
+    fn without_a_grace_period_there_is_no_deadline() {
+        let claim = node_claim(deleting_at(100));
+        assert_eq!(termination_deadline(&claim), None);
+    }
+
+    #[test]
+    fn the_annotation_wins_over_the_computed_deadline_unless_it_is_garbage() {
+        let annotated = |value: &str| {
+            let mut claim = node_claim(json!({ "spec": { "terminationGracePeriod": "10m" } }));
+            merge_into(&mut claim, deleting_at(100));
+            merge_into(
+                &mut claim,
+                json!({ "metadata": { "annotations": {
+                    "karpenter.sh/nodeclaim-termination-timestamp": value,
+                } } }),
+            );
+            claim
+        };
+        assert_eq!(
+            termination_deadline(&annotated(&at(400).to_string())),
+            Some(at(400))
+        );
+        assert_eq!(termination_deadline(&annotated("tomorrow")), Some(at(700)));
+    }
+
+    fn merge_into(claim: &mut NodeClaim, patch: Value) {
+        let mut value = serde_json::to_value(&*claim).unwrap();
+        merge(&mut value, patch);
+        *claim = serde_json::from_value(value).unwrap();
+    }
+
+    #[test]
+    fn the_drain_lasts_at_least_the_minimum_drain_time() {
+        assert_eq!(
+            drain_status(false, None, at(0), None),
+            DrainStatus::Settling { until: at(5) },
+            "a drain that begins empty still settles"
+        );
+        assert_eq!(
+            drain_status(false, Some(at(0)), at(4), None),
+            DrainStatus::Settling { until: at(5) }
+        );
+        assert_eq!(
+            drain_status(false, Some(at(0)), at(5), None),
+            DrainStatus::Drained
+        );
+        assert_eq!(
+            drain_status(true, Some(at(0)), at(500), None),
+            DrainStatus::Draining
+        );
+    }
+
+    #[test]
+    fn past_the_deadline_the_drain_is_done_at_once() {
+        assert_eq!(
+            drain_status(true, Some(at(0)), at(600), Some(at(600))),
+            DrainStatus::Drained
+        );
+        assert_eq!(
+            drain_status(false, None, at(600), Some(at(600))),
+            DrainStatus::Drained,
+            "no settling either"
+        );
+        assert_eq!(
+            drain_status(true, Some(at(0)), at(599), Some(at(600))),
+            DrainStatus::Draining
+        );
+    }
+
+    #[test]
+    fn launched_deleting_node_claims_with_the_finalizer_are_finalized() {
+        let deleting = node_claim(deleting_at(0));
+        let mut not_deleting = node_claim(json!({ "metadata": { "name": "b" } }));
+        let mut never_launched = node_claim(deleting_at(0));
+        merge_into(
+            &mut never_launched,
+            json!({ "metadata": { "name": "c" }, "status": { "providerID": "" } }),
+        );
+        let mut released = node_claim(deleting_at(0));
+        merge_into(
+            &mut released,
+            json!({ "metadata": { "name": "d", "finalizers": ["other"] } }),
+        );
+        merge_into(
+            &mut not_deleting,
+            json!({ "status": { "providerID": "fake:///zone/i-2" } }),
+        );
+        let work = finalizations(&snapshot(
+            vec![deleting, not_deleting, never_launched, released],
+            vec![],
+        ));
+        assert_eq!(
+            work,
+            [Finalization::NodeClaim {
+                node_claim: "default-abcde".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn a_deleted_node_gets_its_node_claim_deleted_or_is_an_orphan() {
+        let claim = node_claim(json!({}));
+        let deleted_node = node(deleting_at(0));
+        let orphan = node(json!({
+            "metadata": { "name": "node-b", "deletionTimestamp": Time(at(0)) },
+            "spec": { "providerID": "fake:///zone/i-9" },
+        }));
+        let unmanaged = node(json!({
+            "metadata": { "name": "node-c", "deletionTimestamp": Time(at(0)), "finalizers": null },
+        }));
+        let work = finalizations(&snapshot(
+            vec![claim],
+            vec![deleted_node, orphan, unmanaged],
+        ));
+        assert_eq!(
+            work,
+            [
+                Finalization::OrphanNode {
+                    node: "node-b".into()
+                },
+                Finalization::DeleteNodeClaim {
+                    node_claim: "default-abcde".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn a_deleted_node_of_a_deleting_node_claim_is_left_to_the_node_claim() {
+        let claim = node_claim(deleting_at(0));
+        let deleted_node = node(deleting_at(0));
+        let work = finalizations(&snapshot(vec![claim], vec![deleted_node]));
+        assert_eq!(
+            work,
+            [Finalization::NodeClaim {
+                node_claim: "default-abcde".into()
+            }]
+        );
+    }
+
+    #[test]
+    fn nodes_belong_to_a_node_claim_by_provider_id_only() {
+        let claim = node_claim(json!({ "status": { "nodeName": "node-b" } }));
+        let same_id = node(json!({}));
+        let same_name = node(json!({
+            "metadata": { "name": "node-b" },
+            "spec": { "providerID": "fake:///zone/i-2" },
+        }));
+        let snapshot = snapshot(vec![claim.clone()], vec![same_id, same_name]);
+        let names: Vec<&str> = nodes_of(&snapshot, &claim)
+            .into_iter()
+            .map(name_of)
+            .collect();
+        assert_eq!(names, ["node-a"]);
+    }
+}

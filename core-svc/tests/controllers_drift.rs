@@ -1,0 +1,592 @@
+//! The hash and drift controllers together, on the in-memory cluster and the fake cloud: what
+//! drifts a fleet, what does not, and how a hash version change (our upgrade, or adopting a
+//! fleet upstream Karpenter launched) re-stamps NodeClaims instead of rolling them.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is a failed assertion"
+)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use core_svc::apis::nodeclaim::{CONDITION_DRIFTED, CONDITION_LAUNCHED};
+use core_svc::apis::nodepool::{
+    ANNOTATION_NODEPOOL_HASH, ANNOTATION_NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION,
+};
+use core_svc::apis::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
+use core_svc::clock::{Clock, FakeClock};
+use core_svc::cloudprovider::fake::Call;
+use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider, Rpc};
+use core_svc::cluster::{Cluster, InMemoryCluster};
+use core_svc::controllers::drift::{DriftController, EVENT_DRIFT_CLEARED, EVENT_DRIFTED};
+use core_svc::controllers::hash::HashController;
+use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::events::{EventType, MemoryEvents};
+use jiff::Timestamp;
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+
+const POOL: &str = "default";
+/// What upstream Karpenter (v1.x) stamps as its NodePool hash version.
+const UPSTREAM_HASH_VERSION: &str = "v3";
+
+struct Env {
+    cluster: Arc<InMemoryCluster>,
+    cloud: Arc<FakeCloudProvider>,
+    clock: FakeClock,
+    events: Arc<MemoryEvents>,
+    hash: HashController<InMemoryCluster, FakeCloudProvider>,
+    drift: DriftController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl Env {
+    async fn new() -> Self {
+        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
+        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 11));
+        let cloud = Arc::new(FakeCloudProvider::new());
+        let events = Arc::new(MemoryEvents::new());
+        let ctx = Context {
+            cluster: Arc::clone(&cluster),
+            cloud: Arc::clone(&cloud),
+            clock: Arc::new(clock.clone()),
+            events: events.clone(),
+            settings: Settings::default(),
+        };
+        cluster.create_node_class(&test_node_class()).await.unwrap();
+        Self {
+            cluster,
+            cloud,
+            clock,
+            events,
+            hash: HashController::new(ctx.clone()),
+            drift: DriftController::new(ctx),
+        }
+    }
+
+    /// One pass of the hash controller, then one of drift, as the runner would order them
+    /// after a change.
+    async fn reconcile(&self) -> Requeue {
+        self.hash.reconcile().await.unwrap();
+        self.drift.reconcile().await.unwrap()
+    }
+
+    async fn node_pool(&self) -> NodePool {
+        self.cluster
+            .get::<NodePool>(None, POOL)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    async fn node_claim(&self, name: &str) -> NodeClaim {
+        self.cluster
+            .get::<NodeClaim>(None, name)
+            .await
+            .unwrap()
+            .unwrap()
+    }
+
+    async fn drifted(&self, name: &str) -> Option<Condition> {
+        let node_claim = self.node_claim(name).await;
+        condition::find(
+            &node_claim.status.unwrap_or_default().conditions,
+            CONDITION_DRIFTED,
+        )
+        .cloned()
+    }
+
+    async fn patch_node_pool(&self, patch: Value) {
+        self.cluster
+            .merge_patch::<NodePool>(None, POOL, &patch)
+            .await
+            .unwrap();
+    }
+
+    /// A launched NodeClaim of the NodePool, stamped as the provisioner stamps new ones.
+    async fn launch(&self, name: &str, annotations: Value) -> NodeClaim {
+        let node_claim: NodeClaim = serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": name,
+                "labels": {
+                    "karpenter.sh/nodepool": POOL,
+                    "team": "a",
+                    "node.kubernetes.io/instance-type": "default-instance-type",
+                    "topology.kubernetes.io/zone": "test-zone-1",
+                    "karpenter.sh/capacity-type": "spot",
+                },
+                "annotations": annotations,
+            },
+            "spec": {
+                "nodeClassRef": node_class_ref(),
+                "requirements": [],
+            },
+        }))
+        .unwrap();
+        self.cluster.create(&node_claim).await.unwrap();
+        let status = json!({ "status": {
+            "providerID": provider_id(name),
+            "conditions": [{
+                "type": CONDITION_LAUNCHED,
+                "status": "True",
+                "lastTransitionTime": self.clock.now().to_string(),
+            }],
+        } });
+        self.cluster
+            .merge_patch_status::<NodeClaim>(None, name, &status)
+            .await
+            .unwrap()
+    }
+
+    /// A NodeClaim stamped with the NodePool's current hash and our version.
+    async fn launch_current(&self, name: &str) -> NodeClaim {
+        let hash = self.node_pool().await.static_hash();
+        self.launch(name, stamp(&hash, NODEPOOL_HASH_VERSION)).await
+    }
+
+    async fn mark_drifted(&self, name: &str, reason: &str) {
+        let mut node_claim = self.node_claim(name).await;
+        let status = node_claim.status.get_or_insert_with(Default::default);
+        core_svc::controllers::nodeclaim::set_condition(
+            &mut status.conditions,
+            CONDITION_DRIFTED,
+            ConditionStatus::True,
+            reason,
+            "drifted before",
+            self.clock.now(),
+        );
+        self.cluster.replace_status(&node_claim).await.unwrap();
+    }
+}
+
+fn provider_id(name: &str) -> String {
+    format!("fake:///test-zone-1/{name}")
+}
+
+fn node_class_ref() -> Value {
+    json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" })
+}
+
+fn test_node_class() -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "test.karpenter.sh/v1",
+        "kind": "TestNodeClass",
+        "metadata": { "name": "default" },
+        "spec": {},
+    }))
+    .unwrap()
+}
+
+fn node_pool() -> NodePool {
+    serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": { "name": POOL },
+        "spec": {
+            "template": {
+                "metadata": { "labels": { "team": "a" } },
+                "spec": { "nodeClassRef": node_class_ref(), "requirements": [] },
+            },
+            "limits": { "cpu": "100" },
+        },
+    }))
+    .unwrap()
+}
+
+fn stamp(hash: &str, version: &str) -> Value {
+    json!({ ANNOTATION_NODEPOOL_HASH: hash, ANNOTATION_NODEPOOL_HASH_VERSION: version })
+}
+
+fn annotation<'a>(
+    meta: &'a k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+    key: &str,
+) -> Option<&'a str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(key))
+        .map(String::as_str)
+}
+
+async fn env_with_pool() -> Env {
+    let env = Env::new().await;
+    env.cluster.create(&node_pool()).await.unwrap();
+    env
+}
+
+#[tokio::test]
+async fn given_a_node_pool_when_hashed_then_it_carries_its_template_hash_and_our_version() {
+    let env = env_with_pool().await;
+
+    env.hash.reconcile().await.unwrap();
+
+    let pool = env.node_pool().await;
+    assert_eq!(
+        annotation(&pool.metadata, ANNOTATION_NODEPOOL_HASH),
+        Some(pool.static_hash().as_str())
+    );
+    assert_eq!(
+        annotation(&pool.metadata, ANNOTATION_NODEPOOL_HASH_VERSION),
+        Some(NODEPOOL_HASH_VERSION)
+    );
+}
+
+#[tokio::test]
+async fn given_a_node_pool_label_change_when_reconciled_then_its_node_claims_drift_as_node_pool_drifted()
+ {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.launch_current("default-b").await;
+    env.reconcile().await;
+    assert_eq!(
+        env.drifted("default-a").await,
+        None,
+        "in step before the change"
+    );
+
+    env.patch_node_pool(
+        json!({ "spec": { "template": { "metadata": { "labels": { "team": "b" } } } } }),
+    )
+    .await;
+    let requeue = env.reconcile().await;
+
+    for name in ["default-a", "default-b"] {
+        let drifted = env.drifted(name).await.unwrap();
+        assert_eq!(drifted.status, ConditionStatus::True, "{name}");
+        assert_eq!(drifted.reason.as_deref(), Some("NodePoolDrifted"), "{name}");
+        let pool_hash = env.node_pool().await.static_hash();
+        assert!(
+            drifted.message.as_deref().unwrap().contains(&pool_hash),
+            "the message names the hashes: {:?}",
+            drifted.message
+        );
+    }
+    let events = env.events.with_reason(EVENT_DRIFTED);
+    assert_eq!(events.len(), 2);
+    assert_eq!(
+        events[0].fields,
+        BTreeMap::from([
+            ("nodeClaim".to_owned(), "default-a".to_owned()),
+            ("nodePool".to_owned(), POOL.to_owned()),
+            ("reason".to_owned(), "NodePoolDrifted".to_owned()),
+        ])
+    );
+    assert_eq!(
+        requeue,
+        Requeue::After(Settings::default().drift_period),
+        "drift is re-evaluated every drift period"
+    );
+}
+
+#[tokio::test]
+async fn given_limits_weight_and_disruption_changes_when_reconciled_then_nothing_drifts() {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.reconcile().await;
+    let hash_before = env.node_pool().await.static_hash();
+
+    env.patch_node_pool(json!({ "spec": {
+        "limits": { "cpu": "1000", "memory": "1Ti" },
+        "weight": 50,
+        "disruption": {
+            "consolidationPolicy": "WhenEmpty",
+            "consolidateAfter": "10m",
+            "budgets": [{ "nodes": "1" }],
+        },
+    } }))
+    .await;
+    env.reconcile().await;
+
+    assert_eq!(env.node_pool().await.static_hash(), hash_before);
+    assert_eq!(env.drifted("default-a").await, None);
+    assert!(env.events.with_reason(EVENT_DRIFTED).is_empty());
+}
+
+#[tokio::test]
+async fn given_a_requirement_the_labels_fail_when_reconciled_then_requirements_drifted_names_it() {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+
+    env.patch_node_pool(json!({ "spec": { "template": { "spec": { "requirements": [
+        { "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"] },
+    ] } } } }))
+    .await;
+    env.reconcile().await;
+
+    let drifted = env.drifted("default-a").await.unwrap();
+    assert_eq!(drifted.reason.as_deref(), Some("RequirementsDrifted"));
+    assert!(
+        drifted
+            .message
+            .as_deref()
+            .unwrap()
+            .contains("karpenter.sh/capacity-type=spot does not satisfy the requirement karpenter.sh/capacity-type In [on-demand]"),
+        "{:?}",
+        drifted.message
+    );
+}
+
+#[tokio::test]
+async fn given_a_hash_version_change_when_reconciled_then_node_claims_are_restamped_not_drifted_and_drifted_ones_stay_drifted()
+ {
+    let env = env_with_pool().await;
+    // Stamped by an older core whose hashing differed: every hash differs from today's.
+    env.patch_node_pool(json!({ "metadata": { "annotations": stamp("old-hash", "rs-v0") } }))
+        .await;
+    env.launch("default-clean", stamp("old-hash", "rs-v0"))
+        .await;
+    env.launch("default-drifted", stamp("older-hash", "rs-v0"))
+        .await;
+    env.mark_drifted("default-drifted", "NodePoolDrifted").await;
+
+    env.reconcile().await;
+
+    let pool = env.node_pool().await;
+    let hash = pool.static_hash();
+    assert_eq!(
+        annotation(&pool.metadata, ANNOTATION_NODEPOOL_HASH_VERSION),
+        Some(NODEPOOL_HASH_VERSION)
+    );
+    let clean = env.node_claim("default-clean").await;
+    assert_eq!(
+        annotation(&clean.metadata, ANNOTATION_NODEPOOL_HASH),
+        Some(hash.as_str())
+    );
+    assert_eq!(
+        annotation(&clean.metadata, ANNOTATION_NODEPOOL_HASH_VERSION),
+        Some(NODEPOOL_HASH_VERSION)
+    );
+    assert_eq!(
+        env.drifted("default-clean").await,
+        None,
+        "re-stamped, not rolled"
+    );
+
+    let drifted = env.node_claim("default-drifted").await;
+    assert_eq!(
+        annotation(&drifted.metadata, ANNOTATION_NODEPOOL_HASH),
+        Some("older-hash"),
+        "an already drifted NodeClaim keeps its hash"
+    );
+    assert_eq!(
+        annotation(&drifted.metadata, ANNOTATION_NODEPOOL_HASH_VERSION),
+        Some(NODEPOOL_HASH_VERSION)
+    );
+    let condition = env.drifted("default-drifted").await.unwrap();
+    assert_eq!(condition.status, ConditionStatus::True, "stays drifted");
+    assert_eq!(condition.reason.as_deref(), Some("NodePoolDrifted"));
+}
+
+#[tokio::test]
+async fn given_a_fleet_launched_by_upstream_karpenter_when_adopted_then_it_is_restamped_and_nothing_rolls()
+ {
+    let env = env_with_pool().await;
+    // Upstream's decimal hashstructure hash, which ours never reproduces.
+    let upstream = stamp("6043272643189525838", UPSTREAM_HASH_VERSION);
+    env.patch_node_pool(json!({ "metadata": { "annotations": upstream } }))
+        .await;
+    for name in ["default-a", "default-b", "default-c"] {
+        env.launch(name, upstream.clone()).await;
+    }
+
+    env.reconcile().await;
+    // And again, as the runner keeps doing: still nothing drifts.
+    env.clock.advance(Duration::from_secs(300));
+    env.reconcile().await;
+
+    let hash = env.node_pool().await.static_hash();
+    for name in ["default-a", "default-b", "default-c"] {
+        let node_claim = env.node_claim(name).await;
+        assert_eq!(
+            annotation(&node_claim.metadata, ANNOTATION_NODEPOOL_HASH),
+            Some(hash.as_str()),
+            "{name}"
+        );
+        assert_eq!(
+            annotation(&node_claim.metadata, ANNOTATION_NODEPOOL_HASH_VERSION),
+            Some(NODEPOOL_HASH_VERSION),
+            "{name}"
+        );
+        assert_eq!(env.drifted(name).await, None, "{name}");
+    }
+    assert!(env.events.with_reason(EVENT_DRIFTED).is_empty());
+
+    // Once adopted, a real template change drifts them as usual.
+    env.patch_node_pool(json!({ "spec": { "template": { "spec": { "taints": [
+        { "key": "dedicated", "value": "x", "effect": "NoSchedule" },
+    ] } } } }))
+    .await;
+    env.reconcile().await;
+    assert_eq!(
+        env.drifted("default-a").await.unwrap().reason.as_deref(),
+        Some("NodePoolDrifted")
+    );
+}
+
+#[tokio::test]
+async fn given_the_plugin_reports_ami_drift_when_reconciled_then_it_is_recorded_with_its_message_and_cleared_later()
+ {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.cloud.set_drifted(
+        &provider_id("default-a"),
+        Some(DriftReason {
+            reason: "AMIDrift".into(),
+            message: "image ami-1 is not among the node class's images (ami-2)".into(),
+        }),
+    );
+
+    env.reconcile().await;
+
+    let drifted = env.drifted("default-a").await.unwrap();
+    assert_eq!(drifted.reason.as_deref(), Some("AMIDrift"));
+    assert_eq!(
+        drifted.message.as_deref(),
+        Some("image ami-1 is not among the node class's images (ami-2)")
+    );
+    let calls = env.cloud.calls_of(Rpc::IsDrifted);
+    assert_eq!(
+        calls,
+        vec![Call::IsDrifted {
+            node_claim_name: "default-a".into(),
+            provider_id: provider_id("default-a"),
+        }]
+    );
+    assert_eq!(
+        env.events.with_reason(EVENT_DRIFTED)[0].fields["reason"],
+        "AMIDrift"
+    );
+
+    env.cloud.set_drifted(&provider_id("default-a"), None);
+    env.clock.advance(Settings::default().drift_period);
+    env.reconcile().await;
+
+    assert_eq!(env.drifted("default-a").await, None);
+    let cleared = env.events.with_reason(EVENT_DRIFT_CLEARED);
+    assert_eq!(cleared.len(), 1);
+    assert_eq!(cleared[0].fields["nodeClaim"], "default-a");
+}
+
+#[tokio::test]
+async fn given_the_plugin_unavailable_when_reconciled_then_drift_is_left_as_it_was() {
+    let env = env_with_pool().await;
+    env.launch_current("default-drifted").await;
+    env.launch_current("default-clean").await;
+    env.mark_drifted("default-drifted", "AMIDrift").await;
+    let before = env.drifted("default-drifted").await;
+    for _ in 0..2 {
+        env.cloud.fail_next(
+            Rpc::IsDrifted,
+            CloudProviderError::Unavailable("connection refused".into()),
+        );
+    }
+
+    let requeue = env.reconcile().await;
+
+    assert_eq!(env.drifted("default-drifted").await, before, "not cleared");
+    assert_eq!(env.drifted("default-clean").await, None, "not drifted");
+    let warnings = env.events.with_reason("PluginUnavailable");
+    assert_eq!(warnings.len(), 1, "one warning per pass");
+    assert_eq!(warnings[0].type_, EventType::Warning);
+    assert!(
+        requeue < Requeue::After(Settings::default().drift_period),
+        "retried sooner: {requeue:?}"
+    );
+}
+
+#[tokio::test]
+async fn given_the_plugin_without_is_drifted_when_reconciled_then_provider_drift_is_cleared() {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.mark_drifted("default-a", "AMIDrift").await;
+    env.cloud.set_unsupported(Rpc::IsDrifted);
+
+    env.reconcile().await;
+
+    assert_eq!(env.drifted("default-a").await, None);
+    assert!(env.events.with_reason("PluginUnavailable").is_empty());
+}
+
+#[tokio::test]
+async fn given_a_node_claim_not_launched_when_reconciled_then_drifted_is_removed_without_asking_the_plugin()
+ {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.mark_drifted("default-a", "AMIDrift").await;
+    env.cluster
+        .merge_patch_status::<NodeClaim>(
+            None,
+            "default-a",
+            &json!({ "status": { "conditions": [
+                { "type": "Launched", "status": "Unknown", "lastTransitionTime": "2025-03-01T12:00:00Z" },
+                { "type": "Drifted", "status": "True", "reason": "AMIDrift", "lastTransitionTime": "2025-03-01T12:00:00Z" },
+            ] } }),
+        )
+        .await
+        .unwrap();
+
+    env.drift.reconcile().await.unwrap();
+
+    assert_eq!(env.drifted("default-a").await, None);
+    assert!(env.cloud.calls_of(Rpc::IsDrifted).is_empty());
+}
+
+#[tokio::test]
+async fn given_an_old_node_claim_whose_instance_type_is_gone_then_it_drifts_as_instance_type_not_found()
+ {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    let settings = Settings::default();
+    env.cloud.set_instance_types(
+        core_svc::cloudprovider::fake::default_instance_types()
+            .into_iter()
+            .filter(|t| t.name() != "default-instance-type")
+            .collect(),
+    );
+
+    env.reconcile().await;
+    assert_eq!(
+        env.drifted("default-a").await,
+        None,
+        "younger than {:?}: not checked",
+        settings.instance_type_drift_min_age
+    );
+    assert!(env.cloud.calls_of(Rpc::GetInstanceTypes).is_empty());
+
+    env.clock.advance(settings.instance_type_drift_min_age);
+    env.reconcile().await;
+
+    let drifted = env.drifted("default-a").await.unwrap();
+    assert_eq!(drifted.reason.as_deref(), Some("InstanceTypeNotFound"));
+    assert_eq!(
+        drifted.message.as_deref(),
+        Some("instance type default-instance-type is no longer offered for NodePool default")
+    );
+
+    // Within the check period the catalogue is not asked again, and the verdict stands.
+    env.clock.advance(settings.drift_period);
+    env.reconcile().await;
+    assert_eq!(env.cloud.calls_of(Rpc::GetInstanceTypes).len(), 1);
+    assert!(env.drifted("default-a").await.is_some());
+}
+
+#[tokio::test]
+async fn given_an_empty_catalogue_or_a_failing_one_then_instance_type_drift_decides_nothing() {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.clock
+        .advance(Settings::default().instance_type_drift_min_age);
+    env.cloud.set_instance_types(vec![]);
+
+    env.reconcile().await;
+    assert_eq!(env.drifted("default-a").await, None);
+
+    env.cloud
+        .fail_node_pool(POOL, CloudProviderError::Unavailable("timeout".into()));
+    env.reconcile().await;
+    assert_eq!(env.drifted("default-a").await, None);
+    assert_eq!(env.events.with_reason("PluginUnavailable").len(), 1);
+}
