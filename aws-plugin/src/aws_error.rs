@@ -181,6 +181,34 @@ impl AwsError {
     }
 }
 
+/// Classifies an AWS SDK error (EC2's, IAM's and SSM's are the same smithy type): the
+/// service's answer by its code, anything else (no answer, a timeout, an answer that does not
+/// parse) as transport.
+#[cfg(feature = "aws")]
+pub(crate) fn classify<E, R>(err: aws_sdk_ec2::error::SdkError<E, R>) -> AwsError
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_ec2::error::{DisplayErrorContext, SdkError};
+    match &err {
+        SdkError::ServiceError(context) => {
+            let e = context.err();
+            AwsError::from_code(
+                e.code().unwrap_or("Unknown"),
+                e.message().unwrap_or_default(),
+            )
+        }
+        SdkError::TimeoutError(_) => {
+            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
+        }
+        SdkError::DispatchFailure(_) => {
+            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
+        }
+        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

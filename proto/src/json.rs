@@ -4,37 +4,75 @@
 use prost_types::value::Kind;
 use prost_types::{ListValue, Struct, Value};
 
-/// A `Struct` as a JSON object.
+/// A `Struct` as a JSON object. Struct numbers are doubles; whole ones within the exactly
+/// representable range come back as JSON integers, so fields typed as integers (`maxPods`)
+/// parse. A number JSON cannot hold (NaN, infinity) becomes `null`.
 pub fn struct_to_json(value: Struct) -> serde_json::Value {
-    serde_json::Value::Object(
-        value
-            .fields
-            .into_iter()
-            .map(|(key, value)| (key, value_to_json(value)))
-            .collect(),
-    )
+    serde_json::Value::Object(struct_members(value, "", Numbers::NullIfNotJson).unwrap_or_default())
 }
 
-/// A `Value` as JSON. Struct numbers are doubles; whole ones within the exactly
-/// representable range come back as JSON integers, so fields typed as integers (`maxPods`)
-/// parse.
+/// A `Value` as JSON, as [`struct_to_json`] converts members.
 pub fn value_to_json(value: Value) -> serde_json::Value {
-    match value.kind {
+    convert(value, "", Numbers::NullIfNotJson).unwrap_or_default()
+}
+
+/// Like [`struct_to_json`], but a number JSON cannot hold refuses the whole value with the
+/// path of the member (`{path}.a.b[2]: NaN is not a JSON number`): for answers that are about
+/// to be published, where `null` would silently drop a field.
+pub fn try_struct_to_json(
+    value: Struct,
+    path: &str,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    struct_members(value, path, Numbers::Refuse)
+}
+
+/// What to do with a number JSON cannot hold.
+#[derive(Clone, Copy)]
+enum Numbers {
+    NullIfNotJson,
+    Refuse,
+}
+
+fn struct_members(
+    value: Struct,
+    path: &str,
+    numbers: Numbers,
+) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+    value
+        .fields
+        .into_iter()
+        .map(|(key, value)| {
+            let json = convert(value, &format!("{path}.{key}"), numbers)?;
+            Ok((key, json))
+        })
+        .collect()
+}
+
+fn convert(value: Value, path: &str, numbers: Numbers) -> Result<serde_json::Value, String> {
+    /// The largest integer a double holds exactly.
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    Ok(match value.kind {
         None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
         Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),
-        Some(Kind::NumberValue(n)) => {
-            if n.fract() == 0.0 && n.abs() < 9_007_199_254_740_992.0 {
-                serde_json::Value::from(n as i64)
-            } else {
-                serde_json::Number::from_f64(n).map_or(serde_json::Value::Null, Into::into)
-            }
+        // Exact: a whole double of at most 2^53 is an i64 without rounding.
+        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() <= EXACT => {
+            serde_json::Value::from(n as i64)
         }
+        Some(Kind::NumberValue(n)) => match (serde_json::Number::from_f64(n), numbers) {
+            (Some(number), _) => serde_json::Value::Number(number),
+            (None, Numbers::NullIfNotJson) => serde_json::Value::Null,
+            (None, Numbers::Refuse) => return Err(format!("{path}: {n} is not a JSON number")),
+        },
         Some(Kind::StringValue(s)) => serde_json::Value::String(s),
-        Some(Kind::StructValue(s)) => struct_to_json(s),
-        Some(Kind::ListValue(list)) => {
-            serde_json::Value::Array(list.values.into_iter().map(value_to_json).collect())
-        }
-    }
+        Some(Kind::StructValue(s)) => serde_json::Value::Object(struct_members(s, path, numbers)?),
+        Some(Kind::ListValue(list)) => serde_json::Value::Array(
+            list.values
+                .into_iter()
+                .enumerate()
+                .map(|(i, v)| convert(v, &format!("{path}[{i}]"), numbers))
+                .collect::<Result<_, _>>()?,
+        ),
+    })
 }
 
 /// A JSON object as a `Struct`; anything else is `None` (a Struct is always an object).
@@ -79,6 +117,28 @@ mod tests {
         let value = json!({"a": 17, "b": 0.5, "c": null, "d": true, "e": ["x", {"f": -3}]});
         let back = struct_to_json(json_to_struct(&value).unwrap());
         assert_eq!(back, value);
+    }
+
+    #[test]
+    fn numbers_json_cannot_hold_are_null_or_refused_with_their_path() {
+        let value = json_to_struct(&json!({"a": {"b": [1, 2]}})).unwrap();
+        let mut nan = value.clone();
+        if let Some(Kind::StructValue(a)) = nan.fields.get_mut("a").and_then(|v| v.kind.as_mut())
+            && let Some(Kind::ListValue(list)) = a.fields.get_mut("b").and_then(|v| v.kind.as_mut())
+        {
+            list.values[1] = Value {
+                kind: Some(Kind::NumberValue(f64::NAN)),
+            };
+        }
+        assert_eq!(struct_to_json(nan.clone()), json!({"a": {"b": [1, null]}}));
+        assert_eq!(
+            try_struct_to_json(nan, "status").unwrap_err(),
+            "status.a.b[1]: NaN is not a JSON number"
+        );
+        assert_eq!(
+            serde_json::Value::Object(try_struct_to_json(value, "status").unwrap()),
+            json!({"a": {"b": [1, 2]}})
+        );
     }
 
     #[test]

@@ -477,26 +477,9 @@ fn set_tags(target: &mut Vec<Tag>, tags: &[Tag]) {
     }
 }
 
-/// `2024-01-01T00:00:00.000Z` for a time since the Unix epoch (UTC, proleptic Gregorian).
+/// `2024-01-01T00:00:00.000Z` for a time since the Unix epoch.
 fn iso8601(since_epoch: Duration) -> String {
-    let secs = since_epoch.as_secs();
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.000Z",
-        rem / 3_600,
-        rem % 3_600 / 60,
-        rem % 60
-    )
+    crate::node_class::iso8601(std::time::UNIX_EPOCH + since_epoch)
 }
 
 impl Ec2 for MemoryEc2 {

@@ -8,7 +8,6 @@ use std::time::SystemTime;
 
 use aws_config::SdkConfig;
 use aws_sdk_ec2::Client;
-use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types as sdk;
 
@@ -18,6 +17,7 @@ use super::{
     InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, MetadataOptions,
     ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter,
 };
+use crate::aws_error::classify;
 use crate::catalogue;
 
 /// EC2 through the AWS SDK.
@@ -37,30 +37,6 @@ impl SdkEc2 {
     /// Wraps an existing client (tests build one with their own endpoint).
     pub fn from_client(client: Client) -> Self {
         Self { client }
-    }
-}
-
-/// Classifies an SDK error: EC2's answer by its code, anything else as transport.
-fn classify<E, R>(err: SdkError<E, R>) -> AwsError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
-{
-    match &err {
-        SdkError::ServiceError(context) => {
-            let e = context.err();
-            AwsError::from_code(
-                e.code().unwrap_or("Unknown"),
-                e.message().unwrap_or_default(),
-            )
-        }
-        SdkError::TimeoutError(_) => {
-            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
-        }
-        SdkError::DispatchFailure(_) => {
-            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
-        }
-        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
     }
 }
 

@@ -5,10 +5,10 @@
 
 use aws_config::SdkConfig;
 use aws_sdk_iam::Client;
-use aws_sdk_iam::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_iam::types as sdk;
 
 use super::{AwsError, AwsFuture, Iam, InstanceProfile, Tag};
+use crate::aws_error::classify;
 
 /// IAM through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -27,30 +27,6 @@ impl SdkIam {
     /// Wraps an existing client (tests build one with their own endpoint).
     pub fn from_client(client: Client) -> Self {
         Self { client }
-    }
-}
-
-/// Classifies an SDK error: IAM's answer by its code, anything else as transport.
-fn classify<E, R>(err: SdkError<E, R>) -> AwsError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
-{
-    match &err {
-        SdkError::ServiceError(context) => {
-            let e = context.err();
-            AwsError::from_code(
-                e.code().unwrap_or("Unknown"),
-                e.message().unwrap_or_default(),
-            )
-        }
-        SdkError::TimeoutError(_) => {
-            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
-        }
-        SdkError::DispatchFailure(_) => {
-            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
-        }
-        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
     }
 }
 

@@ -4,9 +4,9 @@
 
 use aws_config::SdkConfig;
 use aws_sdk_ssm::Client;
-use aws_sdk_ssm::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 
 use super::{AwsError, AwsFuture, Ssm};
+use crate::aws_error::classify;
 
 /// SSM through the AWS SDK.
 #[derive(Debug, Clone)]
@@ -25,30 +25,6 @@ impl SdkSsm {
     /// Wraps an existing client (tests build one with their own endpoint).
     pub fn from_client(client: Client) -> Self {
         Self { client }
-    }
-}
-
-/// Classifies an SDK error: SSM's answer by its code, anything else as transport.
-fn classify<E, R>(err: SdkError<E, R>) -> AwsError
-where
-    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
-{
-    match &err {
-        SdkError::ServiceError(context) => {
-            let e = context.err();
-            AwsError::from_code(
-                e.code().unwrap_or("Unknown"),
-                e.message().unwrap_or_default(),
-            )
-        }
-        SdkError::TimeoutError(_) => {
-            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
-        }
-        SdkError::DispatchFailure(_) => {
-            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
-        }
-        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
     }
 }
 

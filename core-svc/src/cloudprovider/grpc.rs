@@ -765,7 +765,9 @@ fn resolved_from_proto(
 ) -> Result<ResolvedNodeClass, CloudProviderError> {
     let rpc = Rpc::ResolveNodeClass;
     let status = match answer.status {
-        Some(status) => struct_to_json(status, "status").map_err(|e| invalid(rpc, e))?,
+        Some(status) => {
+            provider_sdk::json::try_struct_to_json(status, "status").map_err(|e| invalid(rpc, e))?
+        }
         None => serde_json::Map::new(),
     };
     if status.contains_key("conditions") {
@@ -1026,49 +1028,6 @@ fn quantities_from_proto(map: &HashMap<String, String>, field: &str) -> Result<Q
     Ok(quantities)
 }
 
-/// A `google.protobuf.Struct` as a JSON object. Whole numbers come back as integers (the Struct
-/// made them doubles), so a status field that was `3` is published as `3`, not `3.0`. Unlike
-/// `provider_sdk::json::struct_to_json`, a number JSON cannot hold (NaN, infinity) refuses the
-/// answer instead of becoming `null`: this is a plugin answer core is about to publish.
-fn struct_to_json(
-    pb: prost_types::Struct,
-    path: &str,
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    pb.fields
-        .into_iter()
-        .map(|(key, value)| {
-            let json = value_to_json(value, &format!("{path}.{key}"))?;
-            Ok((key, json))
-        })
-        .collect()
-}
-
-fn value_to_json(value: prost_types::Value, path: &str) -> Result<serde_json::Value, String> {
-    use prost_types::value::Kind;
-    /// The largest integer a double holds exactly.
-    const EXACT: f64 = 9_007_199_254_740_992.0;
-    Ok(match value.kind {
-        None | Some(Kind::NullValue(_)) => serde_json::Value::Null,
-        Some(Kind::BoolValue(b)) => serde_json::Value::Bool(b),
-        Some(Kind::NumberValue(n)) if n.fract() == 0.0 && n.abs() <= EXACT => {
-            // Exact: a whole double of at most 2^53 is an i64 without rounding.
-            serde_json::Value::from(n as i64)
-        }
-        Some(Kind::NumberValue(n)) => serde_json::Number::from_f64(n)
-            .map(serde_json::Value::Number)
-            .ok_or_else(|| format!("{path}: {n} is not a JSON number"))?,
-        Some(Kind::StringValue(s)) => serde_json::Value::String(s),
-        Some(Kind::ListValue(list)) => serde_json::Value::Array(
-            list.values
-                .into_iter()
-                .enumerate()
-                .map(|(i, v)| value_to_json(v, &format!("{path}[{i}]")))
-                .collect::<Result<_, _>>()?,
-        ),
-        Some(Kind::StructValue(s)) => serde_json::Value::Object(struct_to_json(s, path)?),
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use std::collections::HashMap;
@@ -1092,7 +1051,7 @@ mod tests {
             "spec": {"amiSelectorTerms": [{"alias": "al2023@latest"}], "ratio": 0.5, "tags": null, "ok": true}
         });
         let pb = json_to_struct(&object, "node_class").unwrap();
-        let back = struct_to_json(pb, "node_class").unwrap();
+        let back = provider_sdk::json::try_struct_to_json(pb, "node_class").unwrap();
         assert_eq!(serde_json::Value::Object(back), object);
         assert_eq!(
             json_to_struct(&json!([1, 2]), "node_pool").unwrap_err(),
@@ -1120,7 +1079,7 @@ mod tests {
             .into(),
         };
         assert_eq!(
-            struct_to_json(pb, "status").unwrap_err(),
+            provider_sdk::json::try_struct_to_json(pb, "status").unwrap_err(),
             "status.amis[0]: NaN is not a JSON number"
         );
     }
