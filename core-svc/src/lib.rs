@@ -20,4 +20,5 @@ pub mod cloudprovider;
 pub mod cluster;
 pub mod controllers;
 pub mod events;
+pub mod metrics;
 pub mod plugin;

@@ -595,7 +595,8 @@ impl CallMetrics {
         counts
     }
 
-    fn record_attempt(&self, rpc: Rpc, code: Code) {
+    /// Counts one attempt of `rpc` that ended with `code`.
+    pub fn record_attempt(&self, rpc: Rpc, code: Code) {
         self.attempts[rpc.index()][code_index(code)].fetch_add(1, Ordering::Relaxed);
     }
 

@@ -1,0 +1,278 @@
+//! Prometheus metrics, named after upstream Karpenter's `karpenter_*` metrics where one
+//! exists. Most are derived from the Events the controllers record ([`MeteredEvents`]), so a
+//! decision is counted exactly when it is explained; the plugin calls come from the gRPC
+//! adapter's counters, read at scrape time.
+
+use std::sync::Arc;
+
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::{ConstCounter, Counter};
+use prometheus_client::metrics::family::Family;
+use prometheus_client::registry::Registry;
+
+use crate::cloudprovider::CallMetrics;
+use crate::events::{Event, Events};
+
+/// Label pairs, in a fixed order.
+type Labels = Vec<(&'static str, String)>;
+
+/// The metrics core exports.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    nodeclaims_created: Family<Labels, Counter>,
+    nodeclaims_launched: Family<Labels, Counter>,
+    nodeclaims_terminated: Family<Labels, Counter>,
+    launch_failures: Family<Labels, Counter>,
+    nodeclaims_drifted: Family<Labels, Counter>,
+    eviction_requests: Family<Labels, Counter>,
+    plugin_unavailable: Counter,
+}
+
+impl Metrics {
+    /// The metrics, with the plugin's call counters when core talks to a plugin over gRPC.
+    pub fn new(plugin_calls: Option<Arc<CallMetrics>>) -> Self {
+        let mut registry = Registry::default();
+        let nodeclaims_created = Family::<Labels, Counter>::default();
+        let nodeclaims_launched = Family::<Labels, Counter>::default();
+        let nodeclaims_terminated = Family::<Labels, Counter>::default();
+        let launch_failures = Family::<Labels, Counter>::default();
+        let nodeclaims_drifted = Family::<Labels, Counter>::default();
+        let eviction_requests = Family::<Labels, Counter>::default();
+        let plugin_unavailable = Counter::default();
+        registry.register(
+            "karpenter_nodeclaims_created",
+            "NodeClaims created, by NodePool.",
+            nodeclaims_created.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_launched",
+            "NodeClaims launched by the cloud provider, by NodePool.",
+            nodeclaims_launched.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_terminated",
+            "NodeClaims whose finalizer was removed after their instance was gone, by NodePool.",
+            nodeclaims_terminated.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_launch_failures",
+            "Create calls that failed, by reason.",
+            launch_failures.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_drifted",
+            "NodeClaims found drifted, by NodePool and drift reason.",
+            nodeclaims_drifted.clone(),
+        );
+        registry.register(
+            "karpenter_nodes_eviction_requests",
+            "Eviction requests, by answer (evicted, blocked).",
+            eviction_requests.clone(),
+        );
+        registry.register(
+            "karpenter_cloudprovider_unavailable",
+            "Controller passes that found the plugin unreachable or answering nonsense and kept their hands off.",
+            plugin_unavailable.clone(),
+        );
+        if let Some(calls) = plugin_calls {
+            registry.register_collector(Box::new(PluginCalls(calls)));
+        }
+        Self {
+            registry,
+            nodeclaims_created,
+            nodeclaims_launched,
+            nodeclaims_terminated,
+            launch_failures,
+            nodeclaims_drifted,
+            eviction_requests,
+            plugin_unavailable,
+        }
+    }
+
+    /// Counts what `event` says happened.
+    pub fn observe(&self, event: &Event) {
+        let field = |name: &str| event.fields.get(name).cloned().unwrap_or_default();
+        let node_pool = || vec![("nodepool", field("nodePool"))];
+        match event.reason.as_str() {
+            "NodeClaimCreated" => {
+                self.nodeclaims_created.get_or_create(&node_pool()).inc();
+            }
+            "NodeClaimLaunched" => {
+                self.nodeclaims_launched.get_or_create(&node_pool()).inc();
+            }
+            "NodeClaimDeleted" if event.object.kind == "NodeClaim" => {
+                self.nodeclaims_terminated.get_or_create(&node_pool()).inc();
+            }
+            "LaunchFailed" => {
+                self.launch_failures
+                    .get_or_create(&vec![("reason", field("reason"))])
+                    .inc();
+            }
+            "NodeClaimDrifted" => {
+                self.nodeclaims_drifted
+                    .get_or_create(&vec![
+                        ("nodepool", field("nodePool")),
+                        ("reason", field("reason")),
+                    ])
+                    .inc();
+            }
+            "PodEvicted" => {
+                self.eviction_requests
+                    .get_or_create(&vec![("answer", "evicted".to_owned())])
+                    .inc();
+            }
+            "EvictionBlocked" => {
+                self.eviction_requests
+                    .get_or_create(&vec![("answer", "blocked".to_owned())])
+                    .inc();
+            }
+            "PluginUnavailable" => {
+                self.plugin_unavailable.inc();
+            }
+            _ => {}
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// An [`Events`] sink that counts each event in [`Metrics`] before passing it on.
+#[derive(Debug)]
+pub struct MeteredEvents<E> {
+    inner: E,
+    metrics: Arc<Metrics>,
+}
+
+impl<E> MeteredEvents<E> {
+    /// Counts into `metrics`, then records into `inner`.
+    pub fn new(inner: E, metrics: Arc<Metrics>) -> Self {
+        Self { inner, metrics }
+    }
+}
+
+impl<E: Events> Events for MeteredEvents<E> {
+    fn record(&self, event: Event) {
+        self.metrics.observe(&event);
+        self.inner.record(event);
+    }
+}
+
+/// The gRPC adapter's counters as `karpenter_cloudprovider_calls_total` and
+/// `karpenter_cloudprovider_errors_total`, read at scrape time.
+#[derive(Debug)]
+struct PluginCalls(Arc<CallMetrics>);
+
+impl Collector for PluginCalls {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let counts = self.0.attempts_by_code();
+        for (name, help, errors_only) in [
+            (
+                "karpenter_cloudprovider_calls",
+                "Plugin call attempts, by method and gRPC status code.",
+                false,
+            ),
+            (
+                "karpenter_cloudprovider_errors",
+                "Plugin call attempts that did not end OK, by method and gRPC status code.",
+                true,
+            ),
+        ] {
+            let counter = ConstCounter::new(0u64);
+            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
+            for count in counts
+                .iter()
+                .filter(|c| !errors_only || c.code != tonic::Code::Ok)
+            {
+                let labels: Labels = vec![
+                    ("method", count.rpc.as_str().to_owned()),
+                    ("code", format!("{:?}", count.code)),
+                ];
+                ConstCounter::new(count.count).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::events::{EventType, MemoryEvents, ObjectRef};
+
+    fn event(reason: &str, fields: &[(&str, &str)]) -> Event {
+        Event {
+            time: jiff::Timestamp::UNIX_EPOCH,
+            object: ObjectRef::cluster_scoped("NodeClaim", "default-abcde"),
+            type_: EventType::Normal,
+            reason: reason.to_owned(),
+            message: String::new(),
+            fields: fields
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect::<BTreeMap<_, _>>(),
+        }
+    }
+
+    #[test]
+    fn events_are_counted_under_upstream_names() {
+        let metrics = Arc::new(Metrics::new(None));
+        let events = MeteredEvents::new(MemoryEvents::new(), Arc::clone(&metrics));
+        events.record(event("NodeClaimCreated", &[("nodePool", "default")]));
+        events.record(event("NodeClaimCreated", &[("nodePool", "default")]));
+        events.record(event(
+            "NodeClaimDrifted",
+            &[("nodePool", "default"), ("reason", "AMIDrift")],
+        ));
+        events.record(event("PluginUnavailable", &[]));
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(r#"karpenter_nodeclaims_created_total{nodepool="default"} 2"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"karpenter_nodeclaims_drifted_total{nodepool="default",reason="AMIDrift"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("karpenter_cloudprovider_unavailable_total 1"),
+            "{text}"
+        );
+        assert_eq!(
+            events.inner.all().len(),
+            4,
+            "events still reach the inner sink"
+        );
+    }
+
+    #[test]
+    fn plugin_calls_are_exported_with_errors_apart() {
+        let calls = Arc::new(CallMetrics::new());
+        calls.record_attempt(crate::cloudprovider::Rpc::Create, tonic::Code::Ok);
+        calls.record_attempt(crate::cloudprovider::Rpc::Create, tonic::Code::Unavailable);
+        let text = Metrics::new(Some(calls)).encode().unwrap();
+        assert!(
+            text.contains(r#"karpenter_cloudprovider_calls_total{method="Create",code="Ok"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"karpenter_cloudprovider_errors_total{method="Create",code="Unavailable"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            !text.contains(r#"karpenter_cloudprovider_errors_total{method="Create",code="Ok"}"#)
+        );
+    }
+}
