@@ -33,12 +33,7 @@ use karpenter_api::nodepool::{
 use karpenter_api::{NodeClaim, NodeClaimSpec, NodePool, NodeSelectorRequirementWithMinValues};
 use kube::core::DynamicObject;
 
-/// The annotation keys a node class's hash is published under on it and on its NodeClaims:
-/// `<group>/<lowercase kind>-hash` and `...-hash-version`.
-pub fn node_class_hash_annotations(group: &str, kind: &str) -> [String; 2] {
-    let prefix = node_class_label_key(group, kind);
-    [format!("{prefix}-hash"), format!("{prefix}-hash-version")]
-}
+use crate::controllers::hash::HashAnnotationKeys;
 
 /// The NodeClaim to create for `planned`, a NodeClaim of `pool` (see the module
 /// documentation); `node_class` is the pool's node class, when it exists.
@@ -64,10 +59,13 @@ pub fn node_claim(
         ANNOTATION_NODEPOOL_HASH_VERSION.to_owned(),
         NODEPOOL_HASH_VERSION.to_owned(),
     );
-    let published = node_class.and_then(|class| class.metadata.annotations.as_ref());
-    for key in node_class_hash_annotations(&reference.group, &reference.kind) {
-        if let Some(value) = published.and_then(|published| published.get(&key)) {
-            annotations.insert(key, value.clone());
+    if let Some(node_class) = node_class {
+        let keys = HashAnnotationKeys::node_class(&reference.group, &reference.kind);
+        let (hash, version) = keys.read(&node_class.metadata);
+        for (key, value) in [(keys.hash, hash), (keys.version, version)] {
+            if let Some(value) = value {
+                annotations.insert(key, value.to_owned());
+            }
         }
     }
 
