@@ -61,6 +61,34 @@ impl Clock for SystemClock {
     }
 }
 
+/// A clock that moves only when the test says; its calendar time stays at 2026-05-28, after
+/// every image date the tests publish.
+#[cfg(test)]
+#[derive(Debug)]
+pub(crate) struct FakeClock(Mutex<Instant>);
+
+#[cfg(test)]
+impl FakeClock {
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self(Mutex::new(Instant::now())))
+    }
+
+    pub(crate) fn advance(&self, by: Duration) {
+        *self.0.lock().unwrap() += by;
+    }
+}
+
+#[cfg(test)]
+impl Clock for FakeClock {
+    fn now(&self) -> Instant {
+        *self.0.lock().unwrap()
+    }
+
+    fn utc_now(&self) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000)
+    }
+}
+
 /// Why the catalogue could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum InstanceTypeError {
@@ -413,30 +441,6 @@ mod tests {
 
     use super::*;
     use crate::ec2::memory::MemoryEc2;
-
-    /// A clock that moves only when the test says.
-    #[derive(Debug)]
-    struct FakeClock(Mutex<Instant>);
-
-    impl FakeClock {
-        fn new() -> Arc<Self> {
-            Arc::new(Self(Mutex::new(Instant::now())))
-        }
-
-        fn advance(&self, by: Duration) {
-            *self.0.lock().unwrap() += by;
-        }
-    }
-
-    impl Clock for FakeClock {
-        fn now(&self) -> Instant {
-            *self.0.lock().unwrap()
-        }
-
-        fn utc_now(&self) -> SystemTime {
-            SystemTime::UNIX_EPOCH
-        }
-    }
 
     fn setup() -> (Arc<MemoryEc2>, Arc<FakeClock>, InstanceTypeProvider) {
         let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());

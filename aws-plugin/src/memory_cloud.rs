@@ -2,7 +2,8 @@
 //! EKS account has: a node role, subnets and security groups tagged for discovery, and the
 //! EKS-optimized image parameters that aliases resolve through.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use crate::apis::ec2nodeclass::{AMIFamily, Alias};
 use crate::catalogue::CatalogueError;
@@ -12,6 +13,29 @@ use crate::iam::memory::MemoryIam;
 use crate::node_class::amis::alias_parameters;
 use crate::provider::AwsClients;
 use crate::ssm::memory::MemorySsm;
+
+/// How often each call of an in-memory service was made, by action name, failed calls
+/// included: tests of the callers' caching and idempotency count calls with it.
+#[derive(Debug, Default)]
+pub(crate) struct CallCounts(BTreeMap<&'static str, u64>);
+
+impl CallCounts {
+    /// Counts one call of `action`.
+    pub(crate) fn record(&mut self, action: &'static str) {
+        *self.0.entry(action).or_default() += 1;
+    }
+
+    /// How many times `action` was called.
+    pub(crate) fn of(&self, action: &str) -> u64 {
+        self.0.get(action).copied().unwrap_or(0)
+    }
+}
+
+/// Locks an in-memory service's state. A poisoned lock only means another test thread
+/// panicked mid-call; the state is still the best there is.
+pub(crate) fn lock_state<T>(state: &Mutex<T>) -> MutexGuard<'_, T> {
+    state.lock().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// The in-memory EC2, IAM and SSM of one region.
 #[derive(Debug, Clone)]

@@ -15,7 +15,6 @@ use core_svc::clock::{Clock, FakeClock};
 use core_svc::cluster::{
     Cluster, ClusterError, ClusterExt, DeleteOptions, InMemoryCluster, Preconditions,
 };
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
@@ -23,19 +22,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
-const FINALIZER: &str = "karpenter.sh/termination";
+mod common;
 
-fn start() -> Timestamp {
-    "2025-03-01T12:00:00Z".parse().unwrap()
-}
+use common::{from_json, pdb, replica_set_pod, start};
+
+const FINALIZER: &str = "karpenter.sh/termination";
 
 fn cluster() -> (InMemoryCluster, FakeClock) {
     let clock = FakeClock::new(start());
     (InMemoryCluster::new(Arc::new(clock.clone()), 7), clock)
-}
-
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
 }
 
 fn node_pool(name: &str) -> NodePool {
@@ -63,34 +58,12 @@ fn node_claim(name: &str) -> NodeClaim {
 }
 
 fn node(name: &str) -> Node {
-    from_json(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }))
+    common::node(name, json!({}))
 }
 
 /// A pod of the ReplicaSet `web` with `app: web`.
 fn pod(namespace: &str, name: &str) -> Pod {
-    from_json(json!({
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {
-            "namespace": namespace,
-            "name": name,
-            "labels": { "app": "web" },
-            "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web",
-                "uid": "00000000-0000-4000-8000-000000000001", "controller": true,
-            }],
-        },
-        "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
-    }))
-}
-
-fn pdb(namespace: &str, name: &str, spec: Value) -> PodDisruptionBudget {
-    from_json(json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": { "namespace": namespace, "name": name },
-        "spec": spec,
-    }))
+    replica_set_pod(namespace, name, "web", json!({}))
 }
 
 fn node_class(name: &str) -> DynamicObject {
@@ -109,6 +82,18 @@ fn node_class_ref(name: &str) -> NodeClassReference {
         kind: "EC2NodeClass".to_owned(),
         name: name.to_owned(),
     }
+}
+
+/// Creates the PodDisruptionBudget `namespace/name` with `spec`.
+async fn create_pdb(cluster: &InMemoryCluster, namespace: &str, name: &str, spec: Value) {
+    cluster.create(&pdb(namespace, name, spec)).await.unwrap();
+}
+
+/// Evicts `default/name` without preconditions.
+async fn evict(cluster: &InMemoryCluster, name: &str) -> Result<(), ClusterError> {
+    cluster
+        .evict("default", name, &Preconditions::default())
+        .await
 }
 
 /// Creates `count` pods `web-0..` in `default`, bound to `node-a` and Ready.
@@ -684,18 +669,14 @@ async fn given_a_bound_pod_when_its_node_name_is_patched_then_it_is_refused() {
 async fn given_max_unavailable_zero_when_evicting_then_too_many_requests_names_the_pdb() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 2).await;
-    cluster
-        .create(&pdb(
-            "default",
-            "web-pdb",
-            json!({ "maxUnavailable": 0, "selector": { "matchLabels": { "app": "web" } } }),
-        ))
-        .await
-        .unwrap();
-    let error = cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap_err();
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "maxUnavailable": 0, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
+    let error = evict(&cluster, "web-0").await.unwrap_err();
     let ClusterError::TooManyRequests {
         pod,
         budget,
@@ -727,14 +708,13 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
  {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
-    cluster
-        .create(&pdb(
-            "default",
-            "web-pdb",
-            json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-        ))
-        .await
-        .unwrap();
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
     let before = cluster.snapshot().await.unwrap();
     let status = before
         .pdb("default", "web-pdb")
@@ -752,10 +732,7 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
         (3, 2, 1, 3)
     );
 
-    cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap();
+    evict(&cluster, "web-0").await.unwrap();
     let evicted = get_pod(&cluster, "web-0").await.unwrap();
     assert!(evicted.metadata.deletion_timestamp.is_some());
     let conditions = evicted.status.unwrap().conditions.unwrap();
@@ -765,10 +742,7 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
             .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
     );
 
-    let error = cluster
-        .evict("default", "web-1", &Preconditions::default())
-        .await
-        .unwrap_err();
+    let error = evict(&cluster, "web-1").await.unwrap_err();
     assert!(
         matches!(error, ClusterError::TooManyRequests { .. }),
         "{error}"
@@ -779,24 +753,20 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
     cluster.create(&pod("default", "web-3")).await.unwrap();
     cluster.bind_pod("default", "web-3", "node-b").unwrap();
     cluster.set_pod_ready("default", "web-3", true).unwrap();
-    cluster
-        .evict("default", "web-1", &Preconditions::default())
-        .await
-        .unwrap();
+    evict(&cluster, "web-1").await.unwrap();
 }
 
 #[tokio::test]
 async fn given_max_unavailable_as_a_percentage_then_it_is_rounded_up() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
-    cluster
-        .create(&pdb(
-            "default",
-            "web-pdb",
-            json!({ "maxUnavailable": "50%", "selector": { "matchLabels": { "app": "web" } } }),
-        ))
-        .await
-        .unwrap();
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "maxUnavailable": "50%", "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
     let budget = cluster
         .get::<PodDisruptionBudget>(Some("default"), "web-pdb")
         .await
@@ -812,19 +782,15 @@ async fn given_a_pod_matched_by_two_pdbs_when_evicting_then_it_is_refused() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
     for name in ["a", "b"] {
-        cluster
-            .create(&pdb(
-                "default",
-                name,
-                json!({ "maxUnavailable": 1, "selector": { "matchLabels": { "app": "web" } } }),
-            ))
-            .await
-            .unwrap();
+        create_pdb(
+            &cluster,
+            "default",
+            name,
+            json!({ "maxUnavailable": 1, "selector": { "matchLabels": { "app": "web" } } }),
+        )
+        .await;
     }
-    let error = cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap_err();
+    let error = evict(&cluster, "web-0").await.unwrap_err();
     assert_eq!(
         error,
         ClusterError::MultipleDisruptionBudgets {
@@ -838,34 +804,28 @@ async fn given_a_pod_matched_by_two_pdbs_when_evicting_then_it_is_refused() {
 async fn given_a_pdb_in_another_namespace_or_not_selecting_the_pod_then_eviction_proceeds() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 1).await;
-    cluster
-        .create(&pdb(
-            "other",
-            "all",
-            json!({ "maxUnavailable": 0, "selector": {} }),
-        ))
-        .await
-        .unwrap();
-    cluster
-        .create(&pdb(
-            "default",
-            "db",
-            json!({ "maxUnavailable": 0, "selector": { "matchLabels": { "app": "db" } } }),
-        ))
-        .await
-        .unwrap();
-    cluster
-        .create(&pdb(
-            "default",
-            "no-selector",
-            json!({ "maxUnavailable": 0 }),
-        ))
-        .await
-        .unwrap();
-    cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap();
+    create_pdb(
+        &cluster,
+        "other",
+        "all",
+        json!({ "maxUnavailable": 0, "selector": {} }),
+    )
+    .await;
+    create_pdb(
+        &cluster,
+        "default",
+        "db",
+        json!({ "maxUnavailable": 0, "selector": { "matchLabels": { "app": "db" } } }),
+    )
+    .await;
+    create_pdb(
+        &cluster,
+        "default",
+        "no-selector",
+        json!({ "maxUnavailable": 0 }),
+    )
+    .await;
+    evict(&cluster, "web-0").await.unwrap();
 }
 
 #[tokio::test]
@@ -873,23 +833,16 @@ async fn given_an_unready_pod_under_a_met_budget_then_it_may_be_evicted() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
     cluster.set_pod_ready("default", "web-2", false).unwrap();
-    cluster
-        .create(&pdb(
-            "default",
-            "web-pdb",
-            json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-        ))
-        .await
-        .unwrap();
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
     // 2 healthy of 2 desired: no disruption allowed, but the unhealthy pod does not count.
-    cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap_err();
-    cluster
-        .evict("default", "web-2", &Preconditions::default())
-        .await
-        .unwrap();
+    evict(&cluster, "web-0").await.unwrap_err();
+    evict(&cluster, "web-2").await.unwrap();
 }
 
 #[tokio::test]
@@ -897,18 +850,14 @@ async fn given_an_unready_pod_under_a_broken_budget_then_only_always_allow_lets_
     let (cluster, _) = cluster();
     running_pods(&cluster, 2).await;
     cluster.set_pod_ready("default", "web-1", false).unwrap();
-    cluster
-        .create(&pdb(
-            "default",
-            "web-pdb",
-            json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-        ))
-        .await
-        .unwrap();
-    let error = cluster
-        .evict("default", "web-1", &Preconditions::default())
-        .await
-        .unwrap_err();
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
+    let error = evict(&cluster, "web-1").await.unwrap_err();
     assert!(
         matches!(error, ClusterError::TooManyRequests { .. }),
         "{error}"
@@ -930,28 +879,21 @@ async fn given_an_unready_pod_under_a_broken_budget_then_only_always_allow_lets_
         )
         .await
         .unwrap();
-    cluster
-        .evict("default", "web-1", &Preconditions::default())
-        .await
-        .unwrap();
+    evict(&cluster, "web-1").await.unwrap();
 }
 
 #[tokio::test]
 async fn given_a_pending_pod_then_eviction_ignores_budgets_and_removes_it() {
     let (cluster, _) = cluster();
     cluster.create(&pod("default", "web-0")).await.unwrap();
-    cluster
-        .create(&pdb(
-            "default",
-            "all",
-            json!({ "maxUnavailable": 0, "selector": {} }),
-        ))
-        .await
-        .unwrap();
-    cluster
-        .evict("default", "web-0", &Preconditions::default())
-        .await
-        .unwrap();
+    create_pdb(
+        &cluster,
+        "default",
+        "all",
+        json!({ "maxUnavailable": 0, "selector": {} }),
+    )
+    .await;
+    evict(&cluster, "web-0").await.unwrap();
     assert_eq!(get_pod(&cluster, "web-0").await, None);
 }
 
@@ -964,13 +906,7 @@ async fn given_a_uid_precondition_for_a_recreated_pod_when_evicting_then_it_conf
         .await
         .unwrap_err();
     assert!(error.is_conflict(), "{error}");
-    assert!(
-        cluster
-            .evict("default", "gone", &Preconditions::default())
-            .await
-            .unwrap_err()
-            .is_not_found()
-    );
+    assert!(evict(&cluster, "gone").await.unwrap_err().is_not_found());
 }
 
 // --- snapshot ---------------------------------------------------------------------------------

@@ -23,11 +23,13 @@ use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::drift::{DriftController, EVENT_DRIFT_CLEARED, EVENT_DRIFTED};
 use core_svc::controllers::hash::HashController;
-use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::controllers::{Controller, Requeue, Settings};
 use core_svc::events::{EventType, MemoryEvents};
-use jiff::Timestamp;
-use kube::core::DynamicObject;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::{Harness, test_node_class};
 
 const POOL: &str = "default";
 /// What upstream Karpenter (v1.x) stamps as its NodePool hash version.
@@ -44,18 +46,18 @@ struct Env {
 
 impl Env {
     async fn new() -> Self {
-        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
-        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 11));
-        let cloud = Arc::new(FakeCloudProvider::new());
-        let events = Arc::new(MemoryEvents::new());
-        let ctx = Context {
-            cluster: Arc::clone(&cluster),
-            cloud: Arc::clone(&cloud),
-            clock: Arc::new(clock.clone()),
-            events: events.clone(),
-            settings: Settings::default(),
-        };
-        cluster.create_node_class(&test_node_class()).await.unwrap();
+        let harness = Harness::new();
+        let ctx = harness.context();
+        let Harness {
+            cluster,
+            cloud,
+            clock,
+            events,
+        } = harness;
+        cluster
+            .create_node_class(&test_node_class("default", json!({ "spec": {} })))
+            .await
+            .unwrap();
         Self {
             cluster,
             cloud,
@@ -107,11 +109,9 @@ impl Env {
 
     /// A launched NodeClaim of the NodePool, stamped as the provisioner stamps new ones.
     async fn launch(&self, name: &str, annotations: Value) -> NodeClaim {
-        let node_claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": name,
+        let node_claim = common::node_claim(
+            name,
+            json!({ "metadata": {
                 "labels": {
                     "karpenter.sh/nodepool": POOL,
                     "team": "a",
@@ -120,13 +120,8 @@ impl Env {
                     "karpenter.sh/capacity-type": "spot",
                 },
                 "annotations": annotations,
-            },
-            "spec": {
-                "nodeClassRef": node_class_ref(),
-                "requirements": [],
-            },
-        }))
-        .unwrap();
+            } }),
+        );
         self.cluster.create(&node_claim).await.unwrap();
         let status = json!({ "status": {
             "providerID": provider_id(name),
@@ -167,34 +162,14 @@ fn provider_id(name: &str) -> String {
     format!("fake:///test-zone-1/{name}")
 }
 
-fn node_class_ref() -> Value {
-    json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" })
-}
-
-fn test_node_class() -> DynamicObject {
-    serde_json::from_value(json!({
-        "apiVersion": "test.karpenter.sh/v1",
-        "kind": "TestNodeClass",
-        "metadata": { "name": "default" },
-        "spec": {},
-    }))
-    .unwrap()
-}
-
 fn node_pool() -> NodePool {
-    serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": { "name": POOL },
-        "spec": {
-            "template": {
-                "metadata": { "labels": { "team": "a" } },
-                "spec": { "nodeClassRef": node_class_ref(), "requirements": [] },
-            },
+    common::node_pool(
+        POOL,
+        json!({ "spec": {
+            "template": { "metadata": { "labels": { "team": "a" } } },
             "limits": { "cpu": "100" },
-        },
-    }))
-    .unwrap()
+        } }),
+    )
 }
 
 fn stamp(hash: &str, version: &str) -> Value {

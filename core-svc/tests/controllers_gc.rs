@@ -21,11 +21,14 @@ use core_svc::cloudprovider::{
 };
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::gc::GarbageCollectionController;
-use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::controllers::{Controller, Requeue};
 use core_svc::events::MemoryEvents;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
+
+mod common;
+
+use common::Harness;
 
 struct World {
     cluster: Arc<InMemoryCluster>,
@@ -37,17 +40,14 @@ struct World {
 
 impl World {
     fn new() -> Self {
-        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
-        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 7));
-        let cloud = Arc::new(FakeCloudProvider::new());
-        let events = Arc::new(MemoryEvents::new());
-        let controller = GarbageCollectionController::new(Context {
-            cluster: Arc::clone(&cluster),
-            cloud: Arc::clone(&cloud),
-            clock: Arc::new(clock.clone()),
-            events: events.clone(),
-            settings: Settings::default(),
-        });
+        let harness = Harness::new();
+        let controller = GarbageCollectionController::new(harness.context());
+        let Harness {
+            cluster,
+            cloud,
+            clock,
+            events,
+        } = harness;
         World {
             cluster,
             cloud,
@@ -78,20 +78,13 @@ impl World {
 
     /// A NodeClaim launched as `provider_id` and registered.
     async fn registered_node_claim(&self, name: &str, provider_id: &str) {
-        let node_claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": name,
+        let node_claim = common::node_claim(
+            name,
+            json!({ "metadata": {
                 "labels": { "karpenter.sh/nodepool": "default" },
                 "finalizers": ["karpenter.sh/termination"],
-            },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-        }))
-        .unwrap();
+            } }),
+        );
         let mut created = self.cluster.create(&node_claim).await.unwrap();
         created.status = Some(
             serde_json::from_value(json!({
@@ -108,13 +101,7 @@ impl World {
     }
 
     async fn node(&self, name: &str, provider_id: &str, ready: bool) {
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": { "name": name },
-            "spec": { "providerID": provider_id },
-        }))
-        .unwrap();
+        let node = common::node(name, json!({ "spec": { "providerID": provider_id } }));
         self.cluster.create(&node).await.unwrap();
         let status = if ready { "True" } else { "Unknown" };
         let patch = json!({ "status": { "conditions": [{ "type": "Ready", "status": status }] } });

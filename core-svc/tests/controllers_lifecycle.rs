@@ -11,19 +11,21 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::NodeClaim;
-use core_svc::apis::condition::{self, ConditionStatus};
+use core_svc::apis::condition::ConditionStatus;
 use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::lifecycle::LifecycleController;
-use core_svc::controllers::nodeclaim::request_of;
-use core_svc::controllers::{Context, Controller, Requeue, Settings, TERMINATION_FINALIZER};
+use core_svc::controllers::nodeclaim::{condition_status, has_termination_finalizer, request_of};
+use core_svc::controllers::{Controller, Requeue};
 use core_svc::events::MemoryEvents;
-use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
-use kube::core::DynamicObject;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::{Harness, merged};
 
 const NAME: &str = "default-abcde";
 
@@ -37,17 +39,14 @@ struct World {
 
 impl World {
     async fn new() -> Self {
-        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
-        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 7));
-        let cloud = Arc::new(FakeCloudProvider::new());
-        let events = Arc::new(MemoryEvents::new());
-        let controller = LifecycleController::new(Context {
-            cluster: Arc::clone(&cluster),
-            cloud: Arc::clone(&cloud),
-            clock: Arc::new(clock.clone()),
-            events: events.clone(),
-            settings: Settings::default(),
-        });
+        let harness = Harness::new();
+        let controller = LifecycleController::new(harness.context());
+        let Harness {
+            cluster,
+            cloud,
+            clock,
+            events,
+        } = harness;
         let world = World {
             cluster,
             cloud,
@@ -60,36 +59,27 @@ impl World {
     }
 
     async fn create_node_class(&self) {
-        let node_class: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "test.karpenter.sh/v1",
-            "kind": "TestNodeClass",
-            "metadata": { "name": "default" },
-        }))
-        .unwrap();
+        let node_class = common::test_node_class("default", json!({}));
         self.cluster.create_node_class(&node_class).await.unwrap();
     }
 
+    /// The NodeClaim `NAME`; `extra_spec` is merged into its spec.
     async fn create_node_claim(&self, extra_spec: Value) -> NodeClaim {
-        let mut spec = json!({
-            "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
+        let spec = json!({
             "requirements": [
                 { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": ["default-instance-type"] },
             ],
             "resources": { "requests": { "cpu": "1" } },
         });
-        if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra_spec) {
-            spec.extend(extra);
-        }
-        let node_claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": NAME,
-                "labels": { "karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "on-demand" },
-            },
-            "spec": spec,
-        }))
-        .unwrap();
+        let node_claim = common::node_claim(
+            NAME,
+            json!({
+                "metadata": {
+                    "labels": { "karpenter.sh/nodepool": "default", "karpenter.sh/capacity-type": "on-demand" },
+                },
+                "spec": merged(spec, extra_spec),
+            }),
+        );
         self.cluster.create(&node_claim).await.unwrap()
     }
 
@@ -116,19 +106,19 @@ impl World {
 
     /// A kubelet joining with `provider_id`, with the unregistered taint and a taint of its own.
     async fn join_node(&self, name: &str, provider_id: &str) -> Node {
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
-            "spec": {
-                "providerID": provider_id,
-                "taints": [
-                    { "key": "karpenter.sh/unregistered", "effect": "NoExecute" },
-                    { "key": "example.com/kubelet", "effect": "NoSchedule" },
-                ],
-            },
-        }))
-        .unwrap();
+        let node = common::node(
+            name,
+            json!({
+                "metadata": { "labels": { "kubernetes.io/hostname": name } },
+                "spec": {
+                    "providerID": provider_id,
+                    "taints": [
+                        { "key": "karpenter.sh/unregistered", "effect": "NoExecute" },
+                        { "key": "example.com/kubelet", "effect": "NoSchedule" },
+                    ],
+                },
+            }),
+        );
         self.cluster.create(&node).await.unwrap()
     }
 
@@ -152,23 +142,6 @@ impl World {
     }
 }
 
-fn condition_status(node_claim: &NodeClaim, type_: &str) -> Option<ConditionStatus> {
-    node_claim
-        .status
-        .as_ref()
-        .and_then(|status| condition::find(&status.conditions, type_))
-        .map(|found| found.status)
-}
-
-fn has_finalizer<K: kube::Resource>(object: &K) -> bool {
-    object
-        .meta()
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|finalizer| finalizer == TERMINATION_FINALIZER)
-}
-
 #[tokio::test]
 async fn given_a_new_node_claim_when_reconciled_then_it_gets_the_termination_finalizer() {
     let world = World::new().await;
@@ -176,7 +149,9 @@ async fn given_a_new_node_claim_when_reconciled_then_it_gets_the_termination_fin
 
     world.reconcile().await;
 
-    assert!(has_finalizer(&world.node_claim().await.unwrap()));
+    assert!(has_termination_finalizer(
+        &world.node_claim().await.unwrap()
+    ));
 }
 
 #[tokio::test]
@@ -190,7 +165,9 @@ async fn given_a_node_claim_of_another_provider_when_reconciled_then_it_is_left_
 
     world.reconcile().await;
 
-    assert!(!has_finalizer(&world.node_claim().await.unwrap()));
+    assert!(!has_termination_finalizer(
+        &world.node_claim().await.unwrap()
+    ));
     assert!(world.cloud.calls().is_empty());
 }
 
@@ -207,7 +184,10 @@ async fn given_a_missing_node_class_when_reconciled_then_the_launch_waits_with_a
     world.reconcile().await;
 
     let node_claim = world.node_claim().await.unwrap();
-    assert!(has_finalizer(&node_claim), "the finalizer comes first");
+    assert!(
+        has_termination_finalizer(&node_claim),
+        "the finalizer comes first"
+    );
     assert_eq!(
         condition_status(&node_claim, "Launched"),
         Some(ConditionStatus::Unknown)
@@ -402,7 +382,7 @@ async fn given_a_node_with_the_provider_id_when_reconciled_then_it_is_registered
         "default-instance-type"
     );
     assert_eq!(labels["kubernetes.io/hostname"], "node-1", "the Node's own");
-    assert!(has_finalizer(&node));
+    assert!(has_termination_finalizer(&node));
     let owner = &node.metadata.owner_references.clone().unwrap()[0];
     assert_eq!(owner.kind, "NodeClaim");
     assert_eq!(owner.uid, node_claim.metadata.uid.clone().unwrap());
@@ -495,7 +475,7 @@ async fn given_a_node_that_never_registers_when_15_minutes_pass_then_the_node_cl
     let node_claim = world.node_claim().await.unwrap();
     assert!(node_claim.metadata.deletion_timestamp.is_some());
     assert!(
-        has_finalizer(&node_claim),
+        has_termination_finalizer(&node_claim),
         "launched: termination removes the instance and the finalizer"
     );
     let deleted = world.events.with_reason("NodeClaimDeleted");

@@ -19,11 +19,14 @@ use core_svc::cloudprovider::{
 };
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::nodeclass::NodeClassController;
-use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::controllers::{Controller, Requeue};
 use core_svc::events::{EventType, MemoryEvents};
-use jiff::Timestamp;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::Harness;
 
 const HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 const HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
@@ -40,9 +43,7 @@ impl Env {
     /// A cluster with the EC2NodeClass `default` (its status holding an instance profile) and
     /// a fake cloud that serves EC2NodeClass.
     async fn new() -> Self {
-        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
-        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 5));
-        let cloud = Arc::new(FakeCloudProvider::new().with_identity(
+        let harness = Harness::with_cloud(FakeCloudProvider::new().with_identity(
             "aws",
             vec![NodeClassKind {
                 group: "karpenter.k8s.aws".into(),
@@ -50,14 +51,13 @@ impl Env {
                 kind: "EC2NodeClass".into(),
             }],
         ));
-        let events = Arc::new(MemoryEvents::new());
-        let ctx = Context {
-            cluster: Arc::clone(&cluster),
-            cloud: Arc::clone(&cloud),
-            clock: Arc::new(clock.clone()),
-            events: events.clone(),
-            settings: Settings::default(),
-        };
+        let ctx = harness.context();
+        let Harness {
+            cluster,
+            cloud,
+            clock,
+            events,
+        } = harness;
         cluster.create_node_class(&node_class()).await.unwrap();
         cluster
             .merge_patch_node_class_status(
@@ -328,21 +328,19 @@ fn node_claim(name: &str, node_class: &str, annotations: Value, drifted: bool) -
             "lastTransitionTime": "2025-03-01T11:00:00Z",
         }] });
     }
-    serde_json::from_value(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": {
-            "name": name,
-            "labels": { "karpenter.sh/nodepool": "default" },
-            "annotations": annotations,
-        },
-        "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": node_class },
-            "requirements": [],
-        },
-        "status": status,
-    }))
-    .unwrap()
+    common::node_claim(
+        name,
+        json!({
+            "metadata": {
+                "labels": { "karpenter.sh/nodepool": "default" },
+                "annotations": annotations,
+            },
+            "spec": {
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": node_class },
+            },
+            "status": status,
+        }),
+    )
 }
 
 async fn create_node_claim(cluster: &InMemoryCluster, node_claim: &NodeClaim) {

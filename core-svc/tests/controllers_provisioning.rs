@@ -22,13 +22,15 @@ use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::provisioning::nominations::Target;
 use core_svc::controllers::provisioning::{Provisioner, ProvisionerOptions};
-use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::controllers::{Context, Controller, Requeue};
 use core_svc::events::{EventType, MemoryEvents};
-use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::DaemonSet;
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::core::DynamicObject;
+use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::{Harness, merged};
 
 const INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";
 const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
@@ -39,6 +41,7 @@ struct World {
     cloud: Arc<FakeCloudProvider>,
     clock: FakeClock,
     events: Arc<MemoryEvents>,
+    context: Context<InMemoryCluster, FakeCloudProvider>,
     provisioner: Provisioner<InMemoryCluster, FakeCloudProvider>,
 }
 
@@ -46,12 +49,17 @@ impl World {
     /// A cluster with a ready node class `default` (carrying hash annotations) and no
     /// NodePool yet.
     async fn new() -> Self {
-        let clock = FakeClock::new("2025-03-01T12:00:00Z".parse::<Timestamp>().unwrap());
-        let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 7));
-        let cloud = Arc::new(FakeCloudProvider::new());
-        let events = Arc::new(MemoryEvents::new());
+        let harness = Harness::new();
+        let context = harness.context();
+        let Harness {
+            cluster,
+            cloud,
+            clock,
+            events,
+        } = harness;
         let world = World {
-            provisioner: provisioner(&cluster, &cloud, &clock, &events),
+            provisioner: provisioner(context.clone()),
+            context,
             cluster,
             cloud,
             clock,
@@ -63,19 +71,17 @@ impl World {
 
     /// A fresh provisioner on the same cluster, as after a restart of core.
     fn restart(&mut self) {
-        self.provisioner = provisioner(&self.cluster, &self.cloud, &self.clock, &self.events);
+        self.provisioner = provisioner(self.context.clone());
     }
 
     async fn create_node_class(&self, name: &str, ready: &str) {
-        let node_class: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "test.karpenter.sh/v1",
-            "kind": "TestNodeClass",
-            "metadata": { "name": name, "annotations": {
+        let node_class = common::test_node_class(
+            name,
+            json!({ "metadata": { "annotations": {
                 "test.karpenter.sh/testnodeclass-hash": "1234",
                 "test.karpenter.sh/testnodeclass-hash-version": "v1",
-            } },
-        }))
-        .unwrap();
+            } } }),
+        );
         self.cluster.create_node_class(&node_class).await.unwrap();
         let reference = core_svc::apis::NodeClassReference {
             group: "test.karpenter.sh".into(),
@@ -95,21 +101,13 @@ impl World {
     }
 
     async fn create_node_pool(&self, name: &str, extra_spec: Value) -> NodePool {
-        let mut spec = json!({ "template": {
+        let spec = json!({ "template": {
             "metadata": { "labels": { "team": "shop" }, "annotations": { "owner": "shop-team" } },
             "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
                 "requirements": [{ "key": CAPACITY_TYPE, "operator": "In", "values": ["on-demand"] }],
             },
         } });
-        merge(&mut spec, extra_spec);
-        let pool: NodePool = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": { "name": name },
-            "spec": spec,
-        }))
-        .unwrap();
+        let pool = common::node_pool(name, json!({ "spec": merged(spec, extra_spec) }));
         self.cluster.create(&pool).await.unwrap()
     }
 
@@ -121,23 +119,17 @@ impl World {
     }
 
     async fn create_pending_pod_with(&self, name: &str, requests: Value) -> Pod {
-        let pod: Pod = serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": {
-                "namespace": "default",
-                "name": name,
-                "labels": { "app": "web" },
-                "ownerReferences": [{
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-5d8f",
-                    "uid": "00000000-0000-4000-8000-000000000001", "controller": true,
-                }],
-            },
-            "spec": { "containers": [{
-                "name": "app", "image": "nginx", "resources": { "requests": requests },
-            }] },
-        }))
-        .unwrap();
+        let pod = common::replica_set_pod(
+            "default",
+            name,
+            "web-5d8f",
+            json!({
+                "metadata": { "labels": { "app": "web" } },
+                "spec": { "containers": [{
+                    "name": "app", "image": "nginx", "resources": { "requests": requests },
+                }] },
+            }),
+        );
         self.cluster.create(&pod).await.unwrap();
         self.cluster
             .merge_patch_status::<Pod>(
@@ -192,32 +184,9 @@ impl World {
 }
 
 fn provisioner(
-    cluster: &Arc<InMemoryCluster>,
-    cloud: &Arc<FakeCloudProvider>,
-    clock: &FakeClock,
-    events: &Arc<MemoryEvents>,
+    context: Context<InMemoryCluster, FakeCloudProvider>,
 ) -> Provisioner<InMemoryCluster, FakeCloudProvider> {
-    Provisioner::with_options(
-        Context {
-            cluster: Arc::clone(cluster),
-            cloud: Arc::clone(cloud),
-            clock: Arc::new(clock.clone()),
-            events: events.clone(),
-            settings: Settings::default(),
-        },
-        ProvisionerOptions::default(),
-    )
-}
-
-fn merge(base: &mut Value, extra: Value) {
-    match (base, extra) {
-        (Value::Object(base), Value::Object(extra)) => {
-            for (key, value) in extra {
-                merge(base.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (base, extra) => *base = extra,
-    }
+    Provisioner::with_options(context, ProvisionerOptions::default())
 }
 
 fn requirement<'a>(claim: &'a NodeClaim, key: &str) -> &'a [String] {
@@ -380,12 +349,13 @@ async fn given_a_daemon_set_then_its_overhead_is_part_of_the_node_claim() {
 async fn given_pods_that_fit_on_an_existing_node_then_nothing_is_created() {
     let world = World::new().await;
     world.create_node_pool("default", json!({})).await;
-    let node: Node = serde_json::from_value(json!({
-        "apiVersion": "v1", "kind": "Node",
-        "metadata": { "name": "static-1", "labels": { "kubernetes.io/hostname": "static-1" } },
-        "status": { "allocatable": { "cpu": "4", "memory": "8Gi", "pods": "110" } },
-    }))
-    .unwrap();
+    let node = common::node(
+        "static-1",
+        json!({
+            "metadata": { "labels": { "kubernetes.io/hostname": "static-1" } },
+            "status": { "allocatable": { "cpu": "4", "memory": "8Gi", "pods": "110" } },
+        }),
+    );
     world.cluster.create(&node).await.unwrap();
     world.create_pending_pod("web-1", "1").await;
 

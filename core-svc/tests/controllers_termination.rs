@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::NodeClaim;
-use core_svc::clock::{Clock, FakeClock};
+use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{
     CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
@@ -22,21 +22,21 @@ use core_svc::cloudprovider::{
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::expiration::ExpirationController;
 use core_svc::controllers::termination::TerminationController;
-use core_svc::controllers::{Context, Controller, Requeue, Settings};
+use core_svc::controllers::{Controller, Requeue};
 use core_svc::events::{Event, EventType, MemoryEvents};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::{Value, json};
 
+mod common;
+
+use common::{Harness, merged, start};
+
 const FINALIZER: &str = "karpenter.sh/termination";
 const PROVIDER_ID: &str = "fake:///test-zone-1/i-00000001";
 const CLAIM: &str = "default-abcde";
 const NODE: &str = "node-a";
-
-fn start() -> Timestamp {
-    "2025-03-01T12:00:00Z".parse().unwrap()
-}
 
 fn at(offset: Duration) -> Timestamp {
     start().checked_add(offset).unwrap()
@@ -56,17 +56,14 @@ struct World {
 }
 
 fn world() -> World {
-    let clock = FakeClock::new(start());
-    let cluster = Arc::new(InMemoryCluster::new(Arc::new(clock.clone()), 7));
-    let cloud = Arc::new(FakeCloudProvider::new());
-    let events = Arc::new(MemoryEvents::new());
-    let ctx = Context {
-        cluster: Arc::clone(&cluster),
-        cloud: Arc::clone(&cloud),
-        clock: Arc::new(clock.clone()) as Arc<dyn Clock>,
-        events: Arc::clone(&events) as Arc<dyn core_svc::events::Events>,
-        settings: Settings::default(),
-    };
+    let harness = Harness::new();
+    let ctx = harness.context();
+    let Harness {
+        cluster,
+        cloud,
+        clock,
+        events,
+    } = harness;
     World {
         termination: TerminationController::new(ctx.clone()),
         expiration: ExpirationController::new(ctx),
@@ -77,42 +74,20 @@ fn world() -> World {
     }
 }
 
-fn from_json<T: serde::de::DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-fn merged(mut base: Value, patch: Value) -> Value {
-    fn merge(target: &mut Value, patch: Value) {
-        match (target, patch) {
-            (Value::Object(target), Value::Object(patch)) => {
-                for (key, value) in patch {
-                    merge(target.entry(key).or_insert(Value::Null), value);
-                }
-            }
-            (target, patch) => *target = patch,
-        }
-    }
-    merge(&mut base, patch);
-    base
-}
-
 impl World {
     /// A launched, registered NodeClaim `CLAIM` whose Ready Node `NODE` runs on instance
     /// `PROVIDER_ID`; `spec` is merged into the NodeClaim's spec.
     async fn launched(&self, spec: Value) {
-        let claim: NodeClaim = from_json(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": CLAIM,
-                "labels": { "karpenter.sh/nodepool": "default" },
-                "finalizers": [FINALIZER],
-            },
-            "spec": merged(json!({
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            }), spec),
-        }));
+        let claim = common::node_claim(
+            CLAIM,
+            json!({
+                "metadata": {
+                    "labels": { "karpenter.sh/nodepool": "default" },
+                    "finalizers": [FINALIZER],
+                },
+                "spec": spec,
+            }),
+        );
         self.cluster.create(&claim).await.unwrap();
         let condition =
             |type_: &str| json!({ "type": type_, "status": "True", "lastTransitionTime": start() });
@@ -139,16 +114,16 @@ impl World {
             deletion_time: None,
             state: InstanceState::Running,
         });
-        let node: Node = from_json(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": NODE,
-                "labels": { "karpenter.sh/nodepool": "default" },
-                "finalizers": [FINALIZER],
-            },
-            "spec": { "providerID": PROVIDER_ID },
-        }));
+        let node = common::node(
+            NODE,
+            json!({
+                "metadata": {
+                    "labels": { "karpenter.sh/nodepool": "default" },
+                    "finalizers": [FINALIZER],
+                },
+                "spec": { "providerID": PROVIDER_ID },
+            }),
+        );
         self.cluster.create(&node).await.unwrap();
         self.set_node_ready(true).await;
     }
@@ -165,38 +140,19 @@ impl World {
             .unwrap();
     }
 
-    /// A Ready pod `default/name` of the ReplicaSet `web` on `NODE`; `extra` is merged in.
+    /// A Ready pod `default/name` of its own ReplicaSet `name` on `NODE`; `extra` is merged in.
     async fn running_pod(&self, name: &str, extra: Value) {
-        let pod: Pod = from_json(merged(
-            json!({
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {
-                    "namespace": "default",
-                    "name": name,
-                    "labels": { "app": name },
-                    "ownerReferences": [{
-                        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
-                        "uid": "00000000-0000-4000-8000-000000000001", "controller": true,
-                    }],
-                },
-                "spec": { "containers": [{ "name": "app", "image": "nginx" }] },
-            }),
-            extra,
-        ));
+        let pod = common::replica_set_pod("default", name, name, extra);
         self.cluster.create(&pod).await.unwrap();
         self.cluster.bind_pod("default", name, NODE).unwrap();
         self.cluster.set_pod_ready("default", name, true).unwrap();
     }
 
     async fn pdb(&self, name: &str, spec: Value) {
-        let pdb: PodDisruptionBudget = from_json(json!({
-            "apiVersion": "policy/v1",
-            "kind": "PodDisruptionBudget",
-            "metadata": { "namespace": "default", "name": name },
-            "spec": spec,
-        }));
-        self.cluster.create(&pdb).await.unwrap();
+        self.cluster
+            .create(&common::pdb("default", name, spec))
+            .await
+            .unwrap();
     }
 
     async fn delete_claim(&self) {
@@ -707,15 +663,10 @@ async fn given_a_not_ready_node_and_a_plugin_without_get_then_it_is_drained_as_u
 #[tokio::test]
 async fn given_a_node_claim_that_never_launched_then_termination_leaves_it_alone() {
     let world = world();
-    let claim: NodeClaim = from_json(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": { "name": "unlaunched", "finalizers": [FINALIZER] },
-        "spec": {
-            "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-            "requirements": [],
-        },
-    }));
+    let claim = common::node_claim(
+        "unlaunched",
+        json!({ "metadata": { "finalizers": [FINALIZER] } }),
+    );
     world.cluster.create(&claim).await.unwrap();
     world
         .cluster

@@ -16,6 +16,7 @@ use super::{
     SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
 };
 use crate::catalogue::{self, CatalogueError};
+use crate::memory_cloud::{CallCounts, lock_state};
 #[path = "memory_hooks.rs"]
 pub mod hooks;
 
@@ -59,8 +60,7 @@ struct State {
     launch_delay: Duration,
     termination_delay: Duration,
     next_id: u64,
-    /// How often each call was made, by EC2 action name (for tests of callers' caching).
-    calls: BTreeMap<&'static str, u64>,
+    calls: CallCounts,
     /// The latest CreateFleet requests, oldest first (for tests of what callers ask for).
     fleet_requests: VecDeque<FleetRequest>,
 }
@@ -115,18 +115,14 @@ impl MemoryEc2 {
                 launch_delay: Duration::from_secs(10),
                 termination_delay: Duration::from_secs(10),
                 next_id: 1,
-                calls: BTreeMap::new(),
+                calls: CallCounts::default(),
                 fleet_requests: VecDeque::new(),
             }),
         })
     }
 
-    /// A poisoned lock only means another test thread panicked mid-call; the state is still
-    /// the best there is.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock_state(&self.state)
     }
 
     /// The region.
@@ -155,7 +151,7 @@ impl MemoryEc2 {
     /// `DescribeLaunchTemplates`, `CreateFleet`, `DescribeInstances`, `TerminateInstances`)
     /// was called; tests of the provider's caching and idempotency count calls with it.
     pub fn calls(&self, action: &str) -> u64 {
-        self.state().calls.get(action).copied().unwrap_or(0)
+        self.state().calls.of(action)
     }
 
     /// The request the launch template `name` was created with.
@@ -276,10 +272,6 @@ impl MemoryEc2 {
 }
 
 impl State {
-    fn count(&mut self, action: &'static str) {
-        *self.calls.entry(action).or_default() += 1;
-    }
-
     /// The next id with EC2's prefix: one counter for every kind, so ids never repeat.
     fn new_id(&mut self, prefix: &str) -> String {
         let n = self.next_id;
@@ -488,7 +480,7 @@ impl Ec2 for MemoryEc2 {
         names: &'a [String],
     ) -> AwsFuture<'a, Vec<InstanceTypeInfo>> {
         let mut state = self.state();
-        state.count("DescribeInstanceTypes");
+        state.calls.record("DescribeInstanceTypes");
         let answer = if names.is_empty() {
             Ok(state.instance_types.values().cloned().collect())
         } else {
@@ -509,7 +501,7 @@ impl Ec2 for MemoryEc2 {
 
     fn describe_instance_type_offerings(&self) -> AwsFuture<'_, Vec<InstanceTypeOffering>> {
         let mut state = self.state();
-        state.count("DescribeInstanceTypeOfferings");
+        state.calls.record("DescribeInstanceTypeOfferings");
         let answer = state.offerings.clone();
         Box::pin(async move { Ok(answer) })
     }
@@ -519,7 +511,7 @@ impl Ec2 for MemoryEc2 {
         instance_types: &'a [String],
     ) -> AwsFuture<'a, Vec<SpotPrice>> {
         let mut state = self.state();
-        state.count("DescribeSpotPriceHistory");
+        state.calls.record("DescribeSpotPriceHistory");
         let answer = state
             .spot_prices
             .iter()
@@ -597,7 +589,7 @@ impl Ec2 for MemoryEc2 {
         request: &'a LaunchTemplateRequest,
     ) -> AwsFuture<'a, LaunchTemplate> {
         let mut state = self.state();
-        state.count("CreateLaunchTemplate");
+        state.calls.record("CreateLaunchTemplate");
         let answer = if state.launch_templates.contains_key(&request.name) {
             Err(AwsError::from_code(
                 "InvalidLaunchTemplateName.AlreadyExistsException",
@@ -624,7 +616,7 @@ impl Ec2 for MemoryEc2 {
         query: &'a ResourceQuery,
     ) -> AwsFuture<'a, Vec<LaunchTemplate>> {
         let mut state = self.state();
-        state.count("DescribeLaunchTemplates");
+        state.calls.record("DescribeLaunchTemplates");
         let answer = match query
             .ids
             .iter()
@@ -648,7 +640,7 @@ impl Ec2 for MemoryEc2 {
 
     fn create_fleet<'a>(&'a self, request: &'a FleetRequest) -> AwsFuture<'a, FleetResult> {
         let mut state = self.state();
-        state.count("CreateFleet");
+        state.calls.record("CreateFleet");
         if state.fleet_requests.len() == KEPT_FLEET_REQUESTS {
             state.fleet_requests.pop_front();
         }
@@ -659,7 +651,7 @@ impl Ec2 for MemoryEc2 {
 
     fn describe_instances<'a>(&'a self, query: &'a ResourceQuery) -> AwsFuture<'a, Vec<Instance>> {
         let mut state = self.state();
-        state.count("DescribeInstances");
+        state.calls.record("DescribeInstances");
         let answer = check_ids(&query.ids, &state.instances).map(|()| {
             state
                 .instances
@@ -676,7 +668,7 @@ impl Ec2 for MemoryEc2 {
         ids: &'a [String],
     ) -> AwsFuture<'a, Vec<InstanceStateChange>> {
         let mut state = self.state();
-        state.count("TerminateInstances");
+        state.calls.record("TerminateInstances");
         let answer = check_ids(ids, &state.instances).map(|()| {
             let now = state.now;
             let mut changes = Vec::new();

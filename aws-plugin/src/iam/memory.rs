@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 
 use super::{AwsError, AwsFuture, Iam, InstanceProfile, Tag};
+use crate::memory_cloud::{CallCounts, lock_state};
 
 /// The account the in-memory IAM pretends to be (the same as the in-memory EC2's, and
 /// moto's default).
@@ -24,15 +25,10 @@ pub struct MemoryIam {
 struct State {
     roles: BTreeSet<String>,
     profiles: BTreeMap<String, InstanceProfile>,
-    /// How often each call was made, by IAM action name (for tests of callers' caching).
-    calls: BTreeMap<&'static str, u64>,
+    calls: CallCounts,
 }
 
 impl State {
-    fn count(&mut self, action: &'static str) {
-        *self.calls.entry(action).or_default() += 1;
-    }
-
     fn profile_mut(&mut self, name: &str) -> Result<&mut InstanceProfile, AwsError> {
         self.profiles
             .get_mut(name)
@@ -160,12 +156,8 @@ impl MemoryIam {
         Self::default()
     }
 
-    /// A poisoned lock only means another test thread panicked mid-call; the state is still
-    /// the best there is.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock_state(&self.state)
     }
 
     /// Creates the role `name` (no policies: the port never reads them), so instance profiles
@@ -178,14 +170,14 @@ impl MemoryIam {
     /// `CreateInstanceProfile`, `AddRoleToInstanceProfile`, `RemoveRoleFromInstanceProfile`,
     /// `DeleteInstanceProfile`) was called, failed calls included.
     pub fn calls(&self, action: &str) -> u64 {
-        self.state().calls.get(action).copied().unwrap_or(0)
+        self.state().calls.of(action)
     }
 }
 
 impl Iam for MemoryIam {
     fn get_instance_profile<'a>(&'a self, name: &'a str) -> AwsFuture<'a, Option<InstanceProfile>> {
         let mut state = self.state();
-        state.count("GetInstanceProfile");
+        state.calls.record("GetInstanceProfile");
         let answer = state.profiles.get(name).cloned();
         Box::pin(async move { Ok(answer) })
     }
@@ -197,7 +189,7 @@ impl Iam for MemoryIam {
         tags: &'a [Tag],
     ) -> AwsFuture<'a, InstanceProfile> {
         let mut state = self.state();
-        state.count("CreateInstanceProfile");
+        state.calls.record("CreateInstanceProfile");
         let answer = state.create(name, path, tags);
         Box::pin(async move { answer })
     }
@@ -208,7 +200,7 @@ impl Iam for MemoryIam {
         role: &'a str,
     ) -> AwsFuture<'a, ()> {
         let mut state = self.state();
-        state.count("AddRoleToInstanceProfile");
+        state.calls.record("AddRoleToInstanceProfile");
         let answer = state.add_role(profile, role);
         Box::pin(async move { answer })
     }
@@ -219,14 +211,14 @@ impl Iam for MemoryIam {
         role: &'a str,
     ) -> AwsFuture<'a, ()> {
         let mut state = self.state();
-        state.count("RemoveRoleFromInstanceProfile");
+        state.calls.record("RemoveRoleFromInstanceProfile");
         let answer = state.remove_role(profile, role);
         Box::pin(async move { answer })
     }
 
     fn delete_instance_profile<'a>(&'a self, name: &'a str) -> AwsFuture<'a, ()> {
         let mut state = self.state();
-        state.count("DeleteInstanceProfile");
+        state.calls.record("DeleteInstanceProfile");
         let answer = state.delete(name);
         Box::pin(async move { answer })
     }

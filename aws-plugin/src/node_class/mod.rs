@@ -487,45 +487,24 @@ pub fn iso8601(time: std::time::SystemTime) -> String {
 /// security group, the node role and AL2023 images for both architectures.
 #[cfg(test)]
 pub(crate) mod fixture {
-    use std::sync::{Arc, Mutex};
-    use std::time::{Duration, Instant, SystemTime};
+    use std::sync::Arc;
 
     use serde_json::json;
 
     use super::{ClusterIdentity, NodeClassResolver};
     use crate::apis::ec2nodeclass::AMIFamily;
     use crate::ec2::Tag;
-    use crate::instance_type_provider::Clock;
+    use crate::instance_type_provider::FakeClock;
     use crate::memory_cloud::MemoryCloud;
 
     /// The Kubernetes version the fixture's images are published for.
     pub(crate) const K8S: &str = "1.33";
 
-    /// A clock the test moves.
-    #[derive(Debug)]
-    pub(crate) struct TestClock(Mutex<Instant>);
-
-    impl TestClock {
-        pub(crate) fn advance(&self, by: Duration) {
-            *self.0.lock().unwrap() += by;
-        }
-    }
-
-    impl Clock for TestClock {
-        fn now(&self) -> Instant {
-            *self.0.lock().unwrap()
-        }
-
-        fn utc_now(&self) -> SystemTime {
-            SystemTime::UNIX_EPOCH + Duration::from_secs(1_780_000_000)
-        }
-    }
-
     /// The fixture.
     #[derive(Debug)]
     pub(crate) struct Fixture {
         pub(crate) cloud: MemoryCloud,
-        pub(crate) clock: Arc<TestClock>,
+        pub(crate) clock: Arc<FakeClock>,
         pub(crate) cluster: ClusterIdentity,
     }
 
@@ -547,7 +526,7 @@ pub(crate) mod fixture {
             }
             Self {
                 cloud,
-                clock: Arc::new(TestClock(Mutex::new(Instant::now()))),
+                clock: FakeClock::new(),
                 cluster: ClusterIdentity {
                     name: "demo".to_owned(),
                     region: "us-east-1".to_owned(),

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, MutexGuard};
 
 use super::{AwsFuture, Ssm};
+use crate::memory_cloud::{CallCounts, lock_state};
 
 /// The in-memory SSM. Cheap to share behind an `Arc`; every call locks one mutex.
 #[derive(Debug, Default)]
@@ -16,8 +17,7 @@ pub struct MemorySsm {
 #[derive(Debug, Default)]
 struct State {
     parameters: BTreeMap<String, String>,
-    /// How often each call was made, by SSM action name (for tests of callers' caching).
-    calls: BTreeMap<&'static str, u64>,
+    calls: CallCounts,
 }
 
 impl MemorySsm {
@@ -26,12 +26,8 @@ impl MemorySsm {
         Self::default()
     }
 
-    /// A poisoned lock only means another test thread panicked mid-call; the state is still
-    /// the best there is.
     fn state(&self) -> MutexGuard<'_, State> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        lock_state(&self.state)
     }
 
     /// Sets the parameter `name` to `value`, overwriting any value it had. Any name is
@@ -44,14 +40,14 @@ impl MemorySsm {
 
     /// How many times the SSM action `action` (`GetParameter`) was called.
     pub fn calls(&self, action: &str) -> u64 {
-        self.state().calls.get(action).copied().unwrap_or(0)
+        self.state().calls.of(action)
     }
 }
 
 impl Ssm for MemorySsm {
     fn get_parameter<'a>(&'a self, name: &'a str) -> AwsFuture<'a, Option<String>> {
         let mut state = self.state();
-        *state.calls.entry("GetParameter").or_default() += 1;
+        state.calls.record("GetParameter");
         let answer = state.parameters.get(name).cloned();
         Box::pin(async move { Ok(answer) })
     }

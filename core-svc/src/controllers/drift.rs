@@ -595,31 +595,23 @@ mod tests {
 
     use super::*;
     use crate::cloudprovider::fake;
+    use crate::controllers::testing::{self, at};
 
     fn node_pool(requirements: Value, annotations: Value) -> NodePool {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": { "name": "default", "annotations": annotations },
-            "spec": { "template": { "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": requirements,
-            } } },
-        }))
-        .unwrap()
+        testing::node_pool(
+            "default",
+            json!({
+                "metadata": { "annotations": annotations },
+                "spec": { "template": { "spec": { "requirements": requirements } } },
+            }),
+        )
     }
 
     fn node_claim(labels: Value, annotations: Value) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": "default-x", "labels": labels, "annotations": annotations },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-        }))
-        .unwrap()
+        testing::node_claim(
+            "default-x",
+            json!({ "metadata": { "labels": labels, "annotations": annotations } }),
+        )
     }
 
     fn labels() -> Value {
@@ -852,10 +844,6 @@ mod tests {
             None,
             "a reserved node may fall back to on-demand"
         );
-    }
-
-    fn at(second: i64) -> Timestamp {
-        Timestamp::from_second(second).unwrap()
     }
 
     #[test]

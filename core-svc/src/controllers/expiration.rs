@@ -150,25 +150,18 @@ impl<C: Cluster, P: CloudProvider> Controller for ExpirationController<C, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::testing::{self, at};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-    }
-
     fn node_claim(name: &str, expire_after: &str, created: i64) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": name, "creationTimestamp": Time(at(created)) },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-                "expireAfter": expire_after,
-            },
-        }))
-        .unwrap()
+        testing::node_claim(
+            name,
+            json!({
+                "metadata": { "creationTimestamp": Time(at(created)) },
+                "spec": { "expireAfter": expire_after },
+            }),
+        )
     }
 
     fn names<'a>(plan: &ExpirationPlan<'a>) -> Vec<&'a str> {

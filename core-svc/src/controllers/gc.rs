@@ -29,7 +29,7 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_REGISTERED;
 
-use super::nodeclaim::{age, is_condition_true, is_managed};
+use super::nodeclaim::{age, is_condition_true, is_managed, is_node_ready, provider_id_of};
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{
     CloudInstance, CloudProvider, CloudProviderError, Deletion, NodeClassKind,
@@ -76,22 +76,6 @@ pub struct Plan {
     pub next_orphan_due: Option<Duration>,
 }
 
-fn node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-}
-
-fn provider_id(node_claim: &NodeClaim) -> &str {
-    node_claim
-        .status
-        .as_ref()
-        .map_or("", |status| status.provider_id.as_str())
-}
-
 /// Decides what to collect, from the snapshot and a complete listing. `orphans_seen` is what the
 /// previous pass returned (empty after a restart). Pure.
 pub fn plan(
@@ -112,7 +96,7 @@ pub fn plan(
         .collect();
     let mut plan = Plan::default();
     for node_claim in &snapshot.node_claims {
-        let provider_id = provider_id(node_claim);
+        let provider_id = provider_id_of(node_claim);
         if provider_id.is_empty()
             || !is_managed(node_claim, kinds)
             || node_claim.metadata.deletion_timestamp.is_some()
@@ -120,7 +104,7 @@ pub fn plan(
             || listed.contains(provider_id)
             || nodes_by_provider_id
                 .get(provider_id)
-                .is_some_and(|node| node_ready(node))
+                .is_some_and(|node| is_node_ready(node))
         {
             continue;
         }
@@ -140,7 +124,7 @@ pub fn plan(
     let claimed_provider_ids: BTreeSet<&str> = snapshot
         .node_claims
         .iter()
-        .map(provider_id)
+        .map(provider_id_of)
         .filter(|id| !id.is_empty())
         .collect();
     for instance in instances {
@@ -344,48 +328,32 @@ impl<C: Cluster, P: CloudProvider> Controller for GarbageCollectionController<C,
 mod tests {
     use super::*;
     use crate::cloudprovider::InstanceState;
+    use crate::controllers::testing::{self, at, kinds, snapshot};
     use core_domain::resources::Quantities;
     use serde_json::json;
     use std::time::SystemTime;
 
-    fn kinds() -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: "test.karpenter.sh".into(),
-            version: "v1".into(),
-            kind: "TestNodeClass".into(),
-        }]
-    }
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-    }
-
     fn registered_node_claim(name: &str, provider_id: &str) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": name, "uid": format!("uid-{name}") },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-            "status": {
-                "providerID": provider_id,
-                "conditions": [{ "type": "Registered", "status": "True", "lastTransitionTime": at(0).to_string() }],
-            },
-        }))
-        .unwrap()
+        testing::node_claim(
+            name,
+            json!({
+                "metadata": { "uid": format!("uid-{name}") },
+                "status": {
+                    "providerID": provider_id,
+                    "conditions": [{ "type": "Registered", "status": "True", "lastTransitionTime": at(0).to_string() }],
+                },
+            }),
+        )
     }
 
     fn node(provider_id: &str, ready: bool) -> Node {
-        serde_json::from_value(json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": { "name": format!("node-{provider_id}") },
-            "spec": { "providerID": provider_id },
-            "status": { "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" } }] },
-        }))
-        .unwrap()
+        testing::node(
+            &format!("node-{provider_id}"),
+            json!({
+                "spec": { "providerID": provider_id },
+                "status": { "conditions": [{ "type": "Ready", "status": if ready { "True" } else { "False" } }] },
+            }),
+        )
     }
 
     fn instance(
@@ -404,16 +372,6 @@ mod tests {
             deletion_time: None,
             state: InstanceState::Running,
         }
-    }
-
-    fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
-        let mut snapshot = Snapshot {
-            node_claims,
-            nodes,
-            ..Snapshot::default()
-        };
-        snapshot.sort();
-        snapshot
     }
 
     #[test]

@@ -319,47 +319,27 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn kinds() -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: "test.karpenter.sh".into(),
-            version: "v1".into(),
-            kind: "TestNodeClass".into(),
-        }]
-    }
+    use crate::controllers::testing::{self, kinds};
 
     fn node_pool(name: &str, annotations: Value) -> NodePool {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": { "name": name, "resourceVersion": "7", "annotations": annotations },
-            "spec": { "template": {
-                "metadata": { "labels": { "team": "a" } },
-                "spec": {
-                    "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                    "requirements": [],
-                },
-            } },
-        }))
-        .unwrap()
+        testing::node_pool(
+            name,
+            json!({
+                "metadata": { "resourceVersion": "7", "annotations": annotations },
+                "spec": { "template": { "metadata": { "labels": { "team": "a" } } } },
+            }),
+        )
     }
 
     fn node_claim(name: &str, pool: &str, annotations: Value, drifted: bool) -> NodeClaim {
-        let mut node_claim: NodeClaim = serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": name,
+        let mut node_claim = testing::node_claim(
+            name,
+            json!({ "metadata": {
                 "resourceVersion": "3",
                 "labels": { "karpenter.sh/nodepool": pool },
                 "annotations": annotations,
-            },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-        }))
-        .unwrap();
+            } }),
+        );
         if drifted {
             let mut status = NodeClaimStatus::default();
             condition::set(

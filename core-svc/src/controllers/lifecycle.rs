@@ -34,7 +34,8 @@ use kube::Resource;
 use serde_json::{Map, Value, json};
 
 use super::nodeclaim::{
-    age, is_condition_true, is_managed, kube_quantities, quantities_of, request_of,
+    age, has_termination_finalizer, is_condition_true, is_managed, is_node_ready, kube_quantities,
+    provider_id_of, quantities_of, request_of,
 };
 use super::{Context, Controller, ControllerError, Requeue, Snapshot, TERMINATION_FINALIZER};
 use crate::cloudprovider::{
@@ -130,23 +131,6 @@ pub struct Plan {
     pub requeue: Requeue,
 }
 
-fn has_finalizer<K: Resource>(object: &K) -> bool {
-    object
-        .meta()
-        .finalizers
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .any(|finalizer| finalizer == TERMINATION_FINALIZER)
-}
-
-fn provider_id(node_claim: &NodeClaim) -> &str {
-    node_claim
-        .status
-        .as_ref()
-        .map_or("", |status| status.provider_id.as_str())
-}
-
 fn created_at(node_claim: &NodeClaim) -> Option<Timestamp> {
     node_claim
         .metadata
@@ -186,11 +170,11 @@ pub fn plan(
         let mut steps = Vec::new();
         let name = node_claim.metadata.name.clone().unwrap_or_default();
         if node_claim.metadata.deletion_timestamp.is_some() {
-            if has_finalizer(node_claim) && provider_id(node_claim).is_empty() {
+            if has_termination_finalizer(node_claim) && provider_id_of(node_claim).is_empty() {
                 steps.push(Step::FinalizeUnlaunched);
             }
         } else {
-            if !has_finalizer(node_claim) {
+            if !has_termination_finalizer(node_claim) {
                 steps.push(Step::AddFinalizer);
             }
             let (more, deadline) = plan_live(node_claim, &nodes_by_provider_id, now, settings);
@@ -220,7 +204,7 @@ fn plan_live(
     settings: &super::Settings,
 ) -> (Vec<Step>, Option<Duration>) {
     let created = created_at(node_claim);
-    let provider_id = provider_id(node_claim);
+    let provider_id = provider_id_of(node_claim);
     if provider_id.is_empty() {
         return match remaining(created, settings.launch_timeout, now) {
             None => (vec![Step::Delete(Timeout::Launch)], None),
@@ -441,7 +425,7 @@ pub fn registration_patch(node_claim: &NodeClaim, node: &Node) -> Value {
     if !annotations.is_empty() {
         metadata.insert("annotations".to_owned(), Value::Object(annotations));
     }
-    if node.metadata.deletion_timestamp.is_none() && !has_finalizer(node) {
+    if node.metadata.deletion_timestamp.is_none() && !has_termination_finalizer(node) {
         let mut finalizers = node.metadata.finalizers.clone().unwrap_or_default();
         finalizers.push(TERMINATION_FINALIZER.to_owned());
         metadata.insert("finalizers".to_owned(), json!(finalizers));
@@ -511,14 +495,7 @@ fn owner_reference(node_claim: &NodeClaim) -> OwnerReference {
 /// (upstream `initialization.go`): Ready, no startup taint of the NodeClaim and no ephemeral
 /// taint left, every extended resource the NodeClaim requests reported allocatable. Pure.
 pub fn initialization_blocker(node_claim: &NodeClaim, node: &Node) -> Option<String> {
-    let ready = node
-        .status
-        .as_ref()
-        .and_then(|status| status.conditions.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .any(|condition| condition.type_ == "Ready" && condition.status == "True");
-    if !ready {
+    if !is_node_ready(node) {
         return Some("the node is not ready".to_owned());
     }
     let taints = node_taints(node);
@@ -832,7 +809,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                 node_claim,
                 [
                     ("node", node_name.to_owned()),
-                    ("providerID", provider_id(node_claim).to_owned()),
+                    ("providerID", provider_id_of(node_claim).to_owned()),
                 ],
             ),
         );
@@ -1021,85 +998,54 @@ impl<C: Cluster, P: CloudProvider> Controller for LifecycleController<C, P> {
 mod tests {
     use super::*;
     use crate::controllers::Settings;
+    use crate::controllers::testing::{self, at, kinds, merge, merged, snapshot};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
 
-    fn kinds() -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: "test.karpenter.sh".into(),
-            version: "v1".into(),
-            kind: "TestNodeClass".into(),
-        }]
-    }
-
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-    }
-
     fn node_claim(extra: Value) -> NodeClaim {
-        let mut object = json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": "default-abcde",
-                "uid": "uid-1",
-                "resourceVersion": "7",
-                "creationTimestamp": at(0).to_string(),
-                "labels": { "karpenter.sh/nodepool": "default", "team": "a" },
-                "finalizers": [TERMINATION_FINALIZER],
-            },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-                "taints": [{ "key": "dedicated", "value": "gpu", "effect": "NoSchedule" }],
-                "startupTaints": [{ "key": "init", "effect": "NoSchedule" }],
-                "resources": { "requests": { "cpu": "1", "example.com/fpga": "1" } },
-            },
-        });
-        merge(&mut object, extra);
-        serde_json::from_value(object).unwrap()
+        testing::node_claim(
+            "default-abcde",
+            merged(
+                json!({
+                    "metadata": {
+                        "uid": "uid-1",
+                        "resourceVersion": "7",
+                        "creationTimestamp": at(0).to_string(),
+                        "labels": { "karpenter.sh/nodepool": "default", "team": "a" },
+                        "finalizers": [TERMINATION_FINALIZER],
+                    },
+                    "spec": {
+                        "taints": [{ "key": "dedicated", "value": "gpu", "effect": "NoSchedule" }],
+                        "startupTaints": [{ "key": "init", "effect": "NoSchedule" }],
+                        "resources": { "requests": { "cpu": "1", "example.com/fpga": "1" } },
+                    },
+                }),
+                extra,
+            ),
+        )
     }
 
     fn node(extra: Value) -> Node {
-        let mut object = json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": { "name": "node-1", "resourceVersion": "3", "labels": { "kubelet": "own", "team": "b" } },
-            "spec": {
-                "providerID": "fake:///z/i-1",
-                "taints": [
-                    { "key": UNREGISTERED_TAINT_KEY, "effect": "NoExecute" },
-                    { "key": "kubelet-own", "effect": "NoSchedule" },
-                ],
-            },
-        });
-        merge(&mut object, extra);
-        serde_json::from_value(object).unwrap()
-    }
-
-    fn merge(target: &mut Value, patch: Value) {
-        match (target, patch) {
-            (Value::Object(target), Value::Object(patch)) => {
-                for (key, value) in patch {
-                    merge(target.entry(key).or_insert(Value::Null), value);
-                }
-            }
-            (target, patch) => *target = patch,
-        }
+        testing::node(
+            "node-1",
+            merged(
+                json!({
+                    "metadata": { "resourceVersion": "3", "labels": { "kubelet": "own", "team": "b" } },
+                    "spec": {
+                        "providerID": "fake:///z/i-1",
+                        "taints": [
+                            { "key": UNREGISTERED_TAINT_KEY, "effect": "NoExecute" },
+                            { "key": "kubelet-own", "effect": "NoSchedule" },
+                        ],
+                    },
+                }),
+                extra,
+            ),
+        )
     }
 
     fn launched_condition(status: &str, reason: &str) -> Value {
         json!({ "type": "Launched", "status": status, "reason": reason, "lastTransitionTime": at(0).to_string() })
-    }
-
-    fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
-        let mut snapshot = Snapshot {
-            node_claims,
-            nodes,
-            ..Snapshot::default()
-        };
-        snapshot.sort();
-        snapshot
     }
 
     fn steps(snapshot: &Snapshot, now: Timestamp) -> Vec<Step> {

@@ -27,6 +27,8 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod provisioning;
 pub mod termination;
+#[cfg(test)]
+pub(crate) mod testing;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

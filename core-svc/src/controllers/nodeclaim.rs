@@ -1,7 +1,8 @@
 //! NodeClaims in the cloud provider port's terms, and the small NodeClaim helpers every
 //! controller needs: what to hand the plugin ([`request_of`]), what status says was launched
-//! ([`launched_of`]), conditions ([`set_condition`]), and taints and quantities converted
-//! between the Kubernetes types and the domain's.
+//! ([`launched_of`]), conditions ([`set_condition`]), the provider ID, finalizer and Node
+//! readiness checks, and taints and quantities converted between the Kubernetes types and
+//! the domain's.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -11,12 +12,14 @@ use core_domain::requirements::NodeSelectorRequirement;
 use core_domain::resources::{Quantities, ResourceName};
 use core_domain::scheduler::{Taint, TaintEffect};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Taint as KubeTaint;
+use k8s_openapi::api::core::v1::{Node, Taint as KubeTaint};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity as KubeQuantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::CONDITION_LAUNCHED;
 use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodeClassReference, condition};
+use kube::Resource;
 
+use super::TERMINATION_FINALIZER;
 use crate::cloudprovider::{
     InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, NodeClassRef,
 };
@@ -126,6 +129,34 @@ pub fn is_managed(node_claim: &NodeClaim, kinds: &[NodeClassKind]) -> bool {
     kinds
         .iter()
         .any(|kind| kind.group == reference.group && kind.kind == reference.kind)
+}
+
+/// The provider ID in a NodeClaim's status; empty until launched.
+pub fn provider_id_of(node_claim: &NodeClaim) -> &str {
+    node_claim
+        .status
+        .as_ref()
+        .map_or("", |status| status.provider_id.as_str())
+}
+
+/// Whether a NodeClaim, or its Node, carries [`TERMINATION_FINALIZER`].
+pub fn has_termination_finalizer<K: Resource>(object: &K) -> bool {
+    object
+        .meta()
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|finalizer| finalizer == TERMINATION_FINALIZER)
+}
+
+/// Whether a NodeClaim's Node reports its `Ready` condition True.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
 }
 
 /// The port's form of a `nodeClassRef`.

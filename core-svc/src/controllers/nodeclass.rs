@@ -513,10 +513,7 @@ mod tests {
 
     use super::*;
     use crate::cloudprovider::NodeClassCondition;
-
-    fn at(second: i64) -> Timestamp {
-        Timestamp::from_second(second).unwrap()
-    }
+    use crate::controllers::testing::at;
 
     fn node_class(status: Value, annotations: Value) -> DynamicObject {
         serde_json::from_value(json!({

@@ -39,7 +39,7 @@ use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 use serde_json::{Map, Value, json};
 
-use super::nodeclaim::set_condition;
+use super::nodeclaim::{has_termination_finalizer, is_node_ready, provider_id_of, set_condition};
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
@@ -93,16 +93,6 @@ pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
     Some(Timestamp::from_second(deadline.as_second()).unwrap_or(deadline))
 }
 
-/// Whether the object carries [`TERMINATION_FINALIZER`].
-fn has_finalizer<K: kube::Resource>(object: &K) -> bool {
-    object
-        .meta()
-        .finalizers
-        .iter()
-        .flatten()
-        .any(|finalizer| finalizer == TERMINATION_FINALIZER)
-}
-
 fn is_deleting<K: kube::Resource>(object: &K) -> bool {
     object.meta().deletion_timestamp.is_some()
 }
@@ -117,14 +107,6 @@ fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions {
         .uid
         .as_ref()
         .map(Preconditions::uid)
-        .unwrap_or_default()
-}
-
-fn provider_id_of(node_claim: &NodeClaim) -> &str {
-    node_claim
-        .status
-        .as_ref()
-        .map(|status| status.provider_id.as_str())
         .unwrap_or_default()
 }
 
@@ -161,17 +143,6 @@ pub fn node_claim_of<'a>(snapshot: &'a Snapshot, node: &Node) -> Option<&'a Node
         .find(|node_claim| provider_id_of(node_claim) == provider_id)
 }
 
-fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
-}
-
 /// One piece of work for a pass.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Finalization {
@@ -202,7 +173,7 @@ pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
         .iter()
         .filter(|node_claim| {
             is_deleting(*node_claim)
-                && has_finalizer(*node_claim)
+                && has_termination_finalizer(*node_claim)
                 && !provider_id_of(node_claim).is_empty()
         })
         .map(|node_claim| Finalization::NodeClaim {
@@ -211,7 +182,7 @@ pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
         .collect();
     let mut claims_to_delete = BTreeSet::new();
     for node in &snapshot.nodes {
-        if !is_deleting(node) || !has_finalizer(node) {
+        if !is_deleting(node) || !has_termination_finalizer(node) {
             continue;
         }
         match node_claim_of(snapshot, node) {
@@ -479,7 +450,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
                 let Some(deleting) = self.ctx.cluster.get::<NodeClaim>(None, name).await? else {
                     return Ok(Requeue::OnChange);
                 };
-                if !has_finalizer(&deleting) || provider_id_of(&deleting).is_empty() {
+                if !has_termination_finalizer(&deleting) || provider_id_of(&deleting).is_empty() {
                     return Ok(Requeue::OnChange);
                 }
                 let nodes = nodes_of(snapshot, &deleting);
@@ -623,7 +594,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
 
     /// Removes the finalizer from the NodeClaim, which lets it go.
     async fn release_node_claim(&self, node_claim: &NodeClaim) -> Result<(), ControllerError> {
-        if !has_finalizer(node_claim) {
+        if !has_termination_finalizer(node_claim) {
             return Ok(());
         }
         match self
@@ -721,7 +692,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
                 continue;
             }
             let name = name_of(node);
-            if !has_finalizer(node) {
+            if !has_termination_finalizer(node) {
                 self.ctx
                     .cluster
                     .add_finalizer(node, TERMINATION_FINALIZER)
@@ -746,7 +717,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
 
     /// Removes the finalizer from a Node, which lets it go.
     async fn release_node(&self, node: &Node, node_claim: &str) -> Result<(), ControllerError> {
-        if !has_finalizer(node) {
+        if !has_termination_finalizer(node) {
             return Ok(());
         }
         match self
@@ -1093,61 +1064,37 @@ impl<C: Cluster, P: CloudProvider> Controller for TerminationController<C, P> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::testing::{self, at, merged, patched, snapshot};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-    }
-
     fn node_claim(value: Value) -> NodeClaim {
-        let mut base = json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": "default-abcde", "finalizers": [TERMINATION_FINALIZER] },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-            "status": { "providerID": "fake:///zone/i-1" },
-        });
-        merge(&mut base, value);
-        serde_json::from_value(base).unwrap()
+        testing::node_claim(
+            "default-abcde",
+            merged(
+                json!({
+                    "metadata": { "finalizers": [TERMINATION_FINALIZER] },
+                    "status": { "providerID": "fake:///zone/i-1" },
+                }),
+                value,
+            ),
+        )
     }
 
     fn node(value: Value) -> Node {
-        let mut base = json!({
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": { "name": "node-a", "finalizers": [TERMINATION_FINALIZER] },
-            "spec": { "providerID": "fake:///zone/i-1" },
-        });
-        merge(&mut base, value);
-        serde_json::from_value(base).unwrap()
-    }
-
-    fn merge(target: &mut Value, patch: Value) {
-        match (target, patch) {
-            (Value::Object(target), Value::Object(patch)) => {
-                for (key, value) in patch {
-                    merge(target.entry(key).or_insert(Value::Null), value);
-                }
-            }
-            (target, patch) => *target = patch,
-        }
+        testing::node(
+            "node-a",
+            merged(
+                json!({
+                    "metadata": { "finalizers": [TERMINATION_FINALIZER] },
+                    "spec": { "providerID": "fake:///zone/i-1" },
+                }),
+                value,
+            ),
+        )
     }
 
     fn deleting_at(seconds: i64) -> Value {
         json!({ "metadata": { "deletionTimestamp": Time(at(seconds)) } })
-    }
-
-    fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
-        let mut snapshot = Snapshot {
-            node_claims,
-            nodes,
-            ..Snapshot::default()
-        };
-        snapshot.sort();
-        snapshot
     }
 
     #[test]
@@ -1185,9 +1132,7 @@ mod tests {
     }
 
     fn merge_into(claim: &mut NodeClaim, patch: Value) {
-        let mut value = serde_json::to_value(&*claim).unwrap();
-        merge(&mut value, patch);
-        *claim = serde_json::from_value(value).unwrap();
+        *claim = patched(claim, patch);
     }
 
     #[test]

@@ -730,26 +730,24 @@ pub fn node_pool(
 mod tests {
     use core_domain::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
     use core_domain::scheduler::NODES;
-    use serde::de::DeserializeOwned;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::cloudprovider::fake::instance_type;
-
-    fn from_json<T: DeserializeOwned>(value: Value) -> T {
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::controllers::testing::{self, from_json, merged};
 
     fn kube_pod(spec: Value) -> core::Pod {
-        from_json(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": {
-                "namespace": "shop", "name": "web-1", "uid": "uid-1",
-                "labels": { "app": "web" },
-                "creationTimestamp": "2025-01-01T00:00:10Z",
-            },
-            "spec": spec,
-        }))
+        testing::pod(
+            "web-1",
+            json!({
+                "metadata": {
+                    "namespace": "shop", "uid": "uid-1",
+                    "labels": { "app": "web" },
+                    "creationTimestamp": "2025-01-01T00:00:10Z",
+                },
+                "spec": spec,
+            }),
+        )
     }
 
     const GIB: i64 = 1 << 30;
@@ -904,23 +902,21 @@ mod tests {
     }
 
     fn node_claim(value: Value) -> NodeClaim {
-        let mut base = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": { "name": "default-abc", "labels": { LABEL_NODEPOOL: "default" } },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [
-                    { "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": ["small-instance-type", "default-instance-type"] },
-                ],
-                "startupTaints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }],
-            },
-        });
-        if let Value::Object(extra) = value {
-            for (key, value) in extra {
-                base[key] = value;
-            }
-        }
-        from_json(base)
+        testing::node_claim(
+            "default-abc",
+            merged(
+                json!({
+                    "metadata": { "labels": { LABEL_NODEPOOL: "default" } },
+                    "spec": {
+                        "requirements": [
+                            { "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": ["small-instance-type", "default-instance-type"] },
+                        ],
+                        "startupTaints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }],
+                    },
+                }),
+                value,
+            ),
+        )
     }
 
     #[test]
@@ -962,12 +958,14 @@ mod tests {
 
     #[test]
     fn given_nodes_then_initialisation_follows_the_node_claim_or_the_label() {
-        let kube: core::Node = from_json(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": { "name": "node-1", "labels": { LABEL_NODEPOOL: "default", LABEL_HOSTNAME: "node-1" } },
-            "spec": { "taints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }] },
-            "status": { "allocatable": { "cpu": "4", "memory": "4Gi", "pods": "10" } },
-        }));
+        let kube = testing::node(
+            "node-1",
+            json!({
+                "metadata": { "labels": { LABEL_NODEPOOL: "default", LABEL_HOSTNAME: "node-1" } },
+                "spec": { "taints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }] },
+                "status": { "allocatable": { "cpu": "4", "memory": "4Gi", "pods": "10" } },
+            }),
+        );
         let claim = node_claim(json!({}));
         let existing = node(&kube, Some(&claim)).unwrap();
         assert!(!existing.initialized);
@@ -984,23 +982,21 @@ mod tests {
 
     #[test]
     fn given_a_node_pool_then_requirements_taints_weight_and_limits_are_converted() {
-        let pool: NodePool = from_json(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": { "name": "default" },
-            "spec": {
+        let pool = testing::node_pool(
+            "default",
+            json!({ "spec": {
                 "weight": 20,
                 "limits": { "cpu": "10", "memory": "0", NODES: "3" },
                 "template": {
                     "metadata": { "labels": { "team": "a" } },
                     "spec": {
-                        "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
                         "requirements": [{ "key": LABEL_TOPOLOGY_ZONE, "operator": "In", "values": ["z1"], "minValues": 1 }],
                         "taints": [{ "key": "dedicated", "value": "a", "effect": "NoSchedule" }],
                         "startupTaints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }],
                     },
                 },
-            },
-        }));
+            } }),
+        );
         let spec = node_pool(&pool, Arc::from(Vec::new()), ResourceList::new()).unwrap();
         assert_eq!(spec.name, "default");
         assert_eq!(spec.weight, 20);

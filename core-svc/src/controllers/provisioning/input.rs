@@ -375,23 +375,21 @@ fn qualified_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 #[cfg(test)]
 mod tests {
     use core_domain::scheduler::solve;
-    use serde::de::DeserializeOwned;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::cloudprovider::fake::instance_type;
-
-    fn from_json<T: DeserializeOwned>(value: Value) -> T {
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::controllers::testing;
 
     fn pending(name: &str, cpu: &str) -> Pod {
-        from_json(json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "namespace": "default", "name": name, "uid": format!("uid-{name}") },
-            "spec": { "containers": [{ "name": "c", "image": "c",
-                "resources": { "requests": { "cpu": cpu } } }] },
-        }))
+        testing::pod(
+            name,
+            json!({
+                "metadata": { "uid": format!("uid-{name}") },
+                "spec": { "containers": [{ "name": "c", "image": "c",
+                    "resources": { "requests": { "cpu": cpu } } }] },
+            }),
+        )
     }
 
     fn bound(name: &str, cpu: &str, node: &str) -> Pod {
@@ -403,40 +401,33 @@ mod tests {
     }
 
     fn node_pool(limits: Value) -> NodePool {
-        from_json(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": { "name": "default", "uid": "pool-uid" },
-            "spec": {
-                "limits": limits,
-                "template": { "spec": {
-                    "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                    "requirements": [],
-                } },
-            },
-        }))
+        testing::node_pool(
+            "default",
+            json!({ "metadata": { "uid": "pool-uid" }, "spec": { "limits": limits } }),
+        )
     }
 
     fn claim(name: &str, types: &[&str], node: Option<&str>) -> NodeClaim {
         let mut value = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": { "name": name, "labels": { LABEL_NODEPOOL: "default" } },
+            "metadata": { "labels": { LABEL_NODEPOOL: "default" } },
             "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
                 "requirements": [{ "key": LABEL_INSTANCE_TYPE, "operator": "In", "values": types }],
             },
         });
         if let Some(node) = node {
             value["status"] = json!({ "nodeName": node, "capacity": { "cpu": "4", "memory": "4Gi", "pods": "5" } });
         }
-        from_json(value)
+        testing::node_claim(name, value)
     }
 
     fn node(name: &str, cpu: &str) -> k8s_openapi::api::core::v1::Node {
-        from_json(json!({
-            "apiVersion": "v1", "kind": "Node",
-            "metadata": { "name": name, "labels": { "kubernetes.io/hostname": name } },
-            "status": { "allocatable": { "cpu": cpu, "memory": "4Gi", "pods": "10" } },
-        }))
+        testing::node(
+            name,
+            json!({
+                "metadata": { "labels": { "kubernetes.io/hostname": name } },
+                "status": { "allocatable": { "cpu": cpu, "memory": "4Gi", "pods": "10" } },
+            }),
+        )
     }
 
     fn catalogue() -> Catalogue {

@@ -154,36 +154,36 @@ mod tests {
 
     use super::*;
     use crate::cloudprovider::fake::instance_type;
+    use crate::controllers::testing;
 
     fn pool() -> NodePool {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": { "name": "default", "uid": "pool-uid" },
-            "spec": { "template": {
-                "metadata": { "labels": { "team": "a" }, "annotations": { "note": "x" } },
-                "spec": {
-                    "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                    "requirements": [{ "key": LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"] }],
-                    "taints": [{ "key": "dedicated", "value": "a", "effect": "NoSchedule" }],
-                    "startupTaints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }],
-                    "expireAfter": "24h",
-                    "terminationGracePeriod": "1h",
-                },
-            } },
-        }))
-        .unwrap()
+        testing::node_pool(
+            "default",
+            json!({
+                "metadata": { "uid": "pool-uid" },
+                "spec": { "template": {
+                    "metadata": { "labels": { "team": "a" }, "annotations": { "note": "x" } },
+                    "spec": {
+                        "requirements": [{ "key": LABEL_CAPACITY_TYPE, "operator": "In", "values": ["on-demand"] }],
+                        "taints": [{ "key": "dedicated", "value": "a", "effect": "NoSchedule" }],
+                        "startupTaints": [{ "key": "agent-not-ready", "effect": "NoSchedule" }],
+                        "expireAfter": "24h",
+                        "terminationGracePeriod": "1h",
+                    },
+                } },
+            }),
+        )
     }
 
     fn node_class() -> DynamicObject {
-        serde_json::from_value(json!({
-            "apiVersion": "test.karpenter.sh/v1", "kind": "TestNodeClass",
-            "metadata": { "name": "default", "annotations": {
+        testing::node_class(
+            "default",
+            json!({ "metadata": { "annotations": {
                 "test.karpenter.sh/testnodeclass-hash": "123",
                 "test.karpenter.sh/testnodeclass-hash-version": "v9",
                 "unrelated": "no",
-            } },
-        }))
-        .unwrap()
+            } } }),
+        )
     }
 
     /// A plan from the real scheduler: one pod of 1 CPU on the NodePool above.

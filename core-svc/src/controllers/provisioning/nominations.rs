@@ -167,11 +167,11 @@ fn holds(
 
 #[cfg(test)]
 mod tests {
-    use k8s_openapi::api::core::v1::Node;
     use karpenter_api::NodeClaim;
     use serde_json::json;
 
     use super::*;
+    use crate::controllers::testing::{self, snapshot};
 
     fn t(seconds: u64) -> Timestamp {
         let start: Timestamp = "2025-01-01T00:00:00Z".parse().unwrap();
@@ -179,36 +179,20 @@ mod tests {
     }
 
     fn claim(name: &str, initialized: bool, deleting: bool) -> NodeClaim {
-        let mut value = json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": name },
-            "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            },
-        });
+        let mut patch = json!({});
         if initialized {
-            value["status"] = json!({ "conditions": [{
+            patch["status"] = json!({ "conditions": [{
                 "type": "Initialized", "status": "True",
                 "lastTransitionTime": "2025-01-01T00:00:00Z",
             }]});
         }
         if deleting {
-            value["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
-            value["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
+            patch["metadata"] = json!({
+                "deletionTimestamp": "2025-01-01T00:00:00Z",
+                "finalizers": ["karpenter.sh/termination"],
+            });
         }
-        serde_json::from_value(value).unwrap()
-    }
-
-    fn snapshot(claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
-        let mut snapshot = Snapshot {
-            node_claims: claims,
-            nodes,
-            ..Snapshot::default()
-        };
-        snapshot.sort();
-        snapshot
+        testing::node_claim(name, patch)
     }
 
     fn waiting() -> HashSet<&'static str> {
@@ -298,10 +282,7 @@ mod tests {
 
     #[test]
     fn given_a_node_without_node_claim_then_the_nomination_lasts_the_window() {
-        let node: Node = serde_json::from_value(json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": { "name": "static-1" },
-        }))
-        .unwrap();
+        let node = testing::node("static-1", json!({}));
         let mut nominations = nominated(Target::Node("static-1".into()));
         let with_node = snapshot(vec![], vec![node]);
         nominations.prune(&with_node, &waiting(), t(10));

@@ -285,37 +285,24 @@ pub fn node_class_readiness(node_class: &DynamicObject) -> Result<(), String> {
 mod tests {
     use k8s_openapi::api::core::v1::Node;
     use karpenter_api::NodeClaim;
-    use serde::de::DeserializeOwned;
     use serde_json::json;
 
     use super::*;
-
-    fn from_json<T: DeserializeOwned>(value: Value) -> T {
-        serde_json::from_value(value).unwrap()
-    }
+    use crate::controllers::testing::{self, from_json, kinds, merged, node_pool};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        let mut value = json!({
-            "apiVersion": "v1", "kind": "Pod",
-            "metadata": { "namespace": "default", "name": name, "uid": format!("uid-{name}") },
-            "spec": { "containers": [] },
-            "status": { "phase": "Pending", "conditions": [
-                { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
-            ]},
-        });
-        merge(&mut value, extra);
-        from_json(value)
-    }
-
-    fn merge(base: &mut Value, extra: Value) {
-        match (base, extra) {
-            (Value::Object(base), Value::Object(extra)) => {
-                for (key, value) in extra {
-                    merge(base.entry(key).or_insert(Value::Null), value);
-                }
-            }
-            (base, extra) => *base = extra,
-        }
+        testing::pod(
+            name,
+            merged(
+                json!({
+                    "metadata": { "uid": format!("uid-{name}") },
+                    "status": { "phase": "Pending", "conditions": [
+                        { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
+                    ]},
+                }),
+                extra,
+            ),
+        )
     }
 
     #[test]
@@ -408,33 +395,11 @@ mod tests {
         assert_eq!(names, ["on-claimed", "on-deleting", "pending"]);
     }
 
-    fn node_pool(name: &str, extra: Value) -> NodePool {
-        let mut value = json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-            "metadata": { "name": name },
-            "spec": { "template": { "spec": {
-                "nodeClassRef": { "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" },
-                "requirements": [],
-            } } },
-        });
-        merge(&mut value, extra);
-        from_json(value)
-    }
-
     fn node_class(name: &str, ready: &str) -> DynamicObject {
-        from_json(json!({
-            "apiVersion": "test.karpenter.sh/v1", "kind": "TestNodeClass",
-            "metadata": { "name": name },
-            "status": { "conditions": [{ "type": "Ready", "status": ready, "reason": "SubnetsNotFound" }] },
-        }))
-    }
-
-    fn kinds() -> Vec<NodeClassKind> {
-        vec![NodeClassKind {
-            group: "test.karpenter.sh".into(),
-            version: "v1".into(),
-            kind: "TestNodeClass".into(),
-        }]
+        testing::node_class(
+            name,
+            json!({ "status": { "conditions": [{ "type": "Ready", "status": ready, "reason": "SubnetsNotFound" }] } }),
+        )
     }
 
     #[test]

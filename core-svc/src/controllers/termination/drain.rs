@@ -291,34 +291,21 @@ pub fn plan<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::testing::{self, at, merged};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::{Value, json};
 
-    fn at(seconds: i64) -> Timestamp {
-        Timestamp::from_second(1_700_000_000 + seconds).unwrap()
-    }
-
     fn pod(name: &str, extra: Value) -> Pod {
-        let mut value = json!({
-            "apiVersion": "v1",
-            "kind": "Pod",
-            "metadata": { "namespace": "default", "name": name },
-            "spec": { "containers": [{ "name": "app", "image": "nginx" }], "nodeName": "node-a" },
-            "status": { "phase": "Running" },
-        });
-        merge(&mut value, extra);
-        serde_json::from_value(value).unwrap()
-    }
-
-    fn merge(target: &mut Value, patch: Value) {
-        match (target, patch) {
-            (Value::Object(target), Value::Object(patch)) => {
-                for (key, value) in patch {
-                    merge(target.entry(key).or_insert(Value::Null), value);
-                }
-            }
-            (target, patch) => *target = patch,
-        }
+        testing::pod(
+            name,
+            merged(
+                json!({
+                    "spec": { "containers": [{ "name": "app", "image": "nginx" }], "nodeName": "node-a" },
+                    "status": { "phase": "Running" },
+                }),
+                extra,
+            ),
+        )
     }
 
     fn owned_by(kind: &str, api_version: &str) -> Value {
@@ -329,12 +316,6 @@ mod tests {
 
     fn critical() -> Value {
         json!({ "spec": { "priorityClassName": "system-node-critical" } })
-    }
-
-    fn both(a: Value, b: Value) -> Value {
-        let mut a = a;
-        merge(&mut a, b);
-        a
     }
 
     fn terminating_until(seconds: i64) -> Value {
@@ -351,8 +332,8 @@ mod tests {
     fn tiers_follow_criticality_then_daemon_set_ownership() {
         let web = pod("web", owned_by("ReplicaSet", "apps/v1"));
         let logs = pod("logs", owned_by("DaemonSet", "apps/v1"));
-        let dns = pod("dns", both(owned_by("ReplicaSet", "apps/v1"), critical()));
-        let cni = pod("cni", both(owned_by("DaemonSet", "apps/v1"), critical()));
+        let dns = pod("dns", merged(owned_by("ReplicaSet", "apps/v1"), critical()));
+        let cni = pod("cni", merged(owned_by("DaemonSet", "apps/v1"), critical()));
         assert_eq!(Tier::of(&web), Tier::NonCritical);
         assert_eq!(Tier::of(&logs), Tier::NonCriticalDaemonSet);
         assert_eq!(Tier::of(&dns), Tier::Critical);
@@ -479,7 +460,7 @@ mod tests {
         let web = pod("web", owned_by("ReplicaSet", "apps/v1"));
         let logs = pod("logs", owned_by("DaemonSet", "apps/v1"));
         let dns = pod("dns", critical());
-        let cni = pod("cni", both(owned_by("DaemonSet", "apps/v1"), critical()));
+        let cni = pod("cni", merged(owned_by("DaemonSet", "apps/v1"), critical()));
 
         let plan1 = plan([&cni, &dns, &logs, &web], now, None);
         assert_eq!(plan1.tier, Some(Tier::NonCritical));
@@ -489,7 +470,7 @@ mod tests {
 
         let web_going = pod(
             "web",
-            both(owned_by("ReplicaSet", "apps/v1"), terminating_until(30)),
+            merged(owned_by("ReplicaSet", "apps/v1"), terminating_until(30)),
         );
         let plan2 = plan([&cni, &dns, &logs, &web_going], now, None);
         assert_eq!(
@@ -589,7 +570,7 @@ mod tests {
         let now = at(575);
         let dnd_critical = pod(
             "dnd-critical",
-            both(
+            merged(
                 critical(),
                 json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "true" } } }),
             ),
