@@ -19,6 +19,7 @@ pub mod clock;
 pub mod cloudprovider;
 pub mod cluster;
 pub mod controllers;
+pub mod disruption;
 pub mod events;
 pub mod metrics;
 pub mod plugin;

@@ -1,0 +1,1398 @@
+//! Which nodes may be disrupted at all (KARPENTER-REFERENCE §3.2; upstream `NewCandidate`,
+//! `StateNode.ValidateNodeDisruptable` and `ValidatePodsDisruptable`, `pkg/utils/pdb`).
+//!
+//! A candidate is a Node paired with its NodeClaim (by provider ID) that:
+//!
+//! 1. is initialized (the Node's `karpenter.sh/initialized` label, or the NodeClaim's
+//!    `Initialized` condition);
+//! 2. is not already disrupting: no `karpenter.sh/disrupted:NoSchedule` taint (the durable form
+//!    of upstream's in-memory "marked for deletion": the orchestration taints a node first),
+//!    neither the Node nor the NodeClaim being deleted, no `InstanceTerminating=True`;
+//! 3. is not nominated for pending pods (the caller passes the nominated node names);
+//! 4. carries no `karpenter.sh/do-not-disrupt: "true"`, on the Node or on the NodeClaim;
+//! 5. has a `karpenter.sh/nodepool` label naming a NodePool that exists;
+//! 6. runs no pod that blocks: a running pod whose own `karpenter.sh/do-not-disrupt` is active
+//!    ([`super::do_not_disrupt`]); an evictable pod (running, not tolerating the disrupted
+//!    taint, not a mirror pod) whose PodDisruptionBudget allows no disruption now; an evictable
+//!    pod selected by more than one PodDisruptionBudget (the eviction API refuses those).
+//!
+//! **Exception (upstream):** for the eventual class (drift), a NodeClaim with
+//! `spec.terminationGracePeriod` is not held back by step 6: the drain's deadline will get the
+//! pods off regardless, so the block is recorded on the candidate and ignored. Consolidation
+//! (graceful) always honours it.
+//!
+//! A PodDisruptionBudget's allowance is computed from the snapshot's pods as the Kubernetes
+//! disruption controller computes it (healthy = Ready and not terminating; `minAvailable` /
+//! `maxUnavailable` as a count or a percentage of the expected pods, rounded up; the expected
+//! pods of a percentage or of `maxUnavailable` are the selected pods that a controller owns and
+//! that still run, standing in for the controllers' scale). A status the disruption controller
+//! wrote for the budget's current generation can only lower it: it knows the workloads' scale,
+//! which the pods alone do not tell, and it counts evictions it has just admitted.
+//!
+//! Differences from upstream: nominations come from the caller (upstream keeps them on its state
+//! nodes); the orchestration queue is not consulted (a node in it is tainted, so step 2 covers
+//! it); whether the NodePool has instance types is left to the caller, which holds the plugin's
+//! catalogue; a PodDisruptionBudget whose selector cannot be parsed selects nothing (the API
+//! server rejects such selectors, so it does not happen; upstream would fail the whole pass).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::fmt;
+
+use core_domain::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use karpenter_api::nodeclaim::{CONDITION_INITIALIZED, CONDITION_INSTANCE_TERMINATING};
+use karpenter_api::{DisruptionReason, NodeClaim, NodePool, condition};
+use kube::core::{Selector, SelectorExt};
+
+use super::cost;
+use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
+use crate::cluster::Snapshot;
+use crate::controllers::termination::drain::{
+    DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
+    tolerates_disrupted_taint,
+};
+
+/// `unhealthyPodEvictionPolicy: AlwaysAllow`: a budget that never protects pods that are not
+/// Ready.
+pub const UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW: &str = "AlwaysAllow";
+
+/// How a disruption method treats the pods that block a node (upstream's disruption classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum DisruptionClass {
+    /// Consolidation (empty or underutilized nodes): blocking pods always hold the node back.
+    Graceful,
+    /// Drift: a NodeClaim with `terminationGracePeriod` is disrupted despite blocking pods.
+    Eventual,
+}
+
+impl DisruptionClass {
+    /// The class of the methods that disrupt for `reason`.
+    pub fn of(reason: DisruptionReason) -> Self {
+        match reason {
+            DisruptionReason::Drifted => Self::Eventual,
+            DisruptionReason::Empty | DisruptionReason::Underutilized => Self::Graceful,
+        }
+    }
+}
+
+/// Why a node counts as already being disrupted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Disrupting {
+    /// The NodeClaim's instance is being terminated (`InstanceTerminating=True`).
+    InstanceTerminating,
+    /// The NodeClaim is being deleted.
+    NodeClaimDeleting,
+    /// The Node is being deleted.
+    NodeDeleting,
+    /// The Node carries `karpenter.sh/disrupted:NoSchedule`: a disruption (or a drain) holds it.
+    Tainted,
+}
+
+impl fmt::Display for Disrupting {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::InstanceTerminating => "its instance is terminating",
+            Self::NodeClaimDeleting => "its NodeClaim is being deleted",
+            Self::NodeDeleting => "it is being deleted",
+            Self::Tainted => "it carries the karpenter.sh/disrupted:NoSchedule taint",
+        })
+    }
+}
+
+/// Which object carries a node-level `karpenter.sh/do-not-disrupt: "true"`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AnnotatedObject {
+    /// The Node.
+    Node,
+    /// The NodeClaim.
+    NodeClaim,
+}
+
+/// A PodDisruptionBudget's arithmetic at the snapshot's instant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PdbAllowance {
+    /// The budget, `namespace/name`.
+    pub pdb: String,
+    /// The pods the budget expects to exist.
+    pub expected_pods: i32,
+    /// The selected pods that are Ready and not terminating.
+    pub current_healthy: i32,
+    /// How many of them must stay healthy.
+    pub desired_healthy: i32,
+    /// How many pods may be evicted now.
+    pub disruptions_allowed: i32,
+    /// `unhealthyPodEvictionPolicy: AlwaysAllow`: pods that are not Ready never count against it.
+    pub unhealthy_always_allow: bool,
+    /// `maxUnavailable: 0` (or `"0%"`) or `minAvailable: "100%"`: it never allows an eviction.
+    pub fully_blocking: bool,
+}
+
+/// Why a node is not a candidate. The first reason found, in the order of the module
+/// documentation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Blocked {
+    /// No Node of that name.
+    NodeNotFound,
+    /// No NodeClaim has the Node's provider ID: Karpenter does not manage it.
+    Unmanaged,
+    /// The node is not initialized yet.
+    NotInitialized,
+    /// The node is already being disrupted.
+    AlreadyDisrupting(Disrupting),
+    /// The node was nominated for pending pods.
+    Nominated,
+    /// `karpenter.sh/do-not-disrupt: "true"` on the Node or the NodeClaim.
+    DoNotDisruptNode {
+        /// Which object carries it.
+        on: AnnotatedObject,
+    },
+    /// Neither the Node nor the NodeClaim has a `karpenter.sh/nodepool` label.
+    NoNodePoolLabel,
+    /// The NodePool the node belongs to does not exist.
+    NodePoolMissing {
+        /// The NodePool's name.
+        node_pool: String,
+    },
+    /// A running pod's own `karpenter.sh/do-not-disrupt` is active.
+    DoNotDisruptPod {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// What its annotation says ([`DoNotDisrupt::Always`] or [`DoNotDisrupt::Until`]).
+        annotation: DoNotDisrupt,
+    },
+    /// A pod's PodDisruptionBudget allows no disruption now.
+    PdbBlocks {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The budget and its arithmetic.
+        pdb: PdbAllowance,
+    },
+    /// A pod is selected by more than one PodDisruptionBudget.
+    MultiplePdbs {
+        /// The pod, `namespace/name`.
+        pod: String,
+        /// The budgets, `namespace/name`, sorted.
+        pdbs: Vec<String>,
+    },
+}
+
+impl Blocked {
+    /// Whether the block comes from the node's pods (the ones `terminationGracePeriod` lets
+    /// drift ignore).
+    pub fn is_pod_block(&self) -> bool {
+        matches!(
+            self,
+            Self::DoNotDisruptPod { .. } | Self::PdbBlocks { .. } | Self::MultiplePdbs { .. }
+        )
+    }
+}
+
+impl fmt::Display for Blocked {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::NodeNotFound => f.write_str("node not found"),
+            Self::Unmanaged => f.write_str("node has no NodeClaim (not managed by Karpenter)"),
+            Self::NotInitialized => f.write_str("node is not initialized"),
+            Self::AlreadyDisrupting(why) => write!(f, "node is already disrupting: {why}"),
+            Self::Nominated => f.write_str("node is nominated for pending pods"),
+            Self::DoNotDisruptNode { on } => {
+                let object = match on {
+                    AnnotatedObject::Node => "Node",
+                    AnnotatedObject::NodeClaim => "NodeClaim",
+                };
+                write!(f, "{object} has {ANNOTATION_DO_NOT_DISRUPT}: \"true\"")
+            }
+            Self::NoNodePoolLabel => write!(f, "node has no {LABEL_NODEPOOL} label"),
+            Self::NodePoolMissing { node_pool } => write!(f, "NodePool {node_pool} not found"),
+            Self::DoNotDisruptPod { pod, annotation } => write!(
+                f,
+                "pod {pod} has {ANNOTATION_DO_NOT_DISRUPT}: {:?}",
+                annotation.value().unwrap_or_default()
+            ),
+            Self::PdbBlocks { pod, pdb } => write!(
+                f,
+                "PodDisruptionBudget {} allows {} disruptions (pod {pod})",
+                pdb.pdb, pdb.disruptions_allowed
+            ),
+            Self::MultiplePdbs { pod, pdbs } => write!(
+                f,
+                "pod {pod} is selected by several PodDisruptionBudgets ({})",
+                pdbs.join(", ")
+            ),
+        }
+    }
+}
+
+/// A node that may be disrupted, with what the methods need to decide on it.
+#[derive(Debug, Clone)]
+pub struct Candidate<'a> {
+    /// The Node's name.
+    pub name: &'a str,
+    /// The Node.
+    pub node: &'a Node,
+    /// Its NodeClaim.
+    pub node_claim: &'a NodeClaim,
+    /// Its NodePool.
+    pub node_pool: &'a NodePool,
+    /// Every pod bound to the node, in (namespace, name) order.
+    pub pods: Vec<&'a Pod>,
+    /// The pods that would need a new place (upstream `IsReschedulable`): running, or
+    /// terminating StatefulSet pods; neither DaemonSet nor mirror pods.
+    pub reschedulable_pods: Vec<&'a Pod>,
+    /// The cost of disrupting it ([`cost::disruption_cost`]); candidates are tried cheapest
+    /// first.
+    pub disruption_cost: f64,
+    /// 1 plus the positive eviction costs of the reschedulable pods
+    /// ([`cost::reschedule_disruption_cost`]).
+    pub reschedule_disruption_cost: f64,
+    /// A pod block that the eventual class ignores because the NodeClaim has a
+    /// `terminationGracePeriod` (worth a log line: those pods will be forced off).
+    pub ignored_pod_block: Option<Blocked>,
+}
+
+impl Candidate<'_> {
+    /// The NodePool's name.
+    pub fn node_pool_name(&self) -> &str {
+        self.node_pool.metadata.name.as_deref().unwrap_or_default()
+    }
+
+    /// Whether no pod that matters has to move (upstream v1.14 `IsEmpty`: DaemonSet and mirror
+    /// pods, finished pods and pods of negligible cost do not count).
+    pub fn is_empty(&self) -> bool {
+        self.reschedule_disruption_cost <= 1.0
+    }
+}
+
+/// The Node's name.
+pub fn node_name(node: &Node) -> &str {
+    node.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn node_provider_id(node: &Node) -> &str {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.provider_id.as_deref())
+        .unwrap_or_default()
+}
+
+/// The NodeClaims by provider ID (the first one in the snapshot's order, should two share one);
+/// a NodeClaim not launched yet has none and is left out.
+pub fn node_claims_by_provider_id(snapshot: &Snapshot) -> HashMap<&str, &NodeClaim> {
+    let mut by_id = HashMap::new();
+    for claim in &snapshot.node_claims {
+        let id = claim
+            .status
+            .as_ref()
+            .map(|status| status.provider_id.as_str())
+            .unwrap_or_default();
+        if !id.is_empty() {
+            by_id.entry(id).or_insert(claim);
+        }
+    }
+    by_id
+}
+
+/// The NodeClaim of `node`, by provider ID.
+pub fn node_claim_of<'a>(
+    claims: &HashMap<&str, &'a NodeClaim>,
+    node: &Node,
+) -> Option<&'a NodeClaim> {
+    let id = node_provider_id(node);
+    if id.is_empty() {
+        return None;
+    }
+    claims.get(id).copied()
+}
+
+/// Whether the node is initialized: the Node's `karpenter.sh/initialized: "true"` label (what
+/// upstream reads) or the NodeClaim's `Initialized=True`.
+pub fn is_initialized(node: &Node, node_claim: &NodeClaim) -> bool {
+    let labelled = node
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_NODE_INITIALIZED))
+        .is_some_and(|value| value == "true");
+    labelled || claim_condition_true(node_claim, CONDITION_INITIALIZED)
+}
+
+fn claim_condition_true(node_claim: &NodeClaim, type_: &str) -> bool {
+    node_claim
+        .status
+        .as_ref()
+        .is_some_and(|status| condition::is_true(&status.conditions, type_))
+}
+
+/// Whether the Node's `Ready` condition is `True`.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// Whether the Node carries `karpenter.sh/disrupted:NoSchedule`.
+pub fn has_disrupted_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|spec| spec.taints.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|taint| taint.key == DISRUPTED_TAINT_KEY && taint.effect == DISRUPTED_TAINT_EFFECT)
+}
+
+/// Why the node already counts as disrupting, if it does.
+pub fn disrupting(node: &Node, node_claim: &NodeClaim) -> Option<Disrupting> {
+    if claim_condition_true(node_claim, CONDITION_INSTANCE_TERMINATING) {
+        Some(Disrupting::InstanceTerminating)
+    } else if node_claim.metadata.deletion_timestamp.is_some() {
+        Some(Disrupting::NodeClaimDeleting)
+    } else if node.metadata.deletion_timestamp.is_some() {
+        Some(Disrupting::NodeDeleting)
+    } else if has_disrupted_taint(node) {
+        Some(Disrupting::Tainted)
+    } else {
+        None
+    }
+}
+
+/// The NodePool the node belongs to: the Node's `karpenter.sh/nodepool` label, else the
+/// NodeClaim's.
+pub fn node_pool_name<'a>(node: &'a Node, node_claim: &'a NodeClaim) -> Option<&'a str> {
+    let label = |labels: Option<&'a BTreeMap<String, String>>| {
+        labels
+            .and_then(|labels| labels.get(LABEL_NODEPOOL))
+            .map(String::as_str)
+            .filter(|name| !name.is_empty())
+    };
+    label(node.metadata.labels.as_ref()).or_else(|| label(node_claim.metadata.labels.as_ref()))
+}
+
+fn annotated_do_not_disrupt(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|annotations| annotations.get(ANNOTATION_DO_NOT_DISRUPT))
+        .is_some_and(|value| value == "true")
+}
+
+/// Whether an `apps/v1` StatefulSet owns the pod: its terminating pods still need a place,
+/// since their replacement is created only once they are gone.
+pub fn is_owned_by_stateful_set(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.api_version == "apps/v1" && owner.kind == "StatefulSet")
+}
+
+/// Whether the pod would need a new place if its node went (upstream `IsReschedulable`).
+pub fn is_reschedulable(pod: &Pod) -> bool {
+    (is_active(pod) || (is_owned_by_stateful_set(pod) && is_terminating(pod)))
+        && !is_owned_by_daemon_set(pod)
+        && !is_mirror(pod)
+}
+
+/// Whether the pod's `Ready` condition is `True`.
+fn is_pod_ready(pod: &Pod) -> bool {
+    pod_ready_status(pod) == Some("True")
+}
+
+fn pod_ready_status(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|condition| condition.type_ == "Ready")
+        .map(|condition| condition.status.as_str())
+}
+
+/// `GetScaledValueFromIntOrPercent(value, total, roundUp=true)`; `None` for a string that is
+/// not a percentage.
+fn scaled(value: &IntOrString, total: i32) -> Option<i32> {
+    match value {
+        IntOrString::Int(n) => Some(*n),
+        IntOrString::String(text) => {
+            let percent: i64 = text.strip_suffix('%')?.parse().ok()?;
+            let scaled = (percent * i64::from(total.max(0)) + 99).div_euclid(100);
+            i32::try_from(scaled).ok()
+        }
+    }
+}
+
+/// The budget's parsed selector; `None` selects nothing (a missing or unparsable one).
+fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
+    let selector = pdb.spec.as_ref()?.selector.clone()?;
+    Selector::try_from(selector).ok()
+}
+
+fn pdb_selects(pdb: &PodDisruptionBudget, selector: Option<&Selector>, pod: &Pod) -> bool {
+    pdb.metadata.namespace == pod.metadata.namespace
+        && selector.is_some_and(|selector| {
+            selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
+        })
+}
+
+fn pdb_key(pdb: &PodDisruptionBudget) -> String {
+    format!(
+        "{}/{}",
+        pdb.metadata.namespace.as_deref().unwrap_or_default(),
+        pdb.metadata.name.as_deref().unwrap_or_default()
+    )
+}
+
+/// The budget's allowance given `pods` (any pods: those it selects are picked out), computed as
+/// the module documentation says.
+pub fn pdb_allowance<'p>(
+    pdb: &PodDisruptionBudget,
+    pods: impl IntoIterator<Item = &'p Pod>,
+) -> PdbAllowance {
+    allowance_with(pdb, pdb_selector(pdb).as_ref(), pods)
+}
+
+fn allowance_with<'p>(
+    pdb: &PodDisruptionBudget,
+    selector: Option<&Selector>,
+    pods: impl IntoIterator<Item = &'p Pod>,
+) -> PdbAllowance {
+    let selected: Vec<&Pod> = pods
+        .into_iter()
+        .filter(|pod| pdb_selects(pdb, selector, pod))
+        .collect();
+    let count = |keep: &dyn Fn(&Pod) -> bool| {
+        i32::try_from(selected.iter().filter(|pod| keep(pod)).count()).unwrap_or(i32::MAX)
+    };
+    let current_healthy = count(&|pod| !is_terminating(pod) && is_pod_ready(pod));
+    let managed = || {
+        count(&|pod| {
+            is_active(pod)
+                && pod
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|owner| owner.controller == Some(true))
+        })
+    };
+    let spec = pdb.spec.as_ref();
+    let max_unavailable = spec.and_then(|spec| spec.max_unavailable.as_ref());
+    let min_available = spec.and_then(|spec| spec.min_available.as_ref());
+    let (expected_pods, desired) = match (max_unavailable, min_available) {
+        (Some(max_unavailable), _) => {
+            let expected = managed();
+            let desired = scaled(max_unavailable, expected).map(|max| (expected - max).max(0));
+            (expected, desired)
+        }
+        (None, Some(IntOrString::Int(min_available))) => (count(&|_| true), Some(*min_available)),
+        (None, Some(min_available)) => {
+            let expected = managed();
+            (expected, scaled(min_available, expected))
+        }
+        (None, None) => (0, Some(0)),
+    };
+    // A budget that cannot be computed protects everything.
+    let desired_healthy = desired.unwrap_or(i32::MAX);
+    let surplus = current_healthy.saturating_sub(desired_healthy);
+    let mut disruptions_allowed = if expected_pods <= 0 || surplus <= 0 {
+        0
+    } else {
+        surplus
+    };
+    if let Some(status) = &pdb.status
+        && status.observed_generation == pdb.metadata.generation
+    {
+        disruptions_allowed = disruptions_allowed.min(status.disruptions_allowed.max(0));
+    }
+    let fully_blocking = matches!(max_unavailable, Some(IntOrString::Int(0)))
+        || matches!(max_unavailable, Some(IntOrString::String(text)) if text == "0%")
+        || matches!(min_available, Some(IntOrString::String(text)) if text == "100%");
+    PdbAllowance {
+        pdb: pdb_key(pdb),
+        expected_pods,
+        current_healthy,
+        desired_healthy: desired.unwrap_or(0),
+        disruptions_allowed,
+        unhealthy_always_allow: spec.and_then(|spec| spec.unhealthy_pod_eviction_policy.as_deref())
+            == Some(UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW),
+        fully_blocking,
+    }
+}
+
+/// One budget, ready to match pods.
+#[derive(Debug)]
+struct PreparedPdb {
+    namespace: String,
+    selector: Option<Selector>,
+    allowance: PdbAllowance,
+}
+
+/// Decides which nodes are candidates, over one snapshot at one instant. Building it indexes
+/// the snapshot once (NodeClaims by provider ID, pods by node, every budget's allowance), so
+/// asking about many nodes costs little.
+#[derive(Debug)]
+pub struct CandidateSelector<'a> {
+    snapshot: &'a Snapshot,
+    now: Timestamp,
+    nominated: &'a BTreeSet<String>,
+    claims: HashMap<&'a str, &'a NodeClaim>,
+    pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    pdbs: Vec<PreparedPdb>,
+}
+
+impl<'a> CandidateSelector<'a> {
+    /// Prepares the selection; `nominated` holds the names of the nodes nominated for pending
+    /// pods (their nomination window not over).
+    pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
+        let mut pods_by_namespace: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        for pod in &snapshot.pods {
+            pods_by_namespace
+                .entry(pod.metadata.namespace.as_deref().unwrap_or_default())
+                .or_default()
+                .push(pod);
+        }
+        let pdbs = snapshot
+            .pdbs
+            .iter()
+            .map(|pdb| {
+                let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
+                let selector = pdb_selector(pdb);
+                let pods = pods_by_namespace
+                    .get(namespace.as_str())
+                    .map(Vec::as_slice)
+                    .unwrap_or_default();
+                let allowance = allowance_with(pdb, selector.as_ref(), pods.iter().copied());
+                PreparedPdb {
+                    namespace,
+                    selector,
+                    allowance,
+                }
+            })
+            .collect();
+        Self {
+            snapshot,
+            now,
+            nominated,
+            claims: node_claims_by_provider_id(snapshot),
+            pods_by_node: snapshot.pods_by_node(),
+            pdbs,
+        }
+    }
+
+    /// The snapshot decided on.
+    pub fn snapshot(&self) -> &'a Snapshot {
+        self.snapshot
+    }
+
+    /// The instant decided at.
+    pub fn now(&self) -> Timestamp {
+        self.now
+    }
+
+    /// The NodeClaim of `node`, by provider ID.
+    pub fn node_claim(&self, node: &Node) -> Option<&'a NodeClaim> {
+        node_claim_of(&self.claims, node)
+    }
+
+    /// The pods bound to the node called `node_name`, in (namespace, name) order.
+    pub fn pods_on(&self, node_name: &str) -> &[&'a Pod] {
+        self.pods_by_node
+            .get(node_name)
+            .map(Vec::as_slice)
+            .unwrap_or_default()
+    }
+
+    /// The allowances of the budgets that select `pod`, in the snapshot's order.
+    pub fn pdbs_of(&self, pod: &Pod) -> Vec<&PdbAllowance> {
+        self.matching_pdbs(pod)
+            .into_iter()
+            .map(|pdb| &pdb.allowance)
+            .collect()
+    }
+
+    /// Every budget's allowance, `namespace/name` order.
+    pub fn pdb_allowances(&self) -> impl Iterator<Item = &PdbAllowance> + '_ {
+        self.pdbs.iter().map(|pdb| &pdb.allowance)
+    }
+
+    /// Whether the node called `node_name` is a candidate for a method of `class`, or the first
+    /// reason it is not.
+    pub fn candidate(
+        &self,
+        node_name: &str,
+        class: DisruptionClass,
+    ) -> Result<Candidate<'a>, Blocked> {
+        let node = self.snapshot.node(node_name).ok_or(Blocked::NodeNotFound)?;
+        let node_claim = self.node_claim(node).ok_or(Blocked::Unmanaged)?;
+        if !is_initialized(node, node_claim) {
+            return Err(Blocked::NotInitialized);
+        }
+        if let Some(why) = disrupting(node, node_claim) {
+            return Err(Blocked::AlreadyDisrupting(why));
+        }
+        if self.nominated.contains(node_name) {
+            return Err(Blocked::Nominated);
+        }
+        if annotated_do_not_disrupt(node.metadata.annotations.as_ref()) {
+            return Err(Blocked::DoNotDisruptNode {
+                on: AnnotatedObject::Node,
+            });
+        }
+        if annotated_do_not_disrupt(node_claim.metadata.annotations.as_ref()) {
+            return Err(Blocked::DoNotDisruptNode {
+                on: AnnotatedObject::NodeClaim,
+            });
+        }
+        let pool_name = node_pool_name(node, node_claim).ok_or(Blocked::NoNodePoolLabel)?;
+        let node_pool =
+            self.snapshot
+                .node_pool(pool_name)
+                .ok_or_else(|| Blocked::NodePoolMissing {
+                    node_pool: pool_name.to_owned(),
+                })?;
+        let name = node.metadata.name.as_deref().unwrap_or_default();
+        let pods = self.pods_on(name).to_vec();
+        let mut ignored_pod_block = None;
+        if let Some(block) = self.pod_block(&pods) {
+            let grace = node_claim.spec.termination_grace_period.is_some();
+            if class == DisruptionClass::Eventual && grace {
+                ignored_pod_block = Some(block);
+            } else {
+                return Err(block);
+            }
+        }
+        let reschedulable_pods: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|pod| is_reschedulable(pod))
+            .collect();
+        let disruption_cost = cost::disruption_cost(
+            reschedulable_pods.iter().copied(),
+            node_claim,
+            self.snapshot,
+            self.now,
+        );
+        let reschedule_disruption_cost =
+            cost::reschedule_disruption_cost(reschedulable_pods.iter().copied(), self.snapshot);
+        Ok(Candidate {
+            name,
+            node,
+            node_claim,
+            node_pool,
+            pods,
+            reschedulable_pods,
+            disruption_cost,
+            reschedule_disruption_cost,
+            ignored_pod_block,
+        })
+    }
+
+    /// The first pod-level block among `pods`: an active do-not-disrupt first (any pod), then
+    /// budgets (evictable pods only), each in the pods' order.
+    fn pod_block(&self, pods: &[&Pod]) -> Option<Blocked> {
+        for pod in pods {
+            if let Some(annotation) = blocks_disruption(pod, self.now) {
+                return Some(Blocked::DoNotDisruptPod {
+                    pod: pod_key(pod),
+                    annotation,
+                });
+            }
+        }
+        for pod in pods {
+            // The drain never calls the eviction API on the others, so no budget applies.
+            let evictable = is_active(pod) && !tolerates_disrupted_taint(pod) && !is_mirror(pod);
+            if !evictable {
+                continue;
+            }
+            let matching = self.matching_pdbs(pod);
+            match matching.as_slice() {
+                [] => {}
+                [pdb] => {
+                    let unhealthy = pod_ready_status(pod) == Some("False");
+                    if pdb.allowance.unhealthy_always_allow && unhealthy {
+                        continue;
+                    }
+                    if pdb.allowance.disruptions_allowed <= 0 {
+                        return Some(Blocked::PdbBlocks {
+                            pod: pod_key(pod),
+                            pdb: pdb.allowance.clone(),
+                        });
+                    }
+                }
+                several => {
+                    let mut pdbs: Vec<String> = several
+                        .iter()
+                        .map(|pdb| pdb.allowance.pdb.clone())
+                        .collect();
+                    pdbs.sort();
+                    return Some(Blocked::MultiplePdbs {
+                        pod: pod_key(pod),
+                        pdbs,
+                    });
+                }
+            }
+        }
+        None
+    }
+
+    fn matching_pdbs(&self, pod: &Pod) -> Vec<&PreparedPdb> {
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let empty = BTreeMap::new();
+        let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
+        self.pdbs
+            .iter()
+            .filter(|pdb| pdb.namespace == namespace)
+            .filter(|pdb| {
+                pdb.selector
+                    .as_ref()
+                    .is_some_and(|selector| selector.matches(labels))
+            })
+            .collect()
+    }
+
+    /// Every Node of the snapshot, in name order, with its verdict for `class`.
+    pub fn evaluate_all(
+        &self,
+        class: DisruptionClass,
+    ) -> Vec<(&'a str, Result<Candidate<'a>, Blocked>)> {
+        self.snapshot
+            .nodes
+            .iter()
+            .map(|node| {
+                let name = node_name(node);
+                (name, self.candidate(name, class))
+            })
+            .collect()
+    }
+
+    /// The candidates for `class`, cheapest to disrupt first (ties by name).
+    pub fn candidates(&self, class: DisruptionClass) -> Vec<Candidate<'a>> {
+        let mut candidates: Vec<Candidate<'a>> = self
+            .evaluate_all(class)
+            .into_iter()
+            .filter_map(|(_, verdict)| verdict.ok())
+            .collect();
+        cost::sort_by_disruption_cost(&mut candidates, |candidate| {
+            (candidate.disruption_cost, candidate.name)
+        });
+        candidates
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{Value, json};
+
+    fn at(text: &str) -> Timestamp {
+        text.parse().unwrap()
+    }
+
+    fn now() -> Timestamp {
+        at("2025-03-01T12:00:00Z")
+    }
+
+    fn node_pool(name: &str) -> NodePool {
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodePool",
+            "metadata": { "name": name },
+            "spec": { "template": { "spec": {
+                "requirements": [],
+                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            } } },
+        }))
+        .unwrap()
+    }
+
+    fn node_claim(name: &str, pool: &str, extra_spec: Value) -> NodeClaim {
+        let mut spec = json!({
+            "requirements": [],
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+        });
+        if let (Value::Object(spec), Value::Object(extra)) = (&mut spec, extra_spec) {
+            spec.extend(extra);
+        }
+        serde_json::from_value(json!({
+            "apiVersion": "karpenter.sh/v1",
+            "kind": "NodeClaim",
+            "metadata": {
+                "name": format!("{name}-claim"),
+                "labels": { LABEL_NODEPOOL: pool },
+                "creationTimestamp": "2025-03-01T00:00:00Z",
+            },
+            "spec": spec,
+            "status": {
+                "providerID": format!("fake:///{name}"),
+                "nodeName": name,
+                "conditions": [
+                    { "type": "Initialized", "status": "True", "lastTransitionTime": "2025-03-01T00:01:00Z" },
+                ],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn node(name: &str, pool: &str) -> Node {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": { LABEL_NODEPOOL: pool, LABEL_NODE_INITIALIZED: "true" },
+            },
+            "spec": { "providerID": format!("fake:///{name}") },
+            "status": { "conditions": [ { "type": "Ready", "status": "True" } ] },
+        }))
+        .unwrap()
+    }
+
+    fn pod(name: &str, node: &str, labels: Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "namespace": "default",
+                "labels": labels,
+                "ownerReferences": [
+                    { "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "u", "controller": true },
+                ],
+            },
+            "spec": { "nodeName": node, "containers": [] },
+            "status": {
+                "phase": "Running",
+                "startTime": "2025-03-01T06:00:00Z",
+                "conditions": [ { "type": "Ready", "status": "True" } ],
+            },
+        }))
+        .unwrap()
+    }
+
+    fn pdb(name: &str, selector: Value, budget: Value) -> PodDisruptionBudget {
+        let mut spec = json!({ "selector": { "matchLabels": selector } });
+        if let (Value::Object(spec), Value::Object(budget)) = (&mut spec, budget) {
+            spec.extend(budget);
+        }
+        serde_json::from_value(json!({
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    /// One NodePool `default`, nodes `a` (two pods of app web) and `b` (one pod of app db).
+    fn snapshot() -> Snapshot {
+        let mut snapshot = Snapshot {
+            node_pools: vec![node_pool("default")],
+            node_claims: vec![
+                node_claim("a", "default", json!({})),
+                node_claim("b", "default", json!({})),
+            ],
+            nodes: vec![node("a", "default"), node("b", "default")],
+            pods: vec![
+                pod("web-1", "a", json!({"app": "web"})),
+                pod("web-2", "a", json!({"app": "web"})),
+                pod("db-1", "b", json!({"app": "db"})),
+            ],
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        snapshot
+    }
+
+    fn verdict(snapshot: &Snapshot, node: &str, class: DisruptionClass) -> Result<(), Blocked> {
+        let nominated = BTreeSet::new();
+        CandidateSelector::new(snapshot, now(), &nominated)
+            .candidate(node, class)
+            .map(|_| ())
+    }
+
+    fn set_annotation<K: kube::Resource>(object: &mut K, key: &str, value: &str) {
+        object
+            .meta_mut()
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_owned(), value.to_owned());
+    }
+
+    #[test]
+    fn given_an_ordinary_managed_node_then_it_is_a_candidate_with_its_pods() {
+        let snapshot = snapshot();
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let candidate = selector.candidate("a", DisruptionClass::Graceful).unwrap();
+        assert_eq!(candidate.name, "a");
+        assert_eq!(candidate.node_pool_name(), "default");
+        assert_eq!(candidate.pods.len(), 2);
+        assert_eq!(candidate.reschedulable_pods.len(), 2);
+        assert!(!candidate.is_empty());
+        assert!(candidate.ignored_pod_block.is_none());
+        let remaining = cost::lifetime_remaining(candidate.node_claim, now());
+        assert!((candidate.disruption_cost - 2.0 * remaining).abs() < 1e-12);
+    }
+
+    #[test]
+    fn given_unknown_unmanaged_or_uninitialized_nodes_then_they_are_blocked_as_such() {
+        let mut snapshot = snapshot();
+        assert_eq!(
+            verdict(&snapshot, "zzz", DisruptionClass::Graceful),
+            Err(Blocked::NodeNotFound)
+        );
+        snapshot.nodes.push(node("lonely", "default"));
+        snapshot.sort();
+        assert_eq!(
+            verdict(&snapshot, "lonely", DisruptionClass::Graceful),
+            Err(Blocked::Unmanaged)
+        );
+        let node = snapshot
+            .nodes
+            .iter_mut()
+            .find(|n| node_name(n) == "a")
+            .unwrap();
+        node.metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(LABEL_NODE_INITIALIZED);
+        let claim = &mut snapshot.node_claims[0];
+        claim.status.as_mut().unwrap().conditions.clear();
+        assert_eq!(
+            verdict(&snapshot, "a", DisruptionClass::Graceful),
+            Err(Blocked::NotInitialized)
+        );
+    }
+
+    #[test]
+    fn given_a_tainted_or_deleting_node_then_it_is_already_disrupting() {
+        let mut tainted = snapshot();
+        tainted.nodes[0].spec.as_mut().unwrap().taints =
+            Some(vec![crate::controllers::termination::disrupted_taint()]);
+        assert_eq!(
+            verdict(&tainted, "a", DisruptionClass::Graceful),
+            Err(Blocked::AlreadyDisrupting(Disrupting::Tainted))
+        );
+        let mut deleting = snapshot();
+        deleting.node_claims[0].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        assert_eq!(
+            verdict(&deleting, "a", DisruptionClass::Graceful),
+            Err(Blocked::AlreadyDisrupting(Disrupting::NodeClaimDeleting))
+        );
+        let mut node_deleting = snapshot();
+        node_deleting.nodes[0].metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        assert_eq!(
+            verdict(&node_deleting, "a", DisruptionClass::Graceful),
+            Err(Blocked::AlreadyDisrupting(Disrupting::NodeDeleting))
+        );
+    }
+
+    #[test]
+    fn given_a_nominated_node_then_it_is_blocked() {
+        let snapshot = snapshot();
+        let nominated = BTreeSet::from(["a".to_owned()]);
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        assert_eq!(
+            selector.candidate("a", DisruptionClass::Graceful).err(),
+            Some(Blocked::Nominated)
+        );
+        assert!(selector.candidate("b", DisruptionClass::Graceful).is_ok());
+    }
+
+    #[test]
+    fn given_do_not_disrupt_on_the_node_or_its_claim_then_it_is_blocked() {
+        let mut on_node = snapshot();
+        set_annotation(&mut on_node.nodes[0], ANNOTATION_DO_NOT_DISRUPT, "true");
+        assert_eq!(
+            verdict(&on_node, "a", DisruptionClass::Eventual),
+            Err(Blocked::DoNotDisruptNode {
+                on: AnnotatedObject::Node
+            })
+        );
+        let mut on_claim = snapshot();
+        set_annotation(
+            &mut on_claim.node_claims[0],
+            ANNOTATION_DO_NOT_DISRUPT,
+            "true",
+        );
+        assert_eq!(
+            verdict(&on_claim, "a", DisruptionClass::Graceful),
+            Err(Blocked::DoNotDisruptNode {
+                on: AnnotatedObject::NodeClaim
+            })
+        );
+        let mut other_value = snapshot();
+        set_annotation(
+            &mut other_value.nodes[0],
+            ANNOTATION_DO_NOT_DISRUPT,
+            "false",
+        );
+        assert_eq!(
+            verdict(&other_value, "a", DisruptionClass::Graceful),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn given_a_missing_node_pool_or_label_then_it_is_blocked() {
+        let mut missing = snapshot();
+        missing.node_pools.clear();
+        assert_eq!(
+            verdict(&missing, "a", DisruptionClass::Graceful),
+            Err(Blocked::NodePoolMissing {
+                node_pool: "default".into()
+            })
+        );
+        let mut unlabelled = snapshot();
+        unlabelled.nodes[0]
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(LABEL_NODEPOOL);
+        unlabelled.node_claims[0]
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .clear();
+        assert_eq!(
+            verdict(&unlabelled, "a", DisruptionClass::Graceful),
+            Err(Blocked::NoNodePoolLabel)
+        );
+    }
+
+    #[test]
+    fn given_a_pod_with_do_not_disrupt_then_the_node_is_blocked_naming_it() {
+        let mut snapshot = snapshot();
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("web-2"))
+            .unwrap();
+        set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
+        assert_eq!(
+            verdict(&snapshot, "a", DisruptionClass::Graceful),
+            Err(Blocked::DoNotDisruptPod {
+                pod: "default/web-2".into(),
+                annotation: DoNotDisrupt::Always
+            })
+        );
+        assert_eq!(verdict(&snapshot, "b", DisruptionClass::Graceful), Ok(()));
+    }
+
+    #[test]
+    fn given_a_do_not_disrupt_duration_then_it_blocks_only_until_it_elapses() {
+        let mut snapshot = snapshot();
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "7h");
+        assert!(matches!(
+            verdict(&snapshot, "b", DisruptionClass::Graceful),
+            Err(Blocked::DoNotDisruptPod {
+                annotation: DoNotDisrupt::Until { .. },
+                ..
+            })
+        ));
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "6h");
+        assert_eq!(
+            verdict(&snapshot, "b", DisruptionClass::Graceful),
+            Ok(()),
+            "started 06:00, 6h later is now"
+        );
+    }
+
+    #[test]
+    fn given_a_finished_pod_with_do_not_disrupt_then_it_does_not_block() {
+        let mut snapshot = snapshot();
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
+        pod.status.as_mut().unwrap().phase = Some("Succeeded".into());
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let candidate = selector.candidate("b", DisruptionClass::Graceful).unwrap();
+        assert!(candidate.is_empty(), "a finished pod needs no new place");
+    }
+
+    #[test]
+    fn given_a_pdb_allowing_nothing_then_the_node_is_blocked_naming_pod_and_budget() {
+        let mut snapshot = snapshot();
+        snapshot.pdbs = vec![pdb(
+            "web-pdb",
+            json!({"app": "web"}),
+            json!({"minAvailable": 2}),
+        )];
+        snapshot.sort();
+        match verdict(&snapshot, "a", DisruptionClass::Graceful) {
+            Err(Blocked::PdbBlocks { pod, pdb }) => {
+                assert_eq!(pod, "default/web-1");
+                assert_eq!(pdb.pdb, "default/web-pdb");
+                assert_eq!(pdb.disruptions_allowed, 0);
+                assert_eq!(pdb.current_healthy, 2);
+                assert_eq!(pdb.desired_healthy, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+        snapshot.pdbs = vec![pdb(
+            "web-pdb",
+            json!({"app": "web"}),
+            json!({"minAvailable": 1}),
+        )];
+        assert_eq!(verdict(&snapshot, "a", DisruptionClass::Graceful), Ok(()));
+    }
+
+    #[test]
+    fn given_percentages_then_they_round_up_as_the_disruption_controller_does() {
+        let pods: Vec<Pod> = (0..3)
+            .map(|i| pod(&format!("w{i}"), "a", json!({"app": "web"})))
+            .collect();
+        let allowance =
+            |budget: Value| pdb_allowance(&pdb("p", json!({"app": "web"}), budget), &pods);
+        // maxUnavailable 34% of 3 = 1.02, up to 2: desired 1, two may go.
+        let max = allowance(json!({"maxUnavailable": "34%"}));
+        assert_eq!(
+            (
+                max.expected_pods,
+                max.desired_healthy,
+                max.disruptions_allowed
+            ),
+            (3, 1, 2)
+        );
+        // minAvailable 34% of 3 = 1.02, up to 2: one may go.
+        let min = allowance(json!({"minAvailable": "34%"}));
+        assert_eq!((min.desired_healthy, min.disruptions_allowed), (2, 1));
+        let zero = allowance(json!({"maxUnavailable": 0}));
+        assert_eq!(zero.disruptions_allowed, 0);
+        assert!(zero.fully_blocking);
+        assert!(allowance(json!({"minAvailable": "100%"})).fully_blocking);
+        assert!(!allowance(json!({"minAvailable": "99%"})).fully_blocking);
+        let garbage = allowance(json!({"minAvailable": "lots"}));
+        assert_eq!(
+            garbage.disruptions_allowed, 0,
+            "a budget we cannot compute protects all"
+        );
+    }
+
+    #[test]
+    fn given_unhealthy_pods_then_healthy_counts_drop_and_always_allow_lets_them_go() {
+        let mut snapshot = snapshot();
+        for pod in snapshot
+            .pods
+            .iter_mut()
+            .filter(|p| p.metadata.name.as_deref() == Some("web-1"))
+        {
+            pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
+        }
+        snapshot.pdbs = vec![pdb(
+            "web-pdb",
+            json!({"app": "web"}),
+            json!({"maxUnavailable": 1}),
+        )];
+        assert!(
+            matches!(
+                verdict(&snapshot, "a", DisruptionClass::Graceful),
+                Err(Blocked::PdbBlocks { .. })
+            ),
+            "one pod already unavailable: the budget is spent"
+        );
+        snapshot.pdbs = vec![pdb(
+            "web-pdb",
+            json!({"app": "web"}),
+            json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
+        )];
+        match verdict(&snapshot, "a", DisruptionClass::Graceful) {
+            Err(Blocked::PdbBlocks { pod, .. }) => {
+                assert_eq!(
+                    pod, "default/web-2",
+                    "web-1 is unhealthy and may go; web-2 may not"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn given_a_status_allowing_less_then_the_status_wins() {
+        let mut snapshot = snapshot();
+        let mut budget = pdb("web-pdb", json!({"app": "web"}), json!({"minAvailable": 1}));
+        budget.metadata.generation = Some(3);
+        budget.status = Some(k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus {
+            observed_generation: Some(3),
+            disruptions_allowed: 0,
+            ..Default::default()
+        });
+        snapshot.pdbs = vec![budget.clone()];
+        assert!(matches!(
+            verdict(&snapshot, "a", DisruptionClass::Graceful),
+            Err(Blocked::PdbBlocks { .. })
+        ));
+        budget.metadata.generation = Some(4);
+        snapshot.pdbs = vec![budget];
+        assert_eq!(
+            verdict(&snapshot, "a", DisruptionClass::Graceful),
+            Ok(()),
+            "a status of an older generation is stale"
+        );
+    }
+
+    #[test]
+    fn given_a_pod_under_two_pdbs_then_it_blocks_even_if_both_allow() {
+        let mut snapshot = snapshot();
+        snapshot.pdbs = vec![
+            pdb("one", json!({"app": "db"}), json!({"maxUnavailable": 5})),
+            pdb("all", json!({}), json!({"maxUnavailable": 5})),
+        ];
+        snapshot.sort();
+        assert_eq!(
+            verdict(&snapshot, "b", DisruptionClass::Graceful),
+            Err(Blocked::MultiplePdbs {
+                pod: "default/db-1".into(),
+                pdbs: vec!["default/all".into(), "default/one".into()]
+            })
+        );
+    }
+
+    #[test]
+    fn given_pods_the_drain_does_not_evict_then_their_budgets_do_not_block() {
+        let mut snapshot = snapshot();
+        snapshot.pdbs = vec![pdb(
+            "db-pdb",
+            json!({"app": "db"}),
+            json!({"maxUnavailable": 0}),
+        )];
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        pod.spec.as_mut().unwrap().tolerations =
+            Some(vec![k8s_openapi::api::core::v1::Toleration {
+                key: Some(DISRUPTED_TAINT_KEY.into()),
+                operator: Some("Exists".into()),
+                ..Default::default()
+            }]);
+        assert_eq!(verdict(&snapshot, "b", DisruptionClass::Graceful), Ok(()));
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        pod.spec.as_mut().unwrap().tolerations = None;
+        pod.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        assert_eq!(verdict(&snapshot, "b", DisruptionClass::Graceful), Ok(()));
+    }
+
+    #[test]
+    fn given_termination_grace_period_then_drift_ignores_pod_blocks_but_consolidation_does_not() {
+        let mut snapshot = snapshot();
+        snapshot.node_claims[1] =
+            node_claim("b", "default", json!({"terminationGracePeriod": "1h"}));
+        let pod = snapshot
+            .pods
+            .iter_mut()
+            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
+            .unwrap();
+        set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
+        snapshot.pdbs = vec![pdb(
+            "web-pdb",
+            json!({"app": "web"}),
+            json!({"maxUnavailable": 0}),
+        )];
+        snapshot.sort();
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let drift = selector.candidate("b", DisruptionClass::Eventual).unwrap();
+        assert!(matches!(
+            drift.ignored_pod_block,
+            Some(Blocked::DoNotDisruptPod { .. })
+        ));
+        assert!(matches!(
+            selector.candidate("b", DisruptionClass::Graceful),
+            Err(Blocked::DoNotDisruptPod { .. })
+        ));
+        assert!(
+            matches!(
+                selector.candidate("a", DisruptionClass::Eventual),
+                Err(Blocked::PdbBlocks { .. })
+            ),
+            "without a terminationGracePeriod drift waits for the budget"
+        );
+        let mut node_level = snapshot.clone();
+        set_annotation(&mut node_level.nodes[1], ANNOTATION_DO_NOT_DISRUPT, "true");
+        assert!(
+            matches!(
+                verdict(&node_level, "b", DisruptionClass::Eventual),
+                Err(Blocked::DoNotDisruptNode { .. })
+            ),
+            "the exception covers pods only"
+        );
+    }
+
+    #[test]
+    fn given_daemon_set_mirror_and_stateful_pods_then_reschedulable_pods_follow_upstream() {
+        let mut snapshot = snapshot();
+        let mut daemon = pod("ds", "b", json!({}));
+        daemon.metadata.owner_references = Some(vec![serde_json::from_value(json!(
+            { "apiVersion": "apps/v1", "kind": "DaemonSet", "name": "ds", "uid": "d", "controller": true }
+        )).unwrap()]);
+        let mut mirror = pod("static", "b", json!({}));
+        set_annotation(&mut mirror, "kubernetes.io/config.mirror", "x");
+        let mut stateful = pod("sts-0", "b", json!({}));
+        stateful.metadata.owner_references = Some(vec![serde_json::from_value(json!(
+            { "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "sts", "uid": "s", "controller": true }
+        )).unwrap()]);
+        stateful.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        let mut terminating = pod("gone", "b", json!({}));
+        terminating.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        snapshot
+            .pods
+            .extend([daemon, mirror, stateful, terminating]);
+        snapshot.sort();
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let candidate = selector.candidate("b", DisruptionClass::Graceful).unwrap();
+        let names: Vec<&str> = candidate
+            .reschedulable_pods
+            .iter()
+            .map(|pod| pod.metadata.name.as_deref().unwrap())
+            .collect();
+        assert_eq!(names, vec!["db-1", "sts-0"]);
+        assert_eq!(candidate.pods.len(), 5);
+    }
+
+    #[test]
+    fn given_several_candidates_then_they_come_cheapest_first_ties_by_name() {
+        let mut snapshot = snapshot();
+        snapshot
+            .node_claims
+            .push(node_claim("c", "default", json!({})));
+        snapshot.nodes.push(node("c", "default"));
+        snapshot.pods.push(pod("x", "c", json!({})));
+        snapshot.sort();
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let order: Vec<&str> = selector
+            .candidates(DisruptionClass::Graceful)
+            .iter()
+            .map(|candidate| candidate.name)
+            .collect();
+        assert_eq!(order, vec!["b", "c", "a"]);
+        let all = selector.evaluate_all(DisruptionClass::Graceful);
+        assert_eq!(all.len(), 3);
+    }
+}
