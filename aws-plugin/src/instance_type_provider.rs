@@ -224,6 +224,18 @@ impl InstanceTypeProvider {
         &self,
         node_class: Option<&serde_json::Value>,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        self.instance_types_in_zones(node_class, None).await
+    }
+
+    /// The catalogue with every offering outside `zones` (the zones where the node class has
+    /// a subnet) marked unavailable, as upstream: capacity the node class cannot launch into
+    /// must not be planned (the provisioner would create NodeClaims that can only fail).
+    /// `None`: every zone counts.
+    pub async fn instance_types_in_zones(
+        &self,
+        node_class: Option<&serde_json::Value>,
+        zones: Option<&std::collections::BTreeSet<String>>,
+    ) -> Result<Vec<InstanceType>, InstanceTypeError> {
         // The node class first: a bad one is the caller's error whatever EC2 says.
         let settings = node_settings(node_class)?;
         let on_demand_prices = self
@@ -239,11 +251,12 @@ impl InstanceTypeProvider {
             offerings.clone()
         };
         let is_unavailable = |instance_type: &str, zone: &str, capacity_type: &str| {
-            unavailable.contains_key(&(
-                instance_type.to_owned(),
-                zone.to_owned(),
-                capacity_type.to_owned(),
-            ))
+            zones.is_some_and(|usable| !usable.contains(zone))
+                || unavailable.contains_key(&(
+                    instance_type.to_owned(),
+                    zone.to_owned(),
+                    capacity_type.to_owned(),
+                ))
         };
         let no_zones = Vec::new();
         Ok(snapshot

@@ -106,7 +106,7 @@ impl AwsCloudProvider {
             clients.iam,
             clients.ssm,
             settings.cluster.clone(),
-            clock,
+            Arc::clone(&clock),
         );
         if let Some(ttl) = settings.node_class_cache_ttl {
             resolver = resolver.with_cache_ttl(ttl);
@@ -116,7 +116,8 @@ impl AwsCloudProvider {
             Arc::clone(&instance_types),
             settings.cluster,
             settings.bootstrap,
-        );
+        )
+        .with_clock(Arc::clone(&clock));
         Self {
             instance_types,
             node_classes: Arc::new(resolver),
@@ -315,10 +316,38 @@ impl CloudProviderService for AwsCloudProvider {
         &self,
         request: Request<GetInstanceTypesRequest>,
     ) -> Result<Response<InstanceTypeStream>, Status> {
-        let node_class = request.into_inner().node_class.map(struct_to_json);
+        let node_class = request
+            .into_inner()
+            .node_class
+            .map(struct_to_json)
+            .filter(|json| json.as_object().is_some_and(|o| !o.is_empty()));
+        // With a node class, only the zones it has subnets in are launchable; without one
+        // (someone browsing the catalogue with grpcurl) every zone is shown.
+        let zones = match &node_class {
+            Some(json) => {
+                let resolved = self.node_classes.resolve(json).await.map_err(|e| {
+                    tracing::warn!(error = %e, "GetInstanceTypes: node class resolution failed");
+                    resolve_status(&e)
+                })?;
+                if !resolved.is_ready() {
+                    return Err(provider_sdk::status::node_class_not_ready(
+                        resolved.name(),
+                        resolved.not_ready_message().unwrap_or_default(),
+                    ));
+                }
+                Some(
+                    resolved
+                        .subnets
+                        .iter()
+                        .map(|s| s.zone.clone())
+                        .collect::<std::collections::BTreeSet<_>>(),
+                )
+            }
+            None => None,
+        };
         let types = self
             .instance_types
-            .instance_types(node_class.as_ref())
+            .instance_types_in_zones(node_class.as_ref(), zones.as_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "GetInstanceTypes failed");
@@ -498,6 +527,42 @@ mod tests {
             .unwrap();
         let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
         assert_eq!(m5.capacity.get("pods").map(String::as_str), Some("17"));
+    }
+
+    #[tokio::test]
+    async fn offerings_outside_the_node_class_subnets_zones_are_unavailable() {
+        let f = Fixture::new();
+        let types = get(&provider(&f), with_kubelet(json!({}))).await.unwrap();
+        let m5 = types.iter().find(|t| t.name == "m5.large").unwrap();
+        // The fixture's subnets are in us-east-1a and us-east-1b only.
+        for offering in &m5.offerings {
+            let launchable = matches!(offering.zone.as_str(), "us-east-1a" | "us-east-1b");
+            assert_eq!(offering.available, launchable, "{offering:?}");
+        }
+        // Without a node class every zone is shown.
+        let all = get(&provider(&f), None).await.unwrap();
+        let m5 = all.iter().find(|t| t.name == "m5.large").unwrap();
+        assert!(
+            m5.offerings
+                .iter()
+                .any(|o| o.zone == "us-east-1c" && o.available)
+        );
+    }
+
+    #[tokio::test]
+    async fn instance_types_of_a_node_class_that_is_not_ready_are_refused_with_the_reason() {
+        let f = Fixture::new();
+        let mut class = node_class();
+        class["spec"]["subnetSelectorTerms"] =
+            json!([{"tags": {"karpenter.sh/discovery": "none"}}]);
+        let err = get(&provider(&f), json_to_struct(&class))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+        assert_eq!(
+            provider_sdk::status::error_reason(&err),
+            Some(v1::ErrorReason::NodeClassNotReady)
+        );
     }
 
     #[tokio::test]

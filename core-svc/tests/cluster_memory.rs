@@ -757,6 +757,30 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
 }
 
 #[tokio::test]
+async fn given_max_unavailable_1_when_one_evicted_pod_is_still_terminating_then_the_next_eviction_is_refused()
+ {
+    let (cluster, _) = cluster();
+    running_pods(&cluster, 4).await;
+    create_pdb(
+        &cluster,
+        "default",
+        "web-pdb",
+        json!({ "maxUnavailable": 1, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+    .await;
+    evict(&cluster, "web-0").await.unwrap();
+    // web-0 is terminating but still one of the four replicas: the budget is spent. (Counting
+    // only running pods as expected would let every other pod go, one eviction at a time.)
+    for next in ["web-1", "web-2", "web-3"] {
+        let error = evict(&cluster, next).await.unwrap_err();
+        assert!(
+            matches!(error, ClusterError::TooManyRequests { .. }),
+            "{next}: {error}"
+        );
+    }
+}
+
+#[tokio::test]
 async fn given_max_unavailable_as_a_percentage_then_it_is_rounded_up() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;

@@ -1,6 +1,8 @@
 //! The disruption building blocks from the outside: the sentences `explain` writes for an
 //! operator (each names what to act on), and candidate selection agreeing with the eviction API
-//! of the in-memory cluster about PodDisruptionBudgets.
+//! of the in-memory cluster about PodDisruptionBudgets. Both take the budgets' arithmetic from
+//! `core_svc::pdb`; the agreement cases pin the eviction API's answers so that a change to the
+//! shared arithmetic, or to either side's use of it, shows.
 
 #![allow(
     clippy::unwrap_used,
@@ -18,6 +20,7 @@ use core_svc::disruption::{
     Blocked, BlockedReason, CandidateSelector, DisruptionClass, DisruptionReason, ExplainInputs,
     Explanation, Limit, Observation, Observed, explain,
 };
+use core_svc::pdb;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -602,7 +605,7 @@ fn given_termination_grace_period_then_drift_goes_ahead_despite_the_pods() {
 
 // --- agreement with the eviction API ---------------------------------------------------------
 
-/// What the eviction API said about `default/web-0`, reduced to what the selector predicts.
+/// What the eviction API said about `default/web-0`, reduced to what the predictions say.
 #[derive(Debug, PartialEq, Eq)]
 enum Verdict {
     Allowed,
@@ -610,10 +613,22 @@ enum Verdict {
     SeveralBudgets,
 }
 
+/// What the eviction API and its predictions said about `default/web-0`.
+#[derive(Debug)]
+struct Verdicts {
+    /// The candidate selector's verdict for the node.
+    selector: Verdict,
+    /// [`pdb::PdbAllowance::admits_eviction`] of the one budget selecting `web-0`.
+    shared: Verdict,
+    /// The in-memory cluster's eviction API.
+    eviction: Verdict,
+}
+
 /// Three `web` pods on `node-a` in an in-memory cluster, `unready` of them not Ready, with
-/// `budgets`; the selector's verdict for the node (from the pods alone: the budgets' status is
-/// dropped) and the eviction API's for `web-0`.
-async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> (Verdict, Verdict) {
+/// `budgets`: the predictions (from the pods alone: the budgets' status is dropped) and the
+/// eviction API's verdict for `web-0`. Also checks that the status the cluster derives for each
+/// budget is the shared arithmetic's.
+async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> Verdicts {
     let clock = FakeClock::new(saturday_noon());
     let cluster = InMemoryCluster::new(Arc::new(clock), 11);
     for name in ["web-0", "web-1", "web-2"] {
@@ -634,15 +649,54 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> (Verdict, Verd
     }
     let mut snapshot = cluster.snapshot().await.unwrap();
     for budget in &mut snapshot.pdbs {
-        budget.status = None;
+        let status = budget.status.take().unwrap();
+        let allowance = pdb::allowance(budget, pdb::selector(budget).as_ref(), &snapshot.pods);
+        assert_eq!(
+            (
+                status.expected_pods,
+                status.current_healthy,
+                status.desired_healthy,
+                status.disruptions_allowed
+            ),
+            (
+                allowance.expected_pods,
+                allowance.current_healthy,
+                allowance.desired_healthy,
+                allowance.disruptions_allowed
+            ),
+            "derived status of {:?}",
+            budget.metadata.name
+        );
     }
+    let web_0 = snapshot
+        .pods
+        .iter()
+        .find(|pod| pod.metadata.name.as_deref() == Some("web-0"))
+        .unwrap();
+    let selecting: Vec<&PodDisruptionBudget> = snapshot
+        .pdbs
+        .iter()
+        .filter(|budget| pdb::selects(budget, pdb::selector(budget).as_ref(), web_0))
+        .collect();
+    let shared = match selecting.as_slice() {
+        [] => Verdict::Allowed,
+        [budget] => {
+            let allowance = pdb::pdb_allowance(budget, &snapshot.pods);
+            if allowance.admits_eviction(web_0) {
+                Verdict::Allowed
+            } else {
+                Verdict::BlockedBy(allowance.pdb)
+            }
+        }
+        _ => Verdict::SeveralBudgets,
+    };
     snapshot.node_pools = vec![node_pool(json!({}))];
     snapshot.node_claims = vec![node_claim("node-a", json!({}))];
     snapshot.nodes = vec![node("node-a", json!({}))];
     snapshot.sort();
     let nominated = BTreeSet::new();
     let selector = CandidateSelector::new(&snapshot, saturday_noon(), &nominated);
-    let predicted = match selector.candidate("node-a", DisruptionClass::Graceful) {
+    let selector_verdict = match selector.candidate("node-a", DisruptionClass::Graceful) {
         Ok(_) => Verdict::Allowed,
         Err(Blocked::PdbBlocks { pod, pdb }) => {
             assert_eq!(pod, "default/web-0", "the first healthy pod decides here");
@@ -651,7 +705,7 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> (Verdict, Verd
         Err(Blocked::MultiplePdbs { .. }) => Verdict::SeveralBudgets,
         Err(other) => panic!("{other:?}"),
     };
-    let actual = match cluster
+    let eviction = match cluster
         .evict("default", "web-0", &Preconditions::default())
         .await
     {
@@ -662,7 +716,11 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> (Verdict, Verd
         Err(ClusterError::MultipleDisruptionBudgets { .. }) => Verdict::SeveralBudgets,
         Err(other) => panic!("{other:?}"),
     };
-    (predicted, actual)
+    Verdicts {
+        selector: selector_verdict,
+        shared,
+        eviction,
+    }
 }
 
 /// One budget named `web-pdb` with `spec`.
@@ -726,10 +784,17 @@ async fn given_pdbs_then_candidate_selection_agrees_with_the_eviction_api() {
         ),
     ];
     for (budgets, unready, expected) in cases {
-        let (predicted, actual) = verdicts(&budgets, &unready).await;
-        assert_eq!(actual, expected, "eviction API, {budgets:?} {unready:?}");
+        let verdicts = verdicts(&budgets, &unready).await;
         assert_eq!(
-            predicted, actual,
+            verdicts.eviction, expected,
+            "eviction API, {budgets:?} {unready:?}"
+        );
+        assert_eq!(
+            verdicts.shared, verdicts.eviction,
+            "shared arithmetic vs eviction, {budgets:?} {unready:?}"
+        );
+        assert_eq!(
+            verdicts.selector, verdicts.eviction,
             "selector vs eviction, {budgets:?} {unready:?}"
         );
     }

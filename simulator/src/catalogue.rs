@@ -73,7 +73,7 @@ pub fn instance_types(
 
 /// A deterministic fraction in [0.3, 0.7) from the seed, type and zone (FNV-1a: stable across
 /// platforms and Rust versions, unlike the standard library's hasher).
-fn spot_fraction(seed: u64, instance_type: &str, zone: &str) -> f64 {
+pub(crate) fn spot_fraction(seed: u64, instance_type: &str, zone: &str) -> f64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
     for byte in instance_type.bytes().chain([0]).chain(zone.bytes()) {
         hash ^= u64::from(byte);

@@ -1,9 +1,30 @@
-//! The simulator: core-svc's decisions and aws-plugin's provider over an in-memory cluster, an
-//! in-memory EC2 and a virtual clock; also the harness the benchmarks use.
+//! The simulator: core-svc's controllers and aws-plugin's provider, joined by the real gRPC API
+//! over an in-process transport, on an in-memory cluster, an in-memory EC2 and a virtual clock;
+//! also the harness the benchmarks use.
 //!
+//! - [`scenario`]: the scenario file format (`SCENARIO.md`), read and checked.
+//! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
+//! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
+//! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
+//! - [`outage`]: the provider decorator that simulates a plugin outage.
+//! - [`budgets`]: PodDisruptionBudgets as the disruption controller judges them.
+//! - [`world`]: the stand-ins for the kube-scheduler, kubelets and workload controllers.
+//! - [`clock`]: virtual time, as core, aws-plugin and the in-memory EC2 read it.
 //! - [`catalogue`]: the simulated cloud's instance types, built by aws-plugin's and core-svc's
 //!   own code from the embedded EC2 catalogue.
 //! - [`workloads`]: the pod mixes the scheduler benchmarks run.
 
+pub mod budgets;
 pub mod catalogue;
+pub mod clock;
+pub mod cloud;
+pub mod engine;
+pub mod outage;
+pub mod report;
+pub mod scenario;
+pub mod transport;
 pub mod workloads;
+pub mod world;
+
+/// The scenario `simulate` runs when given none.
+pub const DEFAULT_SCENARIO: &str = include_str!("../scenarios/new-ami.yaml");

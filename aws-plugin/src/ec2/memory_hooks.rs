@@ -208,3 +208,100 @@ impl MemoryEc2 {
         Ok(instance)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ec2::{Ec2, ImageQuery, ResourceQuery};
+
+    fn ec2() -> MemoryEc2 {
+        MemoryEc2::new("us-east-1").expect("the embedded catalogue")
+    }
+
+    fn running(id: &str) -> RunningInstance {
+        RunningInstance {
+            id: id.to_owned(),
+            instance_type: "m5.large".to_owned(),
+            zone: "us-east-1a".to_owned(),
+            capacity_type: CapacityType::OnDemand,
+            image_id: Some("ami-0a1".to_owned()),
+            subnet_id: Some("subnet-a".to_owned()),
+            security_group_ids: vec!["sg-1".to_owned()],
+            tags: vec![Tag::new("karpenter.sh/nodeclaim", "default-abc")],
+            launch_time: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn resources_added_under_given_ids_are_described_under_them() {
+        let ec2 = ec2();
+        ec2.add_image_with_id(
+            "ami-0a1",
+            "al2023-v1",
+            "x86_64",
+            "2026-01-01T00:00:00.000Z",
+            vec![],
+        );
+        ec2.add_subnet_with_id(
+            "subnet-a",
+            "us-east-1a",
+            vec![Tag::new("discovery", "demo")],
+        );
+        ec2.add_security_group_with_id("sg-1", "nodes", vec![]);
+        let images = ec2
+            .describe_images(&ImageQuery {
+                ids: vec!["ami-0a1".to_owned()],
+                ..ImageQuery::default()
+            })
+            .await
+            .unwrap();
+        assert_eq!(images[0].name, "al2023-v1");
+        let subnets = ec2
+            .describe_subnets(&ResourceQuery::ids(["subnet-a"]))
+            .await
+            .unwrap();
+        assert_eq!(subnets[0].zone, "us-east-1a");
+    }
+
+    #[tokio::test]
+    async fn a_registered_instance_is_running_at_once_and_its_id_is_taken() {
+        let ec2 = ec2();
+        ec2.add_subnet_with_id("subnet-a", "us-east-1a", vec![]);
+        ec2.register_running_instance(running("i-0abc")).unwrap();
+        let found = ec2
+            .describe_instances(&ResourceQuery::ids(["i-0abc"]))
+            .await
+            .unwrap();
+        assert_eq!(found[0].state, InstanceState::Running);
+        assert_eq!(found[0].tag("karpenter.sh/nodeclaim"), Some("default-abc"));
+        assert!(ec2.register_running_instance(running("i-0abc")).is_err());
+    }
+
+    #[test]
+    fn an_instance_in_an_unknown_subnet_or_of_an_unknown_type_is_refused() {
+        let ec2 = ec2();
+        assert!(
+            ec2.register_running_instance(running("i-1")).is_err(),
+            "no subnet-a"
+        );
+        ec2.add_subnet_with_id("subnet-a", "us-east-1a", vec![]);
+        let mut unknown = running("i-2");
+        unknown.instance_type = "m5.gigantic".to_owned();
+        assert!(ec2.register_running_instance(unknown).is_err());
+    }
+
+    #[test]
+    fn the_catalogue_narrows_to_the_types_and_zones_kept() {
+        let ec2 = ec2();
+        let types = ["m5.large".to_owned(), "c5.large".to_owned()];
+        let zones = ["us-east-1b".to_owned()];
+        ec2.restrict_catalogue(Some(&types), Some(&zones));
+        let offered = ec2.offered_zones();
+        assert_eq!(offered.keys().collect::<Vec<_>>(), ["c5.large", "m5.large"]);
+        assert!(offered.values().all(|z| z == &["us-east-1b"]));
+        assert!(ec2.spot_price("m5.large", "us-east-1a").is_none());
+        assert!(ec2.spot_price("m5.large", "us-east-1b").is_some());
+        ec2.clear_spot_prices();
+        assert!(ec2.spot_price("m5.large", "us-east-1b").is_none());
+    }
+}

@@ -3,7 +3,7 @@
 //!
 //! What it models, beyond storage: resourceVersions from one counter, status subresources,
 //! finalizers and graceful pod deletion, generateName, UIDs, the eviction subresource with the
-//! disruption controller's PDB arithmetic, and NodePool / NodeClaim admission
+//! disruption controller's PDB arithmetic ([`crate::pdb`]), and NodePool / NodeClaim admission
 //! ([`NodePool::validate`], [`NodeClaim::validate_update`], ...). What it leaves out: watches
 //! (callers read snapshots), namespaces as objects, and workload controllers. A PDB's status is
 //! the one the disruption controller would write, computed whenever it is read; the scale of a
@@ -28,7 +28,7 @@ use k8s_openapi::apimachinery::pkg::{
     util::intstr::IntOrString,
 };
 use karpenter_api::{LabelPolicy, NodeClaim, NodeClassReference, NodePool, ValidationError};
-use kube::core::{DynamicObject, Selector, SelectorExt};
+use kube::core::DynamicObject;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
@@ -37,6 +37,9 @@ use super::{
     api_group,
 };
 use crate::clock::Clock;
+use crate::pdb::{
+    self, UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW, UNHEALTHY_POD_EVICTION_IF_HEALTHY_BUDGET,
+};
 
 /// A Pod's grace period when neither it nor the delete call sets one.
 const DEFAULT_POD_GRACE_PERIOD_SECONDS: i64 = 30;
@@ -49,8 +52,6 @@ const MAX_GENERATE_NAME_PREFIX: usize = 63 - GENERATED_SUFFIX_LENGTH;
 /// How many names generateName tries before giving up with AlreadyExists.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
 const MAX_NAME_LENGTH: usize = 253;
-const UNHEALTHY_ALWAYS_ALLOW: &str = "AlwaysAllow";
-const UNHEALTHY_IF_HEALTHY_BUDGET: &str = "IfHealthyBudget";
 
 /// The cluster API in memory. Thread-safe; clones share the same cluster.
 #[derive(Clone)]
@@ -978,8 +979,8 @@ fn check_budget(pdb: &PodDisruptionBudget) -> Result<(), Vec<FieldError>> {
         }
     }
     if let Some(policy) = &spec.unhealthy_pod_eviction_policy
-        && policy != UNHEALTHY_ALWAYS_ALLOW
-        && policy != UNHEALTHY_IF_HEALTHY_BUDGET
+        && policy != UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW
+        && policy != UNHEALTHY_POD_EVICTION_IF_HEALTHY_BUDGET
     {
         causes.push(cause(
             "spec.unhealthyPodEvictionPolicy",
@@ -1371,108 +1372,30 @@ fn phase(pod: &Pod) -> Option<&str> {
         .and_then(|status| status.phase.as_deref())
 }
 
-/// `IsPodReady`: the Ready condition is True.
-fn is_ready(pod: &Pod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-        })
-}
-
 fn is_terminating(pod: &Pod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
-/// Whether a policy/v1 budget selects `pod`: same namespace, and a selector that matches its
-/// labels (an empty selector matches every pod, a missing one none).
-fn selects(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
-    if pdb.metadata.namespace != pod.metadata.namespace {
-        return false;
-    }
-    let Some(selector) = pdb.spec.as_ref().and_then(|spec| spec.selector.clone()) else {
-        return false;
-    };
-    let Ok(selector) = Selector::try_from(selector) else {
-        return false;
-    };
-    selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-}
-
-/// `GetScaledValueFromIntOrPercent(value, total, roundUp=true)`.
-fn scaled(value: &IntOrString, total: i32) -> Option<i32> {
-    match value {
-        IntOrString::Int(n) => Some(*n),
-        IntOrString::String(text) => {
-            let percent = i64::from(parse_percent(text)?);
-            let scaled = (percent * i64::from(total) + 99) / 100;
-            i32::try_from(scaled).ok()
-        }
-    }
-}
-
-/// The status the disruption controller writes for `pdb`.
+/// The status the disruption controller writes for `pdb`. It reads the scale of the pods'
+/// controllers; with no workload controllers here, their live pods stand in for it, which is
+/// what [`pdb::allowance`] counts.
 fn budget_status(pdb: &PodDisruptionBudget, tables: &Tables) -> PodDisruptionBudgetStatus {
-    let namespace = pdb.metadata.namespace.as_deref().unwrap_or_default();
-    let pods: Vec<&Pod> = tables
-        .pods_in(namespace)
-        .filter(|pod| selects(pdb, pod))
-        .collect();
-    let count = |filter: &dyn Fn(&Pod) -> bool| {
-        i32::try_from(pods.iter().filter(|pod| filter(pod)).count()).unwrap_or(i32::MAX)
-    };
-    let current_healthy = count(&|pod| !is_terminating(pod) && is_ready(pod));
-    // The disruption controller reads the scale of the pods' controllers; with no workload
-    // controllers here, their live pods stand in for it. Pods without a controller count for
-    // nothing, as in Kubernetes.
-    let managed = || {
-        count(&|pod| {
-            !is_terminating(pod)
-                && !is_terminal(pod)
-                && pod
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|owner| owner.controller == Some(true))
-        })
-    };
-    let spec = pdb.spec.as_ref();
-    let (expected, desired) = match (
-        spec.and_then(|spec| spec.max_unavailable.as_ref()),
-        spec.and_then(|spec| spec.min_available.as_ref()),
-    ) {
-        (Some(max_unavailable), _) => {
-            let expected = managed();
-            let desired = scaled(max_unavailable, expected).map(|max| (expected - max).max(0));
-            (expected, desired)
-        }
-        (None, Some(IntOrString::Int(min_available))) => (count(&|_| true), Some(*min_available)),
-        (None, Some(min_available)) => {
-            let expected = managed();
-            (expected, scaled(min_available, expected))
-        }
-        (None, None) => (0, Some(0)),
-    };
-    // A budget the controller cannot compute allows nothing.
-    let desired_healthy = desired.unwrap_or(i32::MAX);
-    let allowed = current_healthy.saturating_sub(desired_healthy);
-    let disruptions_allowed = if expected <= 0 || allowed <= 0 {
-        0
-    } else {
-        allowed
-    };
+    let allowance = budget_allowance(pdb, tables);
     PodDisruptionBudgetStatus {
-        current_healthy,
-        desired_healthy: desired.unwrap_or(0),
-        disruptions_allowed,
-        expected_pods: expected,
+        current_healthy: allowance.current_healthy,
+        desired_healthy: allowance.desired_healthy,
+        disruptions_allowed: allowance.disruptions_allowed,
+        expected_pods: allowance.expected_pods,
         observed_generation: pdb.metadata.generation,
         ..Default::default()
     }
+}
+
+/// The budget's allowance from the pods of its namespace. Any stored status is ignored: here the
+/// arithmetic is the disruption controller.
+fn budget_allowance(pdb: &PodDisruptionBudget, tables: &Tables) -> pdb::PdbAllowance {
+    let namespace = pdb.metadata.namespace.as_deref().unwrap_or_default();
+    pdb::allowance(pdb, pdb::selector(pdb).as_ref(), tables.pods_in(namespace))
 }
 
 /// The object as read: a PodDisruptionBudget carries the status the disruption controller
@@ -1528,7 +1451,7 @@ fn check_budgets(
         .table::<PodDisruptionBudget>()
         .into_iter()
         .flat_map(BTreeMap::values)
-        .filter(|pdb| selects(pdb, pod))
+        .filter(|budget| pdb::selects(budget, pdb::selector(budget).as_ref(), pod))
         .collect();
     let pdb = match budgets.as_slice() {
         [] => return Ok(()),
@@ -1543,21 +1466,8 @@ fn check_budgets(
             });
         }
     };
-    let status = budget_status(pdb, tables);
-    if !is_ready(pod) {
-        let policy = pdb
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.unhealthy_pod_eviction_policy.as_deref());
-        if policy == Some(UNHEALTHY_ALWAYS_ALLOW) {
-            return Ok(());
-        }
-        // IfHealthyBudget: an unhealthy pod may go while the budget is met without it.
-        if status.current_healthy >= status.desired_healthy && status.desired_healthy > 0 {
-            return Ok(());
-        }
-    }
-    if status.disruptions_allowed > 0 {
+    let allowance = budget_allowance(pdb, tables);
+    if allowance.admits_eviction(pod) {
         return Ok(());
     }
     let budget = pdb.metadata.name.clone().unwrap_or_default();
@@ -1566,7 +1476,7 @@ fn check_budgets(
         reason: format!(
             "Cannot evict pod as it would violate the pod's disruption budget. The disruption \
              budget {budget} needs {} healthy pods and has {} currently",
-            status.desired_healthy, status.current_healthy
+            allowance.desired_healthy, allowance.current_healthy
         ),
         budget,
     })
@@ -1633,17 +1543,6 @@ mod tests {
             apply_merge_patch(&mut target, &patch);
             assert_eq!(target, expected, "patch {patch}");
         }
-    }
-
-    #[test]
-    fn given_percentages_then_they_scale_rounding_up_as_kubernetes_does() {
-        let percent = |text: &str| IntOrString::String(text.to_owned());
-        assert_eq!(scaled(&percent("50%"), 3), Some(2));
-        assert_eq!(scaled(&percent("10%"), 1), Some(1));
-        assert_eq!(scaled(&percent("0%"), 7), Some(0));
-        assert_eq!(scaled(&percent("100%"), 7), Some(7));
-        assert_eq!(scaled(&IntOrString::Int(4), 7), Some(4));
-        assert_eq!(scaled(&percent("5"), 7), None);
     }
 
     #[test]

@@ -21,13 +21,14 @@
 //! pods off regardless, so the block is recorded on the candidate and ignored. Consolidation
 //! (graceful) always honours it.
 //!
-//! A PodDisruptionBudget's allowance is computed from the snapshot's pods as the Kubernetes
-//! disruption controller computes it (healthy = Ready and not terminating; `minAvailable` /
-//! `maxUnavailable` as a count or a percentage of the expected pods, rounded up; the expected
-//! pods of a percentage or of `maxUnavailable` are the selected pods that a controller owns and
-//! that still run, standing in for the controllers' scale). A status the disruption controller
-//! wrote for the budget's current generation can only lower it: it knows the workloads' scale,
-//! which the pods alone do not tell, and it counts evictions it has just admitted.
+//! A PodDisruptionBudget's allowance is computed by [`crate::pdb`] from the snapshot's pods as
+//! the Kubernetes disruption controller computes it (healthy = Ready and not terminating;
+//! `minAvailable` / `maxUnavailable` as a count or a percentage of the expected pods, rounded
+//! up; the expected pods of a percentage or of `maxUnavailable` are the selected pods that a
+//! controller owns and that still run, standing in for the controllers' scale). A status the
+//! disruption controller wrote for the budget's current generation can only lower it: it knows
+//! the workloads' scale, which the pods alone do not tell, and it counts evictions it has just
+//! admitted.
 //!
 //! Differences from upstream: nominations come from the caller (upstream keeps them on its state
 //! nodes); the orchestration queue is not consulted (a node in it is tainted, so step 2 covers
@@ -41,8 +42,6 @@ use std::fmt;
 use core_domain::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
-use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use karpenter_api::nodeclaim::{CONDITION_INITIALIZED, CONDITION_INSTANCE_TERMINATING};
 use karpenter_api::{DisruptionReason, NodeClaim, NodePool, condition};
 use kube::core::{Selector, SelectorExt};
@@ -54,10 +53,10 @@ use crate::controllers::termination::drain::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
     tolerates_disrupted_taint,
 };
+use crate::pdb;
 
-/// `unhealthyPodEvictionPolicy: AlwaysAllow`: a budget that never protects pods that are not
-/// Ready.
-pub const UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW: &str = "AlwaysAllow";
+// The budget arithmetic lives in `crate::pdb`; disruption's users keep finding it here.
+pub use crate::pdb::{PdbAllowance, UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW, pdb_allowance};
 
 /// How a disruption method treats the pods that block a node (upstream's disruption classes).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -109,25 +108,6 @@ pub enum AnnotatedObject {
     Node,
     /// The NodeClaim.
     NodeClaim,
-}
-
-/// A PodDisruptionBudget's arithmetic at the snapshot's instant.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PdbAllowance {
-    /// The budget, `namespace/name`.
-    pub pdb: String,
-    /// The pods the budget expects to exist.
-    pub expected_pods: i32,
-    /// The selected pods that are Ready and not terminating.
-    pub current_healthy: i32,
-    /// How many of them must stay healthy.
-    pub desired_healthy: i32,
-    /// How many pods may be evicted now.
-    pub disruptions_allowed: i32,
-    /// `unhealthyPodEvictionPolicy: AlwaysAllow`: pods that are not Ready never count against it.
-    pub unhealthy_always_allow: bool,
-    /// `maxUnavailable: 0` (or `"0%"`) or `minAvailable: "100%"`: it never allows an eviction.
-    pub fully_blocking: bool,
 }
 
 /// Why a node is not a candidate. The first reason found, in the order of the module
@@ -396,11 +376,6 @@ pub fn is_reschedulable(pod: &Pod) -> bool {
         && !is_mirror(pod)
 }
 
-/// Whether the pod's `Ready` condition is `True`.
-fn is_pod_ready(pod: &Pod) -> bool {
-    pod_ready_status(pod) == Some("True")
-}
-
 fn pod_ready_status(pod: &Pod) -> Option<&str> {
     pod.status
         .as_ref()
@@ -409,117 +384,6 @@ fn pod_ready_status(pod: &Pod) -> Option<&str> {
         .flatten()
         .find(|condition| condition.type_ == "Ready")
         .map(|condition| condition.status.as_str())
-}
-
-/// `GetScaledValueFromIntOrPercent(value, total, roundUp=true)`; `None` for a string that is
-/// not a percentage.
-fn scaled(value: &IntOrString, total: i32) -> Option<i32> {
-    match value {
-        IntOrString::Int(n) => Some(*n),
-        IntOrString::String(text) => {
-            let percent: i64 = text.strip_suffix('%')?.parse().ok()?;
-            let scaled = (percent * i64::from(total.max(0)) + 99).div_euclid(100);
-            i32::try_from(scaled).ok()
-        }
-    }
-}
-
-/// The budget's parsed selector; `None` selects nothing (a missing or unparsable one).
-fn pdb_selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
-    let selector = pdb.spec.as_ref()?.selector.clone()?;
-    Selector::try_from(selector).ok()
-}
-
-fn pdb_selects(pdb: &PodDisruptionBudget, selector: Option<&Selector>, pod: &Pod) -> bool {
-    pdb.metadata.namespace == pod.metadata.namespace
-        && selector.is_some_and(|selector| {
-            selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
-        })
-}
-
-fn pdb_key(pdb: &PodDisruptionBudget) -> String {
-    format!(
-        "{}/{}",
-        pdb.metadata.namespace.as_deref().unwrap_or_default(),
-        pdb.metadata.name.as_deref().unwrap_or_default()
-    )
-}
-
-/// The budget's allowance given `pods` (any pods: those it selects are picked out), computed as
-/// the module documentation says.
-pub fn pdb_allowance<'p>(
-    pdb: &PodDisruptionBudget,
-    pods: impl IntoIterator<Item = &'p Pod>,
-) -> PdbAllowance {
-    allowance_with(pdb, pdb_selector(pdb).as_ref(), pods)
-}
-
-fn allowance_with<'p>(
-    pdb: &PodDisruptionBudget,
-    selector: Option<&Selector>,
-    pods: impl IntoIterator<Item = &'p Pod>,
-) -> PdbAllowance {
-    let selected: Vec<&Pod> = pods
-        .into_iter()
-        .filter(|pod| pdb_selects(pdb, selector, pod))
-        .collect();
-    let count = |keep: &dyn Fn(&Pod) -> bool| {
-        i32::try_from(selected.iter().filter(|pod| keep(pod)).count()).unwrap_or(i32::MAX)
-    };
-    let current_healthy = count(&|pod| !is_terminating(pod) && is_pod_ready(pod));
-    let managed = || {
-        count(&|pod| {
-            is_active(pod)
-                && pod
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|owner| owner.controller == Some(true))
-        })
-    };
-    let spec = pdb.spec.as_ref();
-    let max_unavailable = spec.and_then(|spec| spec.max_unavailable.as_ref());
-    let min_available = spec.and_then(|spec| spec.min_available.as_ref());
-    let (expected_pods, desired) = match (max_unavailable, min_available) {
-        (Some(max_unavailable), _) => {
-            let expected = managed();
-            let desired = scaled(max_unavailable, expected).map(|max| (expected - max).max(0));
-            (expected, desired)
-        }
-        (None, Some(IntOrString::Int(min_available))) => (count(&|_| true), Some(*min_available)),
-        (None, Some(min_available)) => {
-            let expected = managed();
-            (expected, scaled(min_available, expected))
-        }
-        (None, None) => (0, Some(0)),
-    };
-    // A budget that cannot be computed protects everything.
-    let desired_healthy = desired.unwrap_or(i32::MAX);
-    let surplus = current_healthy.saturating_sub(desired_healthy);
-    let mut disruptions_allowed = if expected_pods <= 0 || surplus <= 0 {
-        0
-    } else {
-        surplus
-    };
-    if let Some(status) = &pdb.status
-        && status.observed_generation == pdb.metadata.generation
-    {
-        disruptions_allowed = disruptions_allowed.min(status.disruptions_allowed.max(0));
-    }
-    let fully_blocking = matches!(max_unavailable, Some(IntOrString::Int(0)))
-        || matches!(max_unavailable, Some(IntOrString::String(text)) if text == "0%")
-        || matches!(min_available, Some(IntOrString::String(text)) if text == "100%");
-    PdbAllowance {
-        pdb: pdb_key(pdb),
-        expected_pods,
-        current_healthy,
-        desired_healthy: desired.unwrap_or(0),
-        disruptions_allowed,
-        unhealthy_always_allow: spec.and_then(|spec| spec.unhealthy_pod_eviction_policy.as_deref())
-            == Some(UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW),
-        fully_blocking,
-    }
 }
 
 /// One budget, ready to match pods.
@@ -559,12 +423,13 @@ impl<'a> CandidateSelector<'a> {
             .iter()
             .map(|pdb| {
                 let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
-                let selector = pdb_selector(pdb);
+                let selector = pdb::selector(pdb);
                 let pods = pods_by_namespace
                     .get(namespace.as_str())
                     .map(Vec::as_slice)
                     .unwrap_or_default();
-                let allowance = allowance_with(pdb, selector.as_ref(), pods.iter().copied());
+                let allowance = pdb::allowance(pdb, selector.as_ref(), pods.iter().copied())
+                    .lowered_by_status(pdb);
                 PreparedPdb {
                     namespace,
                     selector,
@@ -785,6 +650,7 @@ impl<'a> CandidateSelector<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use serde_json::{Value, json};
 
     fn at(text: &str) -> Timestamp {

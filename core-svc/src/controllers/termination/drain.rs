@@ -7,16 +7,19 @@
 //!   their deletion deadline), not mirror pods;
 //! - in which order they go ([`Tier`]): non-critical pods, then non-critical DaemonSet pods, then
 //!   critical ones, then critical DaemonSet pods, each tier only once the previous one is gone;
-//! - which of them may be evicted now ([`is_evictable`]): not already terminating and not
-//!   annotated `karpenter.sh/do-not-disrupt: "true"` (those are waited for, never evicted);
+//! - which of them may be evicted now ([`is_evictable`]): not already terminating and without an
+//!   active `karpenter.sh/do-not-disrupt` (`"true"`, or a duration not yet elapsed since the pod
+//!   started, read as disruption reads it: [`do_not_disrupt::evaluate`]); those are waited for,
+//!   never evicted, and an invalid value is ignored;
 //! - which must be deleted now because the terminationGracePeriod deadline would otherwise cut
-//!   their own grace period short ([`force_delete_grace_period`]).
+//!   their own grace period short ([`force_delete_grace_period`]), do-not-disrupt or not.
 
 use std::time::Duration;
 
-use core_domain::labels::ANNOTATION_DO_NOT_DISRUPT;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::{Pod, Toleration};
+
+use crate::disruption::do_not_disrupt;
 
 /// The taint key core puts on a node it drains.
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
@@ -114,13 +117,10 @@ pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
         .is_some_and(|deadline| now.duration_since(deadline.0) > signed(STUCK_TERMINATING_AFTER))
 }
 
-/// Whether the pod carries `karpenter.sh/do-not-disrupt: "true"`.
-pub fn has_do_not_disrupt(pod: &Pod) -> bool {
-    pod.metadata
-        .annotations
-        .as_ref()
-        .and_then(|annotations| annotations.get(ANNOTATION_DO_NOT_DISRUPT))
-        .is_some_and(|value| value == "true")
+/// Whether the pod's `karpenter.sh/do-not-disrupt` protects it at `now`: `"true"`, or a
+/// duration not yet elapsed since the pod started. An invalid value protects nothing.
+pub fn has_active_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+    do_not_disrupt::evaluate(pod, now).blocks()
 }
 
 /// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule`: such a pod may run on a
@@ -166,13 +166,13 @@ pub fn is_waiting_eviction(pod: &Pod, now: Timestamp) -> bool {
         && !is_mirror(pod)
 }
 
-/// Whether the drain may call the eviction API on the pod (upstream `IsEvictable`).
-pub fn is_evictable(pod: &Pod) -> bool {
+/// Whether the drain may call the eviction API on the pod at `now` (upstream `IsEvictable`).
+pub fn is_evictable(pod: &Pod, now: Timestamp) -> bool {
     !is_terminal(pod)
         && !is_terminating(pod)
         && !tolerates_disrupted_taint(pod)
         && !is_mirror(pod)
-        && !has_do_not_disrupt(pod)
+        && !has_active_do_not_disrupt(pod, now)
 }
 
 /// The pod's own grace period, Kubernetes' default when unset.
@@ -283,7 +283,7 @@ pub fn plan<'a>(
     plan.evict = waiting
         .iter()
         .copied()
-        .filter(|pod| Some(Tier::of(pod)) == plan.tier && is_evictable(pod) && !deleting(pod))
+        .filter(|pod| Some(Tier::of(pod)) == plan.tier && is_evictable(pod, now) && !deleting(pod))
         .collect();
     plan
 }
@@ -442,9 +442,12 @@ mod tests {
                 skipped.metadata.name
             );
         }
-        assert!(is_evictable(&running));
-        assert!(!is_evictable(&do_not_disrupt), "waited for, never evicted");
-        assert!(!is_evictable(&terminating), "already going");
+        assert!(is_evictable(&running, now));
+        assert!(
+            !is_evictable(&do_not_disrupt, now),
+            "waited for, never evicted"
+        );
+        assert!(!is_evictable(&terminating, now), "already going");
     }
 
     #[test]
@@ -506,6 +509,63 @@ mod tests {
         assert!(plan.evict.is_empty(), "the DaemonSet tier waits for dnd");
         assert_eq!(plan.waiting, 2);
         assert!(!plan.is_drained());
+    }
+
+    /// A pod started at `at(0)` whose `karpenter.sh/do-not-disrupt` is `value`.
+    fn started_with_do_not_disrupt(name: &str, value: &str) -> Pod {
+        pod(
+            name,
+            json!({
+                "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": value } },
+                "status": { "startTime": Time(at(0)) },
+            }),
+        )
+    }
+
+    #[test]
+    fn a_do_not_disrupt_duration_holds_the_pod_until_it_has_elapsed() {
+        let dnd = started_with_do_not_disrupt("dnd", "30m");
+        let web = pod("web", json!({}));
+
+        let before = at(30 * 60 - 1);
+        assert!(!is_evictable(&dnd, before));
+        let plan_before = plan([&dnd, &web], before, None);
+        assert_eq!(names(&plan_before.evict), ["web"]);
+        assert_eq!(
+            plan_before.waiting, 2,
+            "the drain waits for the protected pod"
+        );
+
+        let expiry = at(30 * 60);
+        assert!(
+            is_evictable(&dnd, expiry),
+            "the duration counts from startTime"
+        );
+        let plan_after = plan([&dnd, &web], expiry, None);
+        assert_eq!(names(&plan_after.evict), ["dnd", "web"]);
+    }
+
+    #[test]
+    fn an_invalid_do_not_disrupt_value_protects_nothing() {
+        let now = at(0);
+        for value in ["false", "yes", "0s", "-1h"] {
+            let pod = started_with_do_not_disrupt("p", value);
+            assert!(is_evictable(&pod, now), "{value:?}");
+        }
+        assert!(!is_evictable(
+            &started_with_do_not_disrupt("p", "true"),
+            at(1_000_000)
+        ));
+    }
+
+    #[test]
+    fn force_deletes_ignore_an_active_do_not_disrupt_duration() {
+        let dnd = started_with_do_not_disrupt("dnd", "1h");
+        let plan = plan([&dnd], at(575), Some(at(600)));
+        assert!(has_active_do_not_disrupt(&dnd, at(575)));
+        assert_eq!(plan.force_delete.len(), 1);
+        assert_eq!(plan.force_delete[0].grace_period_seconds, 25);
+        assert!(plan.evict.is_empty());
     }
 
     #[test]

@@ -1,0 +1,176 @@
+//! `simulate [SCENARIO.yaml] [--report REPORT.json]`: runs a scenario (by default the embedded
+//! `scenarios/new-ami.yaml`) and prints its timeline; `--report` also writes the JSON report.
+//!
+//! Exit status: 0 when the run completed, 2 when the scenario is invalid (the message names
+//! the field), 1 when the run failed.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::Parser;
+use simulator::engine::{self, EngineError, Observer, RunError};
+use simulator::report::TimelineEvent;
+use simulator::scenario;
+
+/// Runs a scenario: core-svc's controllers and aws-plugin's provider over an in-memory
+/// cluster, an in-memory EC2 and a virtual clock.
+#[derive(Debug, Parser)]
+#[command(name = "simulate", version)]
+struct Args {
+    /// The scenario file (YAML); without one, the built-in `new-ami` scenario.
+    scenario: Option<PathBuf>,
+    /// Where to write the JSON report.
+    #[arg(long, value_name = "REPORT.json")]
+    report: Option<PathBuf>,
+    /// Print nothing but errors (the report is still written).
+    #[arg(long, short)]
+    quiet: bool,
+    /// Log filter for the controllers' logs on stderr (`RUST_LOG` syntax).
+    #[arg(long, env = "SIMULATE_LOG", default_value = "error")]
+    log: String,
+}
+
+/// Prints the timeline as it happens and, on a terminal, a progress line.
+struct Printer {
+    quiet: bool,
+    progress: bool,
+    last_progress: Option<u64>,
+}
+
+impl Printer {
+    #[allow(
+        clippy::print_stderr,
+        reason = "the progress line is for the person watching"
+    )]
+    fn clear_progress(&mut self) {
+        if self.progress && self.last_progress.is_some() {
+            eprint!("\r\x1b[2K");
+            self.last_progress = None;
+        }
+    }
+}
+
+impl Observer for Printer {
+    #[allow(clippy::print_stdout, reason = "the timeline is the program's output")]
+    fn event(&mut self, event: &TimelineEvent) {
+        if self.quiet {
+            return;
+        }
+        self.clear_progress();
+        println!("{}", event.line());
+    }
+
+    #[allow(
+        clippy::print_stderr,
+        reason = "the progress line is for the person watching"
+    )]
+    fn progress(&mut self, elapsed: Duration, total: Duration) {
+        if !self.progress || self.quiet {
+            return;
+        }
+        // One update per virtual minute is enough to see it move.
+        let minute = elapsed.as_secs() / 60;
+        if self.last_progress == Some(minute) && elapsed < total {
+            return;
+        }
+        self.last_progress = Some(minute);
+        let clock = |d: Duration| {
+            let s = d.as_secs();
+            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+        };
+        eprint!("\r\x1b[2Ksimulating {} / {}", clock(elapsed), clock(total));
+        let _ = std::io::stderr().flush();
+    }
+}
+
+#[allow(clippy::print_stderr, reason = "errors go to stderr")]
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let filter = tracing_subscriber::EnvFilter::try_new(&args.log)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("error"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+
+    let (source, text) = match &args.scenario {
+        None => (
+            "the built-in scenario new-ami.yaml".to_owned(),
+            simulator::DEFAULT_SCENARIO.to_owned(),
+        ),
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (path.display().to_string(), text),
+            Err(error) => {
+                eprintln!("simulate: cannot read {}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+    };
+    let scenario = match scenario::parse(&text) {
+        Ok(scenario) => scenario,
+        Err(error) => {
+            eprintln!("simulate: invalid scenario {source}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let mut printer = Printer {
+        quiet: args.quiet,
+        progress: std::io::stderr().is_terminal(),
+        last_progress: None,
+    };
+    let result = engine::run_blocking(scenario, &mut printer);
+    printer.clear_progress();
+    let report = match result {
+        Ok(report) => report,
+        Err(RunError::Engine(error @ EngineError::Apply { .. })) => {
+            eprintln!("simulate: invalid scenario {source}: {error}");
+            return ExitCode::from(2);
+        }
+        Err(error) => {
+            eprintln!("simulate: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(path) = &args.report
+        && let Err(error) = std::fs::write(path, report.to_json())
+    {
+        eprintln!("simulate: cannot write {}: {error}", path.display());
+        return ExitCode::FAILURE;
+    }
+    if !args.quiet {
+        print_summary(&report);
+    }
+    ExitCode::SUCCESS
+}
+
+#[allow(clippy::print_stdout, reason = "the summary is the program's output")]
+fn print_summary(report: &simulator::report::Report) {
+    let stats = &report.stats;
+    let running = report
+        .final_state
+        .instances
+        .iter()
+        .filter(|i| i.state == "running" || i.state == "pending")
+        .count();
+    println!();
+    println!(
+        "{}: {} events over {}s; {} NodeClaims, {} nodes, {} instances running at ${:.4}/h",
+        report.scenario,
+        report.timeline.len(),
+        report.end,
+        report.final_state.node_claims.len(),
+        report.final_state.nodes.len(),
+        running,
+        stats.cost_per_hour_at_end
+    );
+    println!(
+        "created {} NodeClaims, deleted {}; longest pending pod {}s; {} PDB violations; {} orphaned instances",
+        stats.node_claims_created,
+        stats.node_claims_deleted,
+        stats.pods_pending_max_seconds,
+        stats.pdb_violations,
+        stats.orphaned_instances
+    );
+}

@@ -1,0 +1,1225 @@
+//! The virtual-time loop.
+//!
+//! t=0 is the scenario's `start`. Time moves in steps of [`STEP`]; at each step, in this fixed
+//! order: the scenario's events that are due, the world's stand-ins (kubelets, scheduler,
+//! workload controllers), then every core controller whose pass is due, then the figures.
+//! Every call is awaited in turn on one thread, so a scenario and its seed give the same
+//! report byte for byte.
+//!
+//! When a controller's pass is due: when the time its last pass asked for
+//! ([`Requeue::After`]) has come, or when anything in the cluster changed since its last pass
+//! began (its own writes included, as a watch would deliver them); a failed pass is retried
+//! after [`ERROR_RETRY`]. A change is seen through the cluster's resource versions: every write
+//! gives the object a new one from one counter, so the highest version and the object count
+//! move whenever anything does.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use aws_plugin::bootstrap::ClusterSettings;
+use aws_plugin::ec2::CapacityType;
+use aws_plugin::ec2::memory::hooks::RunningInstance;
+use aws_plugin::identity::Identity;
+use aws_plugin::instance::tags::{instance_tags, launch_tags};
+use aws_plugin::node_class::ClusterIdentity;
+use aws_plugin::provider::{AwsCloudProvider, ProviderSettings};
+use core_domain::labels::{LabelPolicy, aws};
+use core_svc::cloudprovider::CloudProvider;
+use core_svc::cluster::{
+    Cluster, ClusterError, ClusterObject, DeleteOptions, InMemoryCluster, Snapshot,
+};
+use core_svc::controllers::drift::DriftController;
+use core_svc::controllers::expiration::ExpirationController;
+use core_svc::controllers::gc::GarbageCollectionController;
+use core_svc::controllers::hash::HashController;
+use core_svc::controllers::lifecycle::LifecycleController;
+use core_svc::controllers::nodeclass::{NodeClassController, merge_patch_between};
+use core_svc::controllers::provisioning::{Provisioner, ProvisionerOptions};
+use core_svc::controllers::termination::TerminationController;
+use core_svc::controllers::{Context, Controller, ControllerError, Requeue, Settings};
+use core_svc::events::{Event, MemoryEvents};
+use core_svc::plugin::Handshake;
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::scheduling::v1::PriorityClass;
+use karpenter_api::{ConditionStatus, NodeClaim, NodeClassReference, NodePool};
+use kube::core::DynamicObject;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use crate::budgets;
+use crate::clock::VirtualClock;
+use crate::cloud::{CloudError, InstanceView, KUBERNETES_VERSION, SimCloud};
+use crate::outage::{OutageProvider, OutageSwitch};
+use crate::report::{
+    FinalCondition, FinalInstance, FinalNode, FinalNodeClaim, FinalNodePool, FinalPod, FinalState,
+    Report, Stats, TimelineEvent,
+};
+use crate::scenario::{
+    Action, CloudChange, Kind, Manifest, ObjectKey, Scenario, parse_provider_id,
+};
+use crate::transport::{GrpcProvider, InProcessPlugin, TransportError};
+use crate::world::{self, World};
+
+/// One step of virtual time.
+pub const STEP: Duration = Duration::from_secs(1);
+
+/// How soon a failed controller pass runs again.
+pub const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// The cluster's name, as the plugin tags what it launches.
+pub const CLUSTER_NAME: &str = "simulated";
+
+/// A controller's `PluginUnavailable` event is kept in the timeline at most this often per
+/// object outside a simulated outage (during one, the outage's own entry says it all).
+const PLUGIN_UNAVAILABLE_EVERY: Duration = Duration::from_secs(60);
+
+/// The timeline's event types, as `SCENARIO.md` lists them. Core's other events (`Nominated`,
+/// `FailedScheduling`, ...) are not part of the timeline.
+pub const TIMELINE_TYPES: [&str; 17] = [
+    "NodeClaimCreated",
+    "NodeClaimLaunched",
+    "LaunchFailed",
+    "NodeRegistered",
+    "NodeInitialized",
+    "NodeClaimDrifted",
+    "DriftCleared",
+    "DisruptionStarted",
+    "DisruptionAbandoned",
+    "PodEvicted",
+    "EvictionBlocked",
+    "NodeClaimDeleted",
+    "NodeDeleted",
+    "InstanceTerminated",
+    "CoreRestarted",
+    "PluginUnavailable",
+    // Not in the list of SCENARIO.md, which allows more: when the plugin answers again.
+    "PluginAvailable",
+];
+
+/// Core's controllers the simulator does not run because core-svc does not have them yet.
+pub const MISSING_CONTROLLERS: [&str; 1] = ["disruption"];
+
+/// The provider the controllers get: the gRPC client of the in-process plugin, cut off during
+/// simulated outages.
+pub type SimProvider = OutageProvider<GrpcProvider>;
+
+type Ctx = Context<InMemoryCluster, SimProvider>;
+
+/// Why a run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The simulated cloud could not be set up.
+    #[error("cloud: {0}")]
+    Cloud(#[from] CloudError),
+    /// core could not reach the in-process plugin.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// A scenario object the cluster or the cloud refuses (the scenario is invalid).
+    #[error("{field}: {object}: {message}")]
+    Apply {
+        /// Where the object is in the scenario (`objects[2]`, `events[4].apply`).
+        field: String,
+        /// The object.
+        object: String,
+        /// Why it was refused.
+        message: String,
+    },
+    /// The in-memory cluster failed where it cannot.
+    #[error("the in-memory cluster failed: {0}")]
+    Cluster(#[from] ClusterError),
+}
+
+/// What a run tells as it goes.
+pub trait Observer {
+    /// A timeline event, as it is recorded.
+    fn event(&mut self, _event: &TimelineEvent) {}
+
+    /// Virtual time `elapsed` of `total` has passed.
+    fn progress(&mut self, _elapsed: Duration, _total: Duration) {}
+}
+
+/// An observer that ignores everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {}
+
+/// Runs `scenario` to its end.
+pub async fn run(scenario: Scenario, observer: &mut dyn Observer) -> Result<Report, EngineError> {
+    Simulation::new(scenario).await?.run(observer).await
+}
+
+/// Runs `scenario` on a new current-thread runtime (what the binary and the tests call).
+pub fn run_blocking(scenario: Scenario, observer: &mut dyn Observer) -> Result<Report, RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    Ok(runtime.block_on(run(scenario, observer))?)
+}
+
+/// Why [`run_blocking`] failed.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    /// No tokio runtime.
+    #[error("cannot start the runtime: {0}")]
+    Runtime(std::io::Error),
+    /// The run failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+}
+
+/// One of core's controllers.
+#[derive(Debug)]
+enum AnyController {
+    NodeClass(NodeClassController<InMemoryCluster, SimProvider>),
+    Hash(HashController<InMemoryCluster, SimProvider>),
+    Provisioning(Box<Provisioner<InMemoryCluster, SimProvider>>),
+    Lifecycle(LifecycleController<InMemoryCluster, SimProvider>),
+    Drift(DriftController<InMemoryCluster, SimProvider>),
+    Expiration(ExpirationController<InMemoryCluster, SimProvider>),
+    Termination(TerminationController<InMemoryCluster, SimProvider>),
+    GarbageCollection(GarbageCollectionController<InMemoryCluster, SimProvider>),
+}
+
+impl AnyController {
+    fn name(&self) -> &'static str {
+        match self {
+            Self::NodeClass(c) => c.name(),
+            Self::Hash(c) => c.name(),
+            Self::Provisioning(c) => c.name(),
+            Self::Lifecycle(c) => c.name(),
+            Self::Drift(c) => c.name(),
+            Self::Expiration(c) => c.name(),
+            Self::Termination(c) => c.name(),
+            Self::GarbageCollection(c) => c.name(),
+        }
+    }
+
+    async fn reconcile(&self) -> Result<Requeue, ControllerError> {
+        match self {
+            Self::NodeClass(c) => c.reconcile().await,
+            Self::Hash(c) => c.reconcile().await,
+            Self::Provisioning(c) => c.reconcile().await,
+            Self::Lifecycle(c) => c.reconcile().await,
+            Self::Drift(c) => c.reconcile().await,
+            Self::Expiration(c) => c.reconcile().await,
+            Self::Termination(c) => c.reconcile().await,
+            Self::GarbageCollection(c) => c.reconcile().await,
+        }
+    }
+}
+
+/// Every controller core runs, in the order a step runs them: the one place that lists them.
+fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> Vec<AnyController> {
+    let provisioner = ProvisionerOptions {
+        require_ready_node_class: handshake.capabilities.resolve_node_class,
+        label_policy: label_policy.clone(),
+        ..ProvisionerOptions::default()
+    };
+    vec![
+        AnyController::NodeClass(NodeClassController::new(ctx.clone())),
+        AnyController::Hash(HashController::new(ctx.clone())),
+        AnyController::Provisioning(Box::new(Provisioner::with_options(
+            ctx.clone(),
+            provisioner,
+        ))),
+        AnyController::Lifecycle(LifecycleController::new(ctx.clone())),
+        AnyController::Drift(DriftController::new(ctx.clone())),
+        AnyController::Expiration(ExpirationController::new(ctx.clone())),
+        AnyController::Termination(TerminationController::new(ctx.clone())),
+        AnyController::GarbageCollection(GarbageCollectionController::new(ctx.clone())),
+    ]
+}
+
+/// A controller and when it runs next.
+#[derive(Debug)]
+struct Slot {
+    controller: AnyController,
+    /// When its last pass asked to run again.
+    due: Option<Timestamp>,
+    /// The cluster's state when its last pass began.
+    seen: Option<Fingerprint>,
+}
+
+/// core-svc: its connection to the plugin and its controllers, all of it in memory only.
+#[derive(Debug)]
+struct Core {
+    slots: Vec<Slot>,
+}
+
+/// The highest resource version and the number of objects: both move on every write.
+type Fingerprint = (u64, usize);
+
+fn fingerprint(snapshot: &Snapshot) -> Fingerprint {
+    fn version<K: kube::Resource>(object: &K) -> u64 {
+        object
+            .meta()
+            .resource_version
+            .as_deref()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+    let versions = snapshot
+        .node_pools
+        .iter()
+        .map(version)
+        .chain(snapshot.node_claims.iter().map(version))
+        .chain(snapshot.node_classes.iter().map(version))
+        .chain(snapshot.nodes.iter().map(version))
+        .chain(snapshot.pods.iter().map(version))
+        .chain(snapshot.pdbs.iter().map(version))
+        .chain(snapshot.daemon_sets.iter().map(version))
+        .chain(snapshot.priority_classes.iter().map(version));
+    let count = snapshot.node_pools.len()
+        + snapshot.node_claims.len()
+        + snapshot.node_classes.len()
+        + snapshot.nodes.len()
+        + snapshot.pods.len()
+        + snapshot.pdbs.len()
+        + snapshot.daemon_sets.len()
+        + snapshot.priority_classes.len();
+    (versions.max().unwrap_or(0), count)
+}
+
+/// A simulation in progress.
+#[derive(Debug)]
+pub struct Simulation {
+    scenario: Scenario,
+    clock: VirtualClock,
+    cluster: Arc<InMemoryCluster>,
+    cloud: SimCloud,
+    plugin: InProcessPlugin,
+    outage: OutageSwitch,
+    events: Arc<MemoryEvents>,
+    label_policy: LabelPolicy,
+    core: Core,
+    world: World,
+    recorder: Recorder,
+    next_event: usize,
+    provider: Arc<SimProvider>,
+}
+
+impl Simulation {
+    /// Sets the scenario up at t=0: the cloud, the plugin and core connected to it, the
+    /// cluster with the scenario's objects, the adopted fleet's instances.
+    pub async fn new(scenario: Scenario) -> Result<Self, EngineError> {
+        let clock = VirtualClock::new(scenario.start);
+        let cloud = SimCloud::new(&scenario.cloud, scenario.seed, scenario.start)?;
+        let label_policy =
+            LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS);
+        let cluster = Arc::new(InMemoryCluster::with_label_policy(
+            Arc::new(clock.core()),
+            scenario.seed,
+            label_policy.clone(),
+        ));
+        let provider = AwsCloudProvider::new(
+            cloud.aws.clients(),
+            ProviderSettings {
+                cluster: ClusterIdentity {
+                    name: CLUSTER_NAME.to_owned(),
+                    region: scenario.cloud.region.clone(),
+                    kubernetes_version: Some(KUBERNETES_VERSION.to_owned()),
+                },
+                bootstrap: ClusterSettings {
+                    name: CLUSTER_NAME.to_owned(),
+                    endpoint: "https://simulated.cluster.invalid".to_owned(),
+                    ca_bundle: None,
+                    cidr: Some("10.100.0.0/16".to_owned()),
+                },
+                node_class_cache_ttl: None,
+            },
+            Arc::new(clock.clone()),
+        );
+        let plugin =
+            InProcessPlugin::start(Identity::new(&scenario.cloud.region, None), provider).await;
+        let outage = OutageSwitch::new();
+        let events = Arc::new(MemoryEvents::new());
+        let world = World::new(
+            Arc::clone(&cluster),
+            cloud.clone(),
+            scenario.cloud.launch_delay,
+            scenario.cloud.registration_delay,
+            label_policy.clone(),
+        );
+        let (core, provider) =
+            start_core(&plugin, &cluster, &clock, &outage, &events, &label_policy).await?;
+        let mut simulation = Self {
+            recorder: Recorder::new(&clock),
+            scenario,
+            clock,
+            cluster,
+            cloud,
+            plugin,
+            outage,
+            events,
+            label_policy,
+            core,
+            world,
+            next_event: 0,
+            provider,
+        };
+        let objects = simulation.scenario.objects.clone();
+        for (i, manifest) in objects.iter().enumerate() {
+            simulation.apply(&format!("objects[{i}]"), manifest).await?;
+        }
+        for (i, manifest) in objects.iter().enumerate() {
+            if manifest.key.kind == Kind::NodeClaim {
+                simulation.adopt(&format!("objects[{i}]"), manifest).await?;
+            }
+        }
+        let snapshot = simulation.cluster.snapshot().await?;
+        simulation.recorder.initial_node_claims = snapshot
+            .node_claims
+            .iter()
+            .filter_map(|c| c.metadata.name.clone())
+            .collect();
+        Ok(simulation)
+    }
+
+    /// Runs to the scenario's end and reports.
+    pub async fn run(mut self, observer: &mut dyn Observer) -> Result<Report, EngineError> {
+        let total = self.scenario.duration;
+        let mut elapsed = Duration::ZERO;
+        while elapsed <= total {
+            self.step(elapsed, observer).await?;
+            observer.progress(elapsed, total);
+            elapsed += STEP;
+        }
+        self.report().await
+    }
+
+    async fn step(
+        &mut self,
+        elapsed: Duration,
+        observer: &mut dyn Observer,
+    ) -> Result<(), EngineError> {
+        self.clock.set_elapsed(elapsed);
+        let now = self.clock.now();
+        self.cloud.set_time(now);
+        self.recorder.outage_check(&self.outage, now, observer);
+        while let Some(event) = self.scenario.events.get(self.next_event) {
+            if event.at > elapsed {
+                break;
+            }
+            let event = event.clone();
+            self.next_event += 1;
+            self.act(&event.field, &event.action, observer).await?;
+        }
+        self.world.step(now).await?;
+        self.recorder
+            .record(self.events.drain(), &self.outage, now, observer);
+        let mut before = self.cluster.snapshot().await?;
+        let mut seen = fingerprint(&before);
+        for slot in &mut self.core.slots {
+            let due = slot.due.is_some_and(|due| due <= now);
+            if !due && slot.seen == Some(seen) {
+                continue;
+            }
+            slot.seen = Some(seen);
+            let result = slot.controller.reconcile().await;
+            slot.due = match result {
+                Ok(Requeue::After(after)) => Some(later(now, after)),
+                Ok(Requeue::OnChange) => None,
+                Err(error) => {
+                    tracing::debug!(controller = slot.controller.name(), %error, "controller pass failed");
+                    Some(later(now, ERROR_RETRY))
+                }
+            };
+            let evicted = self
+                .recorder
+                .record(self.events.drain(), &self.outage, now, observer);
+            let after = self.cluster.snapshot().await?;
+            if !evicted.is_empty() {
+                let world = &self.world;
+                self.recorder
+                    .check_budgets(&evicted, &before, &|pod| world.controller_of(pod));
+            }
+            seen = fingerprint(&after);
+            before = after;
+        }
+        self.recorder.sample(&before, now);
+        Ok(())
+    }
+
+    /// Applies one scenario action.
+    async fn act(
+        &mut self,
+        field: &str,
+        action: &Action,
+        observer: &mut dyn Observer,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        match action {
+            Action::Apply(manifest) => {
+                let field = format!("{field}.apply");
+                self.apply(&field, manifest).await?;
+                if manifest.key.kind == Kind::NodeClaim {
+                    self.adopt(&field, manifest).await?;
+                }
+            }
+            Action::Delete(key) => self.delete(key).await,
+            Action::Scale {
+                deployment,
+                replicas,
+            } => {
+                let namespace = deployment.namespace.as_deref().unwrap_or("default");
+                if !self
+                    .world
+                    .scale_deployment(namespace, &deployment.name, *replicas)
+                {
+                    tracing::warn!(%deployment, "scale: no such Deployment (yet)");
+                }
+            }
+            Action::Cloud(CloudChange::PublishImage(image)) => self.cloud.publish_image(image, now),
+            Action::Cloud(CloudChange::CapacityErrors(errors)) => {
+                self.cloud.set_capacity_errors(errors);
+            }
+            Action::RestartCore => {
+                let (core, provider) = start_core(
+                    &self.plugin,
+                    &self.cluster,
+                    &self.clock,
+                    &self.outage,
+                    &self.events,
+                    &self.label_policy,
+                )
+                .await?;
+                self.core = core;
+                self.provider = provider;
+                self.recorder.push(
+                    TimelineEvent {
+                        t: self.recorder.t(now),
+                        type_: "CoreRestarted".to_owned(),
+                        fields: BTreeMap::from([(
+                            "message".to_owned(),
+                            json!("core-svc restarted: every controller's in-memory state is lost"),
+                        )]),
+                    },
+                    observer,
+                );
+            }
+            Action::PluginOutage(length) => {
+                self.outage.start(later(now, *length));
+                self.recorder.outage_started(now, *length, observer);
+            }
+        }
+        Ok(())
+    }
+
+    /// Creates an object of the scenario, or replaces the one of the same kind and name.
+    async fn apply(&mut self, field: &str, manifest: &Manifest) -> Result<(), EngineError> {
+        let refused = |error: String| EngineError::Apply {
+            field: field.to_owned(),
+            object: manifest.key.to_string(),
+            message: error,
+        };
+        let object = &manifest.object;
+        let cluster = &self.cluster;
+        let result = match manifest.key.kind {
+            Kind::NodePool => upsert::<NodePool>(cluster, &manifest.key, object).await,
+            Kind::Pod => upsert::<Pod>(cluster, &manifest.key, object).await,
+            Kind::PodDisruptionBudget => {
+                upsert::<PodDisruptionBudget>(cluster, &manifest.key, object).await
+            }
+            Kind::DaemonSet => upsert::<DaemonSet>(cluster, &manifest.key, object).await,
+            Kind::PriorityClass => upsert::<PriorityClass>(cluster, &manifest.key, object).await,
+            Kind::NodeClaim => upsert::<NodeClaim>(cluster, &manifest.key, object).await,
+            Kind::Node => upsert::<Node>(cluster, &manifest.key, object).await,
+            Kind::EC2NodeClass => {
+                if let Some(role) = object.pointer("/spec/role").and_then(Value::as_str) {
+                    self.cloud.ensure_role(role);
+                }
+                upsert_node_class(cluster, &manifest.key, object).await
+            }
+            Kind::Deployment => {
+                let deployment: Deployment = from_json(object).map_err(refused)?;
+                self.world.apply_deployment(deployment);
+                Ok(())
+            }
+        };
+        result.map_err(|error| refused(error.to_string()))
+    }
+
+    /// Registers the running instance of an adopted NodeClaim, as if the node class it names
+    /// had launched it: a subnet of its zone and the security groups the node class resolves
+    /// to now, tagged as the plugin tags what it launches.
+    async fn adopt(&mut self, field: &str, manifest: &Manifest) -> Result<(), EngineError> {
+        let refused = |message: String| EngineError::Apply {
+            field: field.to_owned(),
+            object: manifest.key.to_string(),
+            message,
+        };
+        let claim: NodeClaim = from_json(&manifest.object).map_err(refused)?;
+        let status = claim.status.clone().unwrap_or_default();
+        let (zone, id) = parse_provider_id(&status.provider_id).map_err(refused)?;
+        let labels = claim.metadata.labels.clone().unwrap_or_default();
+        let instance_type = labels
+            .get("node.kubernetes.io/instance-type")
+            .cloned()
+            .ok_or_else(|| {
+                refused(
+                    "an adopted NodeClaim needs its node.kubernetes.io/instance-type label"
+                        .to_owned(),
+                )
+            })?;
+        let capacity_type = match labels.get("karpenter.sh/capacity-type").map(String::as_str) {
+            Some("spot") => CapacityType::Spot,
+            _ => CapacityType::OnDemand,
+        };
+        let node_pool = labels
+            .get("karpenter.sh/nodepool")
+            .cloned()
+            .unwrap_or_default();
+        let reference = &claim.spec.node_class_ref;
+        let node_class = self.cluster.get_node_class(reference).await?;
+        let node_class_json = node_class
+            .as_ref()
+            .and_then(|class| serde_json::to_value(class).ok());
+        let user_tags: BTreeMap<String, String> = node_class_json
+            .as_ref()
+            .and_then(|class| class.pointer("/spec/tags"))
+            .and_then(|tags| serde_json::from_value(tags.clone()).ok())
+            .unwrap_or_default();
+        let (subnet_id, security_group_ids) = match &node_class_json {
+            Some(json) => match self.provider.resolve_node_class(json).await {
+                Ok(resolved) => {
+                    let subnet = resolved
+                        .status
+                        .get("subnets")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .find(|s| s.get("zone").and_then(Value::as_str) == Some(zone.as_str()))
+                        .and_then(|s| s.get("id").and_then(Value::as_str))
+                        .map(str::to_owned);
+                    let groups = resolved
+                        .status
+                        .get("securityGroups")
+                        .and_then(Value::as_array)
+                        .into_iter()
+                        .flatten()
+                        .filter_map(|g| g.get("id").and_then(Value::as_str))
+                        .map(str::to_owned)
+                        .collect();
+                    (subnet, groups)
+                }
+                Err(error) => {
+                    tracing::warn!(%error, "adopting {}: its node class does not resolve", manifest.key);
+                    (None, Vec::new())
+                }
+            },
+            None => (None, Vec::new()),
+        };
+        let launch = launch_tags(CLUSTER_NAME, &node_pool, &reference.name, &user_tags);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let launch_time = claim
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|time| time.0.as_second());
+        self.cloud
+            .register_running(RunningInstance {
+                id,
+                instance_type,
+                zone,
+                capacity_type,
+                image_id: Some(status.image_id.clone()).filter(|i| !i.is_empty()),
+                subnet_id,
+                security_group_ids,
+                tags: instance_tags(&launch, &name),
+                launch_time,
+            })
+            .map_err(|error| refused(error.to_string()))?;
+        Ok(())
+    }
+
+    async fn delete(&mut self, key: &ObjectKey) {
+        let namespace = key.namespace.as_deref();
+        let name = key.name.as_str();
+        let cluster = &self.cluster;
+        let options = DeleteOptions::default;
+        let result = match key.kind {
+            Kind::Deployment => {
+                if !self
+                    .world
+                    .delete_deployment(namespace.unwrap_or("default"), name)
+                {
+                    tracing::warn!(%key, "delete: no such Deployment");
+                }
+                Ok(())
+            }
+            Kind::EC2NodeClass => {
+                let reference = NodeClassReference {
+                    group: aws_plugin::apis::GROUP.to_owned(),
+                    kind: "EC2NodeClass".to_owned(),
+                    name: name.to_owned(),
+                };
+                cluster.delete_node_class(&reference, options()).await
+            }
+            Kind::NodePool => cluster.delete::<NodePool>(None, name, options()).await,
+            Kind::NodeClaim => cluster.delete::<NodeClaim>(None, name, options()).await,
+            Kind::Node => cluster.delete::<Node>(None, name, options()).await,
+            Kind::Pod => cluster.delete::<Pod>(namespace, name, options()).await,
+            Kind::PodDisruptionBudget => {
+                cluster
+                    .delete::<PodDisruptionBudget>(namespace, name, options())
+                    .await
+            }
+            Kind::DaemonSet => {
+                cluster
+                    .delete::<DaemonSet>(namespace, name, options())
+                    .await
+            }
+            Kind::PriorityClass => cluster.delete::<PriorityClass>(None, name, options()).await,
+        };
+        if let Err(error) = result {
+            tracing::warn!(%key, %error, "delete failed");
+        }
+    }
+
+    async fn report(&mut self) -> Result<Report, EngineError> {
+        let snapshot = self.cluster.snapshot().await?;
+        let instances = self.cloud.instances().await;
+        let now = self.clock.now();
+        self.recorder.finish(&snapshot, now);
+        let final_state = final_state(&snapshot, &instances);
+        let stats = self.recorder.stats(&snapshot, &instances);
+        Ok(Report {
+            scenario: self.scenario.name.clone(),
+            seed: self.scenario.seed,
+            end: self.scenario.duration.as_secs(),
+            timeline: std::mem::take(&mut self.recorder.timeline),
+            final_state,
+            stats,
+        })
+    }
+}
+
+fn later(now: Timestamp, after: Duration) -> Timestamp {
+    now.saturating_add(after).unwrap_or(Timestamp::MAX)
+}
+
+fn from_json<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
+    serde_json::from_value(value.clone()).map_err(|error| error.to_string())
+}
+
+/// Connects a new core to the plugin and builds its controllers: what happens when core-svc
+/// starts.
+async fn start_core(
+    plugin: &InProcessPlugin,
+    cluster: &Arc<InMemoryCluster>,
+    clock: &VirtualClock,
+    outage: &OutageSwitch,
+    events: &Arc<MemoryEvents>,
+    label_policy: &LabelPolicy,
+) -> Result<(Core, Arc<SimProvider>), EngineError> {
+    let (_connection, handshake, grpc) = plugin.connect().await?;
+    let provider = Arc::new(OutageProvider::new(grpc, outage.clone(), clock.core()));
+    let ctx: Ctx = Context {
+        cluster: Arc::clone(cluster),
+        cloud: Arc::clone(&provider),
+        clock: Arc::new(clock.core()),
+        events: Arc::clone(events) as _,
+        settings: Settings::default(),
+    };
+    let slots = controllers(&ctx, &handshake, label_policy)
+        .into_iter()
+        .map(|controller| Slot {
+            controller,
+            due: None,
+            seen: None,
+        })
+        .collect();
+    Ok((Core { slots }, provider))
+}
+
+/// Creates `object`, or replaces the one of its name (keeping its status where the kind has a
+/// status subresource, and then writing the manifest's status, for NodeClaims and Nodes given
+/// with theirs).
+async fn upsert<K: ClusterObject>(
+    cluster: &InMemoryCluster,
+    key: &ObjectKey,
+    object: &Value,
+) -> Result<(), String> {
+    let mut typed: K = from_json(object)?;
+    let existing: Option<K> = cluster
+        .get(key.namespace.as_deref(), &key.name)
+        .await
+        .map_err(|e| e.to_string())?;
+    match existing {
+        None => {
+            typed.meta_mut().resource_version = None;
+            cluster.create(&typed).await.map_err(|e| e.to_string())?;
+        }
+        Some(existing) => {
+            typed.meta_mut().resource_version = existing.meta().resource_version.clone();
+            cluster.replace(&typed).await.map_err(|e| e.to_string())?;
+        }
+    }
+    if K::STATUS_SUBRESOURCE
+        && (K::KIND == "NodeClaim" || K::KIND == "Node")
+        && let Some(status) = object.get("status").filter(|s| !s.is_null())
+    {
+        let patch = json!({"status": status});
+        cluster
+            .merge_patch_status::<K>(key.namespace.as_deref(), &key.name, &patch)
+            .await
+            .map_err(|e| e.to_string())?;
+    }
+    Ok(())
+}
+
+async fn upsert_node_class(
+    cluster: &InMemoryCluster,
+    key: &ObjectKey,
+    object: &Value,
+) -> Result<(), String> {
+    let reference = NodeClassReference {
+        group: aws_plugin::apis::GROUP.to_owned(),
+        kind: key.kind.as_str().to_owned(),
+        name: key.name.clone(),
+    };
+    match cluster
+        .get_node_class(&reference)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        None => {
+            let dynamic: DynamicObject = from_json(object)?;
+            cluster
+                .create_node_class(&dynamic)
+                .await
+                .map(drop)
+                .map_err(|e| e.to_string())
+        }
+        Some(existing) => {
+            let current = serde_json::to_value(&existing).map_err(|e| e.to_string())?;
+            let pick = |value: &Value| {
+                json!({
+                    "metadata": {
+                        "labels": value.pointer("/metadata/labels").cloned().unwrap_or(json!({})),
+                    },
+                    "spec": value.get("spec").cloned().unwrap_or(json!({})),
+                })
+            };
+            match merge_patch_between(&pick(&current), &pick(object)) {
+                None => Ok(()),
+                Some(patch) => cluster
+                    .merge_patch_node_class(&reference, &patch)
+                    .await
+                    .map(drop)
+                    .map_err(|e| e.to_string()),
+            }
+        }
+    }
+}
+
+fn node_pool_of(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
+    labels
+        .and_then(|labels| labels.get("karpenter.sh/nodepool"))
+        .map(String::as_str)
+}
+
+/// The timeline and the figures, as the run goes.
+#[derive(Debug)]
+struct Recorder {
+    start: Timestamp,
+    timeline: Vec<TimelineEvent>,
+    /// When each object's last `PluginUnavailable` from a controller was kept.
+    plugin_unavailable: BTreeMap<String, Timestamp>,
+    /// Whether a simulated outage was on at the last check (to say when it ends).
+    outage_on: bool,
+    initial_node_claims: BTreeSet<String>,
+    node_claims_seen: BTreeSet<String>,
+    max_disrupting: BTreeMap<String, u64>,
+    pdb_violations: u64,
+    /// Pods waiting to be scheduled: UID -> since when.
+    pending: BTreeMap<String, Timestamp>,
+    pending_max: Duration,
+}
+
+impl Recorder {
+    fn new(clock: &VirtualClock) -> Self {
+        Self {
+            start: clock.start(),
+            timeline: Vec::new(),
+            plugin_unavailable: BTreeMap::new(),
+            outage_on: false,
+            initial_node_claims: BTreeSet::new(),
+            node_claims_seen: BTreeSet::new(),
+            max_disrupting: BTreeMap::new(),
+            pdb_violations: 0,
+            pending: BTreeMap::new(),
+            pending_max: Duration::ZERO,
+        }
+    }
+
+    fn t(&self, time: Timestamp) -> f64 {
+        time.duration_since(self.start).as_secs_f64()
+    }
+
+    fn push(&mut self, event: TimelineEvent, observer: &mut dyn Observer) {
+        observer.event(&event);
+        self.timeline.push(event);
+    }
+
+    fn outage_started(&mut self, now: Timestamp, length: Duration, observer: &mut dyn Observer) {
+        self.outage_on = true;
+        let seconds = length.as_secs_f64();
+        self.push(
+            TimelineEvent {
+                t: self.t(now),
+                type_: "PluginUnavailable".to_owned(),
+                fields: BTreeMap::from([
+                    ("for".to_owned(), json!(seconds)),
+                    (
+                        "message".to_owned(),
+                        json!(format!(
+                            "simulated plugin outage: every provider call fails as unavailable for {seconds}s"
+                        )),
+                    ),
+                ]),
+            },
+            observer,
+        );
+    }
+
+    fn outage_check(&mut self, outage: &OutageSwitch, now: Timestamp, observer: &mut dyn Observer) {
+        if self.outage_on && !outage.is_down(now) {
+            self.outage_on = false;
+            self.push(
+                TimelineEvent {
+                    t: self.t(now),
+                    type_: "PluginAvailable".to_owned(),
+                    fields: BTreeMap::from([(
+                        "message".to_owned(),
+                        json!("the simulated plugin outage is over"),
+                    )]),
+                },
+                observer,
+            );
+        }
+    }
+
+    /// Turns core's events into timeline entries; answers the pods evicted (`namespace/name`).
+    fn record(
+        &mut self,
+        events: Vec<Event>,
+        outage: &OutageSwitch,
+        now: Timestamp,
+        observer: &mut dyn Observer,
+    ) -> Vec<String> {
+        let mut evicted = Vec::new();
+        for event in events {
+            if !TIMELINE_TYPES.contains(&event.reason.as_str()) {
+                continue;
+            }
+            let object = &event.object;
+            if event.reason == "PluginUnavailable" {
+                if outage.is_down(now) {
+                    continue;
+                }
+                let key = format!("{}/{}/{}", object.kind, object.namespace, object.name);
+                if self.plugin_unavailable.get(&key).is_some_and(|last| {
+                    now.duration_since(*last).as_secs_f64() < PLUGIN_UNAVAILABLE_EVERY.as_secs_f64()
+                }) {
+                    continue;
+                }
+                self.plugin_unavailable.insert(key, now);
+            }
+            let mut fields: BTreeMap<String, Value> = event
+                .fields
+                .iter()
+                .map(|(k, v)| (k.clone(), Value::String(v.clone())))
+                .collect();
+            let identity = match object.kind.as_str() {
+                "NodeClaim" => Some(("nodeClaim", object.name.clone())),
+                "Node" => Some(("node", object.name.clone())),
+                "NodePool" => Some(("nodePool", object.name.clone())),
+                "Pod" => Some(("pod", format!("{}/{}", object.namespace, object.name))),
+                _ => None,
+            };
+            if let Some((key, value)) = identity {
+                fields.entry(key.to_owned()).or_insert(Value::String(value));
+            }
+            if !event.message.is_empty() {
+                fields.insert("message".to_owned(), Value::String(event.message.clone()));
+            }
+            if event.reason == "PodEvicted"
+                && let Some(Value::String(pod)) = fields.get("pod")
+            {
+                evicted.push(pod.clone());
+            }
+            if event.reason == "NodeClaimCreated"
+                && let Some(Value::String(name)) = fields.get("nodeClaim")
+            {
+                self.node_claims_seen.insert(name.clone());
+            }
+            let entry = TimelineEvent {
+                t: self.t(event.time),
+                type_: event.reason.clone(),
+                fields,
+            };
+            self.push(entry, observer);
+        }
+        evicted
+    }
+
+    /// Counts the evictions that left a budget of their pod below what it allows.
+    fn check_budgets(
+        &mut self,
+        evicted: &[String],
+        before: &Snapshot,
+        controller_of: &dyn Fn(&Pod) -> budgets::Controller,
+    ) {
+        for pdb in &before.pdbs {
+            self.pdb_violations += budgets::violations(pdb, &before.pods, evicted, controller_of);
+        }
+    }
+
+    /// The figures sampled at the end of each step.
+    fn sample(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        for pool in &snapshot.node_pools {
+            if let Some(name) = &pool.metadata.name {
+                self.max_disrupting.entry(name.clone()).or_insert(0);
+            }
+        }
+        let deleting_claims: BTreeSet<&str> = snapshot
+            .node_claims
+            .iter()
+            .filter(|claim| claim.metadata.deletion_timestamp.is_some())
+            .filter_map(|claim| claim.status.as_ref())
+            .map(|status| status.provider_id.as_str())
+            .filter(|id| !id.is_empty())
+            .collect();
+        let mut disrupting: BTreeMap<&str, u64> = BTreeMap::new();
+        for node in &snapshot.nodes {
+            let Some(pool) = node_pool_of(node.metadata.labels.as_ref()) else {
+                continue;
+            };
+            let tainted = node
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.taints.as_ref())
+                .is_some_and(|taints| taints.iter().any(|t| t.key == "karpenter.sh/disrupted"));
+            let provider_id = node
+                .spec
+                .as_ref()
+                .and_then(|spec| spec.provider_id.as_deref())
+                .unwrap_or_default();
+            let deleting =
+                node.metadata.deletion_timestamp.is_some() || deleting_claims.contains(provider_id);
+            if tainted || deleting {
+                *disrupting.entry(pool).or_default() += 1;
+            }
+        }
+        for (pool, count) in disrupting {
+            let max = self.max_disrupting.entry(pool.to_owned()).or_insert(0);
+            *max = (*max).max(count);
+        }
+        for claim in &snapshot.node_claims {
+            if let Some(name) = &claim.metadata.name {
+                self.node_claims_seen.insert(name.clone());
+            }
+        }
+        self.track_pending(snapshot, now);
+    }
+
+    fn track_pending(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        let mut still = BTreeMap::new();
+        for pod in &snapshot.pods {
+            let waiting = world::bound_node(pod).is_none()
+                && !world::is_terminating(pod)
+                && !world::is_terminal(pod);
+            if !waiting {
+                continue;
+            }
+            let uid = pod.metadata.uid.clone().unwrap_or_default();
+            let since = self
+                .pending
+                .get(&uid)
+                .copied()
+                .or_else(|| pod.metadata.creation_timestamp.as_ref().map(|t| t.0))
+                .unwrap_or(now);
+            still.insert(uid, since);
+        }
+        for (uid, since) in &self.pending {
+            if !still.contains_key(uid) {
+                self.pending_max = self.pending_max.max(elapsed(*since, now));
+            }
+        }
+        self.pending = still;
+    }
+
+    /// Closes the waits still open at the end.
+    fn finish(&mut self, snapshot: &Snapshot, now: Timestamp) {
+        self.track_pending(snapshot, now);
+        for since in self.pending.values() {
+            self.pending_max = self.pending_max.max(elapsed(*since, now));
+        }
+    }
+
+    fn stats(&self, snapshot: &Snapshot, instances: &[InstanceView]) -> Stats {
+        let present: BTreeSet<&str> = snapshot
+            .node_claims
+            .iter()
+            .filter_map(|c| c.metadata.name.as_deref())
+            .collect();
+        let created = self
+            .node_claims_seen
+            .iter()
+            .filter(|name| !self.initial_node_claims.contains(*name))
+            .count();
+        let deleted = self
+            .node_claims_seen
+            .iter()
+            .filter(|name| !present.contains(name.as_str()))
+            .count();
+        let claimed: BTreeSet<&str> = snapshot
+            .node_claims
+            .iter()
+            .filter_map(|c| c.status.as_ref())
+            .map(|s| s.provider_id.as_str())
+            .filter(|id| !id.is_empty())
+            .collect();
+        let live = |i: &&InstanceView| i.state == "pending" || i.state == "running";
+        let orphaned = instances
+            .iter()
+            .filter(live)
+            .filter(|i| !claimed.contains(i.provider_id.as_str()))
+            .count();
+        let cost: f64 = instances.iter().filter(live).filter_map(|i| i.price).sum();
+        Stats {
+            node_claims_created: created as u64,
+            node_claims_deleted: deleted as u64,
+            max_disrupting_by_node_pool: self.max_disrupting.clone(),
+            pdb_violations: self.pdb_violations,
+            pods_pending_max_seconds: self.pending_max.as_secs_f64(),
+            orphaned_instances: orphaned as u64,
+            cost_per_hour_at_end: (cost * 10_000.0).round() / 10_000.0,
+        }
+    }
+}
+
+fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
+    let span = now.duration_since(since);
+    Duration::try_from(span).unwrap_or(Duration::ZERO)
+}
+
+fn condition_status(status: ConditionStatus) -> &'static str {
+    match status {
+        ConditionStatus::True => "True",
+        ConditionStatus::False => "False",
+        ConditionStatus::Unknown => "Unknown",
+    }
+}
+
+fn string_map(map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String> {
+    map.cloned().unwrap_or_default()
+}
+
+/// The objects at the end, as the report lists them.
+fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> FinalState {
+    let claims_by_provider: BTreeMap<&str, &str> = snapshot
+        .node_claims
+        .iter()
+        .filter_map(|claim| {
+            let id = claim.status.as_ref()?.provider_id.as_str();
+            (!id.is_empty()).then_some((id, claim.metadata.name.as_deref().unwrap_or_default()))
+        })
+        .collect();
+    FinalState {
+        node_pools: snapshot
+            .node_pools
+            .iter()
+            .map(|pool| FinalNodePool {
+                name: pool.metadata.name.clone().unwrap_or_default(),
+                annotations: string_map(pool.metadata.annotations.as_ref()),
+            })
+            .collect(),
+        node_claims: snapshot
+            .node_claims
+            .iter()
+            .map(|claim| {
+                let labels = string_map(claim.metadata.labels.as_ref());
+                let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
+                let status = claim.status.clone().unwrap_or_default();
+                FinalNodeClaim {
+                    name: claim.metadata.name.clone().unwrap_or_default(),
+                    node_pool: label("karpenter.sh/nodepool"),
+                    provider_id: status.provider_id.clone(),
+                    instance_type: label("node.kubernetes.io/instance-type"),
+                    zone: label("topology.kubernetes.io/zone"),
+                    capacity_type: label("karpenter.sh/capacity-type"),
+                    image_id: status.image_id.clone(),
+                    annotations: string_map(claim.metadata.annotations.as_ref()),
+                    conditions: status
+                        .conditions
+                        .iter()
+                        .map(|c| {
+                            (
+                                c.type_.clone(),
+                                FinalCondition {
+                                    status: condition_status(c.status).to_owned(),
+                                    reason: c.reason.clone().unwrap_or_default(),
+                                },
+                            )
+                        })
+                        .collect(),
+                    deleting: claim.metadata.deletion_timestamp.is_some(),
+                    labels,
+                }
+            })
+            .collect(),
+        nodes: snapshot
+            .nodes
+            .iter()
+            .map(|node| FinalNode {
+                name: node.metadata.name.clone().unwrap_or_default(),
+                node_claim: node
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.provider_id.as_deref())
+                    .and_then(|id| claims_by_provider.get(id))
+                    .map(|name| (*name).to_owned()),
+                labels: string_map(node.metadata.labels.as_ref()),
+                annotations: string_map(node.metadata.annotations.as_ref()),
+                taints: node
+                    .spec
+                    .as_ref()
+                    .and_then(|spec| spec.taints.as_ref())
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|taint| serde_json::to_value(taint).ok())
+                    .collect(),
+                ready: world::is_node_ready(node),
+            })
+            .collect(),
+        pods: snapshot
+            .pods
+            .iter()
+            .map(|pod| FinalPod {
+                namespace: pod.metadata.namespace.clone().unwrap_or_default(),
+                name: pod.metadata.name.clone().unwrap_or_default(),
+                node: world::bound_node(pod).map(str::to_owned),
+                phase: world::phase(pod).unwrap_or("Pending").to_owned(),
+            })
+            .collect(),
+        instances: instances
+            .iter()
+            .map(|i| FinalInstance {
+                provider_id: i.provider_id.clone(),
+                instance_type: i.instance_type.clone(),
+                zone: i.zone.clone(),
+                capacity_type: i.capacity_type.clone(),
+                image_id: i.image_id.clone(),
+                state: i.state.clone(),
+            })
+            .collect(),
+    }
+}

@@ -1,0 +1,190 @@
+//! The rest of the cluster, as stand-ins: what the kube-scheduler, the kubelets, the cloud
+//! node lifecycle controller, the pod garbage collector and the Deployment and DaemonSet
+//! controllers would do. Core's controllers never see them; they see what they write.
+//!
+//! - [`kubelet`]: Nodes join `registrationDelay` after their instance runs, become Ready, run
+//!   their pods and finish their graceful terminations; startup taints go once Ready; a Node
+//!   whose instance is gone is deleted; pods of a Node that no longer exists are deleted.
+//! - [`workloads`]: Deployments keep their replicas (rolling a changed template), DaemonSets
+//!   one pod per matching Node.
+//! - [`scheduler`]: pending pods are bound to Ready nodes where they fit, by the domain's own
+//!   fit logic (resources, selectors, affinity, taints, topology spread); the others get
+//!   `PodScheduled=False` with reason `Unschedulable`, which is what the provisioner reads.
+//!
+//! Each stand-in writes only when something changes, so a quiet cluster stays quiet and core's
+//! controllers run only on their own schedule.
+
+pub mod kubelet;
+pub mod scheduler;
+pub mod workloads;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use core_domain::labels::LabelPolicy;
+use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster};
+use jiff::Timestamp;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Node, Pod};
+
+use crate::budgets;
+use crate::cloud::SimCloud;
+
+/// Everything the stand-ins need.
+#[derive(Debug)]
+pub struct World {
+    cluster: Arc<InMemoryCluster>,
+    cloud: SimCloud,
+    timing: kubelet::Timing,
+    label_policy: LabelPolicy,
+    deployments: workloads::Deployments,
+}
+
+impl World {
+    /// The stand-ins of a cluster over `cloud`.
+    pub fn new(
+        cluster: Arc<InMemoryCluster>,
+        cloud: SimCloud,
+        launch_delay: Duration,
+        registration_delay: Duration,
+        label_policy: LabelPolicy,
+    ) -> Self {
+        Self {
+            cluster,
+            cloud,
+            timing: kubelet::Timing {
+                launch_delay,
+                registration_delay,
+            },
+            label_policy,
+            deployments: workloads::Deployments::default(),
+        }
+    }
+
+    /// Creates or replaces a Deployment (its template may change: the pods roll).
+    pub fn apply_deployment(&mut self, deployment: Deployment) {
+        self.deployments.apply(deployment);
+    }
+
+    /// Sets a Deployment's replicas; false when there is no such Deployment.
+    pub fn scale_deployment(&mut self, namespace: &str, name: &str, replicas: i32) -> bool {
+        self.deployments.scale(namespace, name, replicas)
+    }
+
+    /// Deletes a Deployment; its pods go with it. False when there is no such Deployment.
+    pub fn delete_deployment(&mut self, namespace: &str, name: &str) -> bool {
+        self.deployments.delete(namespace, name)
+    }
+
+    /// What controls `pod`, for PodDisruptionBudgets: a Deployment with its replicas, another
+    /// controller, or none.
+    pub fn controller_of(&self, pod: &Pod) -> budgets::Controller {
+        if let Some((key, replicas)) = self.deployments.owner_of(pod) {
+            return budgets::Controller::Scaled { key, replicas };
+        }
+        let controlled = pod
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .any(|owner| owner.controller == Some(true));
+        if controlled {
+            budgets::Controller::Other
+        } else {
+            budgets::Controller::None
+        }
+    }
+
+    /// One step of every stand-in at `now`.
+    pub async fn step(&mut self, now: Timestamp) -> Result<(), ClusterError> {
+        let snapshot = self.cluster.snapshot().await?;
+        let instances = self.cloud.instances().await;
+        kubelet::step(&self.cluster, &snapshot, &instances, self.timing, now).await;
+        self.deployments.reconcile(&self.cluster, &snapshot).await;
+        workloads::daemon_sets(&self.cluster, &snapshot).await;
+        let snapshot = self.cluster.snapshot().await?;
+        scheduler::step(&self.cluster, &snapshot, &self.label_policy, now).await;
+        Ok(())
+    }
+}
+
+/// Logs a failed stand-in write. Conflicts and vanished objects are races with core's
+/// controllers, settled on the next step; anything else is worth a warning.
+fn note<T>(result: Result<T, ClusterError>, what: impl FnOnce() -> String) {
+    match result {
+        Ok(_) => {}
+        Err(error) if error.is_conflict() || error.is_not_found() => {
+            tracing::debug!(%error, "{}", what());
+        }
+        Err(error) => tracing::warn!(%error, "{}", what()),
+    }
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
+}
+
+fn namespace_of(pod: &Pod) -> &str {
+    pod.metadata.namespace.as_deref().unwrap_or("default")
+}
+
+/// The node a pod is bound to.
+pub fn bound_node(pod: &Pod) -> Option<&str> {
+    pod.spec
+        .as_ref()
+        .and_then(|spec| spec.node_name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// Whether the pod is being deleted.
+pub fn is_terminating(pod: &Pod) -> bool {
+    pod.metadata.deletion_timestamp.is_some()
+}
+
+/// Whether the pod finished (`Succeeded` or `Failed`).
+pub fn is_terminal(pod: &Pod) -> bool {
+    matches!(phase(pod), Some("Succeeded" | "Failed"))
+}
+
+/// The pod's phase.
+pub fn phase(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.phase.as_deref())
+}
+
+fn pod_condition<'a>(
+    pod: &'a Pod,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
+}
+
+/// Whether the pod's Ready condition is True.
+pub fn is_pod_ready(pod: &Pod) -> bool {
+    pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
+}
+
+/// Whether the Node's Ready condition is True.
+pub fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .is_some_and(|conditions| {
+            conditions
+                .iter()
+                .any(|c| c.type_ == "Ready" && c.status == "True")
+        })
+}
+
+/// Whether a DaemonSet owns the pod.
+pub fn is_daemon_set_pod(pod: &Pod) -> bool {
+    pod.metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|owner| owner.kind == "DaemonSet")
+}

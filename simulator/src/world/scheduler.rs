@@ -1,0 +1,180 @@
+//! The kube-scheduler: binds pending pods to Ready, schedulable Nodes where they fit, and marks
+//! the others `PodScheduled=False` with reason `Unschedulable`.
+//!
+//! Fit is decided by the domain's scheduler ([`core_domain::scheduler::solve`]) run over the
+//! existing Nodes only (no NodePool, so it can plan nothing new): resources, node selectors,
+//! node affinity, taints and tolerations, topology spread and pod (anti-)affinity, as the
+//! provisioner judges them. Every taint of a Node counts, startup taints included, as they do
+//! for the kube-scheduler.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use core_domain::labels::LabelPolicy;
+use core_domain::scheduler::{ExistingNode, PreferencePolicy, SchedulingInput, solve};
+use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
+use core_svc::controllers::provisioning::convert;
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Pod, PodCondition};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::json;
+
+use super::{
+    bound_node, is_daemon_set_pod, is_node_ready, is_terminal, is_terminating, name_of,
+    namespace_of, note, phase,
+};
+
+/// The pods this scheduler is responsible for: unbound, not terminating, pending, for the
+/// default scheduler.
+fn is_pending(pod: &Pod) -> bool {
+    let scheduler = pod
+        .spec
+        .as_ref()
+        .and_then(|spec| spec.scheduler_name.as_deref())
+        .unwrap_or("default-scheduler");
+    bound_node(pod).is_none()
+        && !is_terminating(pod)
+        && phase(pod).is_none_or(|phase| phase == "Pending")
+        && scheduler == "default-scheduler"
+}
+
+fn is_marked_unschedulable(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| {
+            c.type_ == "PodScheduled"
+                && c.status == "False"
+                && c.reason.as_deref() == Some("Unschedulable")
+        })
+}
+
+/// One scheduling cycle over every pending pod.
+pub async fn step(
+    cluster: &Arc<InMemoryCluster>,
+    snapshot: &Snapshot,
+    policy: &LabelPolicy,
+    now: Timestamp,
+) {
+    let pending: Vec<&Pod> = snapshot.pods.iter().filter(|p| is_pending(p)).collect();
+    if pending.is_empty() {
+        return;
+    }
+    let mut pods = Vec::with_capacity(pending.len());
+    let mut refused: Vec<(&Pod, String)> = Vec::new();
+    for pod in &pending {
+        match convert::pod(pod) {
+            Ok(converted) => pods.push(converted),
+            Err(error) => refused.push((pod, format!("the pod cannot be read: {error}"))),
+        }
+    }
+    let input = SchedulingInput {
+        pods,
+        existing_nodes: schedulable_nodes(snapshot),
+        node_pools: Vec::new(),
+        daemon_set_pods: Vec::new(),
+        label_policy: policy.clone(),
+        preference_policy: PreferencePolicy::Respect,
+    };
+    let by_id: BTreeMap<(&str, &str), &Pod> = pending
+        .iter()
+        .map(|pod| ((namespace_of(pod), name_of(&pod.metadata)), *pod))
+        .collect();
+    match solve(&input) {
+        Ok(results) => {
+            for (id, node) in &results.existing_placements {
+                let (namespace, name) = (id.namespace(), id.name());
+                note(cluster.bind_pod(namespace, name, node), || {
+                    format!("scheduler: binding {namespace}/{name} to {node}")
+                });
+            }
+            for (id, reason) in &results.unschedulable {
+                if let Some(pod) = by_id.get(&(id.namespace(), id.name())) {
+                    refused.push((pod, reason.clone()));
+                }
+            }
+        }
+        Err(error) => {
+            tracing::warn!(%error, "scheduler: the scheduling input is invalid");
+            return;
+        }
+    }
+    for (pod, message) in refused {
+        if !is_marked_unschedulable(pod) {
+            mark_unschedulable(cluster, pod, &message, now).await;
+        }
+    }
+}
+
+/// Ready Nodes that take pods, with the pods bound to them.
+fn schedulable_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
+    let pods_by_node = snapshot.pods_by_node();
+    let mut nodes = Vec::new();
+    for node in &snapshot.nodes {
+        let cordoned = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.unschedulable)
+            .unwrap_or(false);
+        if node.metadata.deletion_timestamp.is_some() || cordoned || !is_node_ready(node) {
+            continue;
+        }
+        let Ok(mut existing) = convert::node(node, None) else {
+            continue;
+        };
+        existing.initialized = true;
+        existing.startup_taints.clear();
+        let name = name_of(&node.metadata);
+        for pod in pods_by_node.get(name).into_iter().flatten() {
+            if is_terminal(pod) {
+                continue;
+            }
+            let Ok(converted) = convert::pod(pod) else {
+                continue;
+            };
+            existing = if is_daemon_set_pod(pod) {
+                existing.with_daemon_pod(converted)
+            } else {
+                existing.with_pod(converted)
+            };
+        }
+        nodes.push(existing);
+    }
+    nodes
+}
+
+async fn mark_unschedulable(
+    cluster: &Arc<InMemoryCluster>,
+    pod: &Pod,
+    message: &str,
+    now: Timestamp,
+) {
+    let namespace = namespace_of(pod);
+    let name = name_of(&pod.metadata);
+    let mut conditions: Vec<PodCondition> = pod
+        .status
+        .as_ref()
+        .and_then(|status| status.conditions.clone())
+        .unwrap_or_default();
+    conditions.retain(|c| c.type_ != "PodScheduled");
+    conditions.push(PodCondition {
+        type_: "PodScheduled".to_owned(),
+        status: "False".to_owned(),
+        reason: Some("Unschedulable".to_owned()),
+        message: Some(message.to_owned()),
+        last_transition_time: Some(Time(now)),
+        ..PodCondition::default()
+    });
+    let patch = json!({
+        "metadata": {"resourceVersion": pod.metadata.resource_version},
+        "status": {"conditions": conditions},
+    });
+    note(
+        cluster
+            .merge_patch_status::<Pod>(Some(namespace), name, &patch)
+            .await,
+        || format!("scheduler: marking {namespace}/{name} unschedulable"),
+    );
+}

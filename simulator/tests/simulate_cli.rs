@@ -1,0 +1,92 @@
+//! The `simulate` binary as a user runs it: the built-in scenario, a report file, and the exit
+//! status and message of an invalid scenario.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is a failed assertion"
+)]
+
+use std::process::Command;
+
+fn simulate() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_simulate"))
+}
+
+#[test]
+fn without_arguments_it_runs_the_built_in_scenario_and_writes_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let output = simulate().arg("--report").arg(&report).output().unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(stdout.contains("NodeClaimCreated"), "{stdout}");
+    assert!(stdout.contains("NodeClaimDrifted"), "{stdout}");
+    assert!(stdout.contains("reason=AMIDrift"), "{stdout}");
+
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(json["scenario"], "new-ami");
+    assert_eq!(json["seed"], 7);
+    assert_eq!(json["end"], 2400);
+    for key in ["nodePools", "nodeClaims", "nodes", "pods", "instances"] {
+        assert!(json["final"][key].is_array(), "final.{key}");
+    }
+    let timeline = json["timeline"].as_array().unwrap();
+    assert!(
+        timeline
+            .iter()
+            .all(|e| e["t"].is_f64() && e["type"].is_string())
+    );
+}
+
+#[test]
+fn an_invalid_scenario_exits_2_naming_the_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        "name: bad\nduration: 10m\nevents:\n  - {at: 1m, scale: {kind: Deployment, name: web, replicas: -1}}\n",
+    )
+    .unwrap();
+    let output = simulate().arg(&path).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("events[0].scale.replicas"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn an_object_the_cluster_refuses_exits_2_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("bad.yaml");
+    std::fs::write(
+        &path,
+        r#"name: bad
+duration: 1m
+objects:
+  - apiVersion: policy/v1
+    kind: PodDisruptionBudget
+    metadata: {name: both}
+    spec: {minAvailable: 1, maxUnavailable: 1, selector: {}}
+"#,
+    )
+    .unwrap();
+    let output = simulate().arg(&path).output().unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("objects[0]"), "{stderr}");
+}
+
+#[test]
+fn a_missing_file_exits_2() {
+    let output = simulate()
+        .arg("/nonexistent/scenario.yaml")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+}
