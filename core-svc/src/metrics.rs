@@ -9,6 +9,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::cloudprovider::CallMetrics;
@@ -28,6 +29,9 @@ pub struct Metrics {
     nodeclaims_drifted: Family<Labels, Counter>,
     eviction_requests: Family<Labels, Counter>,
     plugin_unavailable: Counter,
+    disruption_decisions: Family<Labels, Counter>,
+    disruption_failures: Family<Labels, Counter>,
+    allowed_disruptions: Family<Labels, Gauge>,
 }
 
 impl Metrics {
@@ -41,6 +45,9 @@ impl Metrics {
         let nodeclaims_drifted = Family::<Labels, Counter>::default();
         let eviction_requests = Family::<Labels, Counter>::default();
         let plugin_unavailable = Counter::default();
+        let disruption_decisions = Family::<Labels, Counter>::default();
+        let disruption_failures = Family::<Labels, Counter>::default();
+        let allowed_disruptions = Family::<Labels, Gauge>::default();
         registry.register(
             "karpenter_nodeclaims_created",
             "NodeClaims created, by NodePool.",
@@ -76,6 +83,21 @@ impl Metrics {
             "Controller passes that found the plugin unreachable or answering nonsense and kept their hands off.",
             plugin_unavailable.clone(),
         );
+        registry.register(
+            "karpenter_disruption_decisions",
+            "Disruption commands started, by disruption reason and decision (delete, replace).",
+            disruption_decisions.clone(),
+        );
+        registry.register(
+            "karpenter_disruption_queue_failures",
+            "Disruption commands abandoned (failed replacement, timeout, validation), by disruption reason.",
+            disruption_failures.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_allowed_disruptions",
+            "How many more nodes each NodePool may start disrupting now, by reason.",
+            allowed_disruptions.clone(),
+        );
         if let Some(calls) = plugin_calls {
             registry.register_collector(Box::new(PluginCalls(calls)));
         }
@@ -88,7 +110,21 @@ impl Metrics {
             nodeclaims_drifted,
             eviction_requests,
             plugin_unavailable,
+            disruption_decisions,
+            disruption_failures,
+            allowed_disruptions,
         }
+    }
+
+    /// Sets how many more nodes `node_pool` may start disrupting for `reason` (the disruption
+    /// controller calls it each pass).
+    pub fn set_allowed_disruptions(&self, node_pool: &str, reason: &str, allowed: i64) {
+        self.allowed_disruptions
+            .get_or_create(&vec![
+                ("nodepool", node_pool.to_owned()),
+                ("reason", reason.to_owned()),
+            ])
+            .set(allowed);
     }
 
     /// Counts what `event` says happened.
@@ -130,6 +166,19 @@ impl Metrics {
             }
             "PluginUnavailable" => {
                 self.plugin_unavailable.inc();
+            }
+            "DisruptionStarted" => {
+                self.disruption_decisions
+                    .get_or_create(&vec![
+                        ("reason", field("reason")),
+                        ("decision", field("decision")),
+                    ])
+                    .inc();
+            }
+            "DisruptionAbandoned" => {
+                self.disruption_failures
+                    .get_or_create(&vec![("reason", field("disruptionReason"))])
+                    .inc();
             }
             _ => {}
         }
@@ -252,6 +301,39 @@ mod tests {
             events.inner.all().len(),
             4,
             "events still reach the inner sink"
+        );
+    }
+
+    #[test]
+    fn disruption_decisions_failures_and_allowances_are_exported() {
+        let metrics = Arc::new(Metrics::new(None));
+        let events = MeteredEvents::new(MemoryEvents::new(), Arc::clone(&metrics));
+        events.record(event(
+            "DisruptionStarted",
+            &[("reason", "Drifted"), ("decision", "replace")],
+        ));
+        events.record(event(
+            "DisruptionAbandoned",
+            &[("reason", "timed out"), ("disruptionReason", "Drifted")],
+        ));
+        metrics.set_allowed_disruptions("default", "Drifted", 3);
+        metrics.set_allowed_disruptions("default", "Drifted", 2);
+        let text = metrics.encode().unwrap();
+        assert!(
+            text.contains(
+                r#"karpenter_disruption_decisions_total{reason="Drifted",decision="replace"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"karpenter_disruption_queue_failures_total{reason="Drifted"} 1"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"karpenter_nodepools_allowed_disruptions{nodepool="default",reason="Drifted"} 2"#
+            ),
+            "{text}"
         );
     }
 

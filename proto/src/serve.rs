@@ -2,7 +2,7 @@
 //! (v1 and v1alpha, so both current and older grpcurl builds can `list` and `describe`), on a
 //! Unix socket (mode 0600) or TCP (TLS or mTLS when certificates are given), until a shutdown
 //! signal, then gracefully: health turns NOT_SERVING, in-flight calls finish, the socket file
-//! is removed. Unix connections go through [`AuthorityFix`], so clients that send the socket
+//! is removed. Unix connections go through `AuthorityFix`, so clients that send the socket
 //! path as HTTP/2 authority (grpcurl) work too.
 
 use std::future::Future;

@@ -18,6 +18,8 @@
 //! | `termination` | finalizers, the disrupted taint, the ordered drain, instance deletion, expiration |
 //! | `gc` | NodeClaims whose instance is gone, instances with no NodeClaim |
 
+pub mod consolidatable;
+pub mod disruption;
 pub mod drift;
 pub mod expiration;
 pub mod gc;

@@ -1,0 +1,1272 @@
+//! Executing a [`Command`] (upstream's orchestration queue, KARPENTER-REFERENCE §3.6), with
+//! replacement before termination:
+//!
+//! 1. **start**: annotate the candidate NodeClaims with the command ([`ANNOTATION_COMMAND`]:
+//!    the candidates' names; the reason, the start time, how many replacements it creates),
+//!    then create the replacement NodeClaims (provisioning's NodeClaim builder, with the
+//!    NodePool and node class hash annotations), annotated likewise ([`ANNOTATION_REPLACES`]);
+//!    a command without replacements goes straight to 3;
+//! 2. **wait** until every replacement is `Initialized`;
+//! 3. **terminate**: taint the candidates' Nodes `karpenter.sh/disrupted:NoSchedule`, set their
+//!    NodeClaims' `DisruptionReason` condition, delete the NodeClaims (the termination
+//!    controller drains them).
+//!
+//! **Rollback.** While it waits, a command whose replacement is deleted or missing (the
+//! lifecycle controller deletes a NodeClaim on insufficient capacity, and on launch and
+//! registration timeouts; the API may refuse a create) or that is older than
+//! [`command_timeout`] is abandoned: the replacements not initialized yet are deleted, the
+//! command's annotations are removed from the others (they stay as capacity, consolidated
+//! later if unused), the candidates lose the taint and the condition (should a crash have left
+//! them), and `DisruptionAbandoned` is recorded; the controller remembers the failure as an
+//! [`Observation`](crate::disruption::Observation), so the node's `DisruptionBlocked` says
+//! the replacement failed, and retries later. A candidate NodeClaim is never deleted before
+//! every replacement is initialized; once deleted it is never brought back.
+//!
+//! **Restarts.** Nothing about a command lives only in memory: [`in_flight`] finds every
+//! command from the annotations of its candidates and replacements, [`progress`] says what to do next from the
+//! snapshot alone, and every step is idempotent (tainting a tainted node, deleting a deleting
+//! NodeClaim, removing absent annotations are no-ops). A crash between the taint and the
+//! delete of a command without replacements leaves a taint that [`stale_marks`] finds on the
+//! next pass (the node is neither deleting nor in a command), as upstream recovers.
+//!
+//! A command is in flight while one of its candidate NodeClaims still exists: its replacements
+//! stay out of the candidates until then, so an initialized replacement is not consolidated
+//! away while the pods it is for are still being drained towards it.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use karpenter_api::nodeclaim::{
+    CONDITION_DISRUPTION_REASON, CONDITION_INITIALIZED, CONDITION_LAUNCHED,
+};
+use karpenter_api::{ConditionStatus, DisruptionReason, NodeClaim, NodePool, condition};
+use kube::core::DynamicObject;
+use serde_json::{Map, Value, json};
+
+use super::Command;
+use crate::cloudprovider::CloudProvider;
+use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
+use crate::controllers::Context;
+use crate::controllers::provisioning::nodeclaims;
+use crate::controllers::termination::drain::{DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY};
+use crate::controllers::termination::{disrupted_taint, nodes_of};
+use crate::disruption::candidates::has_disrupted_taint;
+use crate::events::{EventType, ObjectRef};
+use core_domain::labels::LABEL_NODEPOOL;
+use core_domain::scheduler::PlannedNodeClaim;
+
+/// On a replacement: the NodeClaims it replaces (the command's candidates), comma-separated,
+/// sorted.
+pub const ANNOTATION_REPLACES: &str = "karpenter.sh/disruption-replaces";
+/// On a candidate: the command's candidates, comma-separated, sorted (so the command is found
+/// even when every replacement is gone).
+pub const ANNOTATION_COMMAND: &str = "karpenter.sh/disruption-command";
+/// On both: the command's disruption reason (`Drifted`, `Empty`, `Underutilized`).
+pub const ANNOTATION_REASON: &str = "karpenter.sh/disruption-reason";
+/// On both: when the command started (RFC 3339), for its timeout.
+pub const ANNOTATION_STARTED_AT: &str = "karpenter.sh/disruption-started-at";
+/// On both: the names of the replacements the command creates, comma-separated, to notice a
+/// missing one (the names are chosen before the creates).
+pub const ANNOTATION_REPLACEMENTS: &str = "karpenter.sh/disruption-replacements";
+
+/// Kubernetes' `generateName` alphabet: no vowels, no look-alike digits.
+const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+
+/// The shortest a command may wait for its replacements.
+pub const MIN_COMMAND_TIMEOUT: Duration = Duration::from_secs(10 * 60);
+/// The longest.
+pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
+/// What each command in flight adds to the timeout (upstream: the queue drains slower when
+/// long).
+pub const COMMAND_TIMEOUT_PER_COMMAND: Duration = Duration::from_millis(80);
+
+/// The `DisruptionStarted` event reason.
+pub const REASON_STARTED: &str = "DisruptionStarted";
+/// The `DisruptionAbandoned` event reason.
+pub const REASON_ABANDONED: &str = "DisruptionAbandoned";
+/// The event each candidate gets when it is tainted and deleted (upstream's reason).
+pub const REASON_TERMINATING: &str = "DisruptionTerminating";
+
+/// How long a command may wait for its replacements: `clamp(80ms × commands, 10 min, 1 h)`
+/// (upstream `getCommandTimeout`'s form).
+pub fn command_timeout(commands: usize) -> Duration {
+    let commands = u32::try_from(commands).unwrap_or(u32::MAX);
+    COMMAND_TIMEOUT_PER_COMMAND
+        .saturating_mul(commands)
+        .clamp(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT)
+}
+
+/// The API spelling of a disruption reason.
+pub fn reason_name(reason: DisruptionReason) -> &'static str {
+    match reason {
+        DisruptionReason::Underutilized => "Underutilized",
+        DisruptionReason::Empty => "Empty",
+        DisruptionReason::Drifted => "Drifted",
+    }
+}
+
+fn parse_reason(text: &str) -> Option<DisruptionReason> {
+    match text {
+        "Underutilized" => Some(DisruptionReason::Underutilized),
+        "Empty" => Some(DisruptionReason::Empty),
+        "Drifted" => Some(DisruptionReason::Drifted),
+        _ => None,
+    }
+}
+
+/// A replacement of a command in flight, as the snapshot shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replacement {
+    /// The NodeClaim's name.
+    pub name: String,
+    /// `Initialized=True`.
+    pub initialized: bool,
+    /// Being deleted.
+    pub deleting: bool,
+    /// What its `Launched` condition says when it is not True (`reason: message`).
+    pub launch_problem: Option<String>,
+}
+
+/// A command in flight, recovered from the snapshot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InFlight {
+    /// Its reason; `None` when the annotation is unreadable.
+    pub reason: Option<DisruptionReason>,
+    /// The candidates' NodeClaim names, sorted.
+    pub candidates: Vec<String>,
+    /// The replacements found, by name.
+    pub replacements: Vec<Replacement>,
+    /// The replacements it creates, by name, sorted.
+    pub expected_replacements: Vec<String>,
+    /// When it started; `None` when unreadable.
+    pub started_at: Option<Timestamp>,
+}
+
+impl InFlight {
+    /// Whether `node_claim` is one of its candidates or replacements.
+    pub fn involves(&self, node_claim: &str) -> bool {
+        self.candidates.iter().any(|name| name == node_claim)
+            || self.replacements.iter().any(|r| r.name == node_claim)
+    }
+
+    /// Its candidates that still exist and are not being deleted.
+    pub fn live_candidates<'s>(&self, snapshot: &'s Snapshot) -> Vec<&'s NodeClaim> {
+        self.candidates
+            .iter()
+            .filter_map(|name| snapshot.node_claim(name))
+            .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+            .collect()
+    }
+}
+
+fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(key))
+        .map(String::as_str)
+}
+
+fn name_of(claim: &NodeClaim) -> &str {
+    claim.metadata.name.as_deref().unwrap_or_default()
+}
+
+fn claim_condition<'c>(claim: &'c NodeClaim, type_: &str) -> Option<&'c karpenter_api::Condition> {
+    claim
+        .status
+        .as_ref()
+        .and_then(|status| condition::find(&status.conditions, type_))
+}
+
+/// Every command in flight: the candidates and replacements grouped by the candidate list
+/// their annotations name, kept while one of those candidates still exists. Sorted by
+/// candidates.
+pub fn in_flight(snapshot: &Snapshot) -> Vec<InFlight> {
+    let mut commands: BTreeMap<&str, InFlight> = BTreeMap::new();
+    for claim in &snapshot.node_claims {
+        let (key, is_replacement) = match (
+            annotation(claim, ANNOTATION_REPLACES),
+            annotation(claim, ANNOTATION_COMMAND),
+        ) {
+            (Some(key), _) => (key, true),
+            (None, Some(key)) => (key, false),
+            (None, None) => continue,
+        };
+        let command = commands.entry(key).or_insert_with(|| InFlight {
+            reason: None,
+            candidates: split_names(key),
+            replacements: Vec::new(),
+            expected_replacements: Vec::new(),
+            started_at: None,
+        });
+        if command.reason.is_none() {
+            command.reason = annotation(claim, ANNOTATION_REASON).and_then(parse_reason);
+        }
+        let started = annotation(claim, ANNOTATION_STARTED_AT).and_then(|at| at.parse().ok());
+        command.started_at = match (command.started_at, started) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        if let Some(names) = annotation(claim, ANNOTATION_REPLACEMENTS) {
+            command.expected_replacements.extend(split_names(names));
+            command.expected_replacements.sort();
+            command.expected_replacements.dedup();
+        }
+        if !is_replacement {
+            continue;
+        }
+        let launch_problem = claim_condition(claim, CONDITION_LAUNCHED)
+            .filter(|launched| launched.status != ConditionStatus::True)
+            .map(|launched| {
+                let reason = launched.reason.as_deref().unwrap_or("NotLaunched");
+                match launched.message.as_deref() {
+                    Some(message) if !message.is_empty() => format!("{reason}: {message}"),
+                    _ => reason.to_owned(),
+                }
+            });
+        command.replacements.push(Replacement {
+            name: name_of(claim).to_owned(),
+            initialized: claim_condition(claim, CONDITION_INITIALIZED)
+                .is_some_and(|c| c.status == ConditionStatus::True),
+            deleting: claim.metadata.deletion_timestamp.is_some(),
+            launch_problem,
+        });
+    }
+    commands
+        .into_values()
+        .filter(|command| {
+            command
+                .candidates
+                .iter()
+                .any(|name| snapshot.node_claim(name).is_some())
+        })
+        .collect()
+}
+
+fn split_names(list: &str) -> Vec<String> {
+    let mut names: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|name| !name.is_empty())
+        .map(str::to_owned)
+        .collect();
+    names.sort();
+    names.dedup();
+    names
+}
+
+/// What a command in flight needs next.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    /// Every candidate is being deleted or gone: nothing left to do.
+    Finished,
+    /// Some replacement is not initialized yet.
+    Waiting,
+    /// Every replacement is initialized: taint and delete the candidates.
+    Ready,
+    /// Abandon it, for this reason.
+    Failed(String),
+}
+
+/// What `command` needs next at `now` (see the module documentation). Pure.
+pub fn progress(
+    command: &InFlight,
+    snapshot: &Snapshot,
+    now: Timestamp,
+    timeout: Duration,
+) -> Progress {
+    if command.live_candidates(snapshot).is_empty() {
+        return Progress::Finished;
+    }
+    if let Some(failed) = command.replacements.iter().find(|r| r.deleting) {
+        let detail = failed
+            .launch_problem
+            .as_deref()
+            .map(|problem| format!(" ({problem})"))
+            .unwrap_or_default();
+        let stage = if failed.initialized {
+            "was deleted"
+        } else {
+            "was deleted before it initialized (insufficient capacity, a NodePool limit, or a launch or registration timeout)"
+        };
+        return Progress::Failed(format!(
+            "replacement NodeClaim {} {stage}{detail}",
+            failed.name
+        ));
+    }
+    let missing: Vec<&str> = command
+        .expected_replacements
+        .iter()
+        .filter(|name| !command.replacements.iter().any(|r| &r.name == *name))
+        .map(String::as_str)
+        .collect();
+    if !missing.is_empty() {
+        return Progress::Failed(format!(
+            "replacement NodeClaim {} disappeared before it initialized (insufficient capacity, a NodePool limit, or a launch or registration timeout deletes it)",
+            missing.join(", ")
+        ));
+    }
+    if command.replacements.iter().all(|r| r.initialized) {
+        return Progress::Ready;
+    }
+    let Some(started_at) = command.started_at else {
+        return Progress::Failed("the command's start time is unreadable".to_owned());
+    };
+    let deadline = started_at.saturating_add(timeout).unwrap_or(Timestamp::MAX);
+    if now >= deadline {
+        let waiting: Vec<&str> = command
+            .replacements
+            .iter()
+            .filter(|r| !r.initialized)
+            .map(|r| r.name.as_str())
+            .collect();
+        return Progress::Failed(format!(
+            "timed out after {} waiting for replacement NodeClaims {} to initialize",
+            jiff::SignedDuration::try_from(timeout)
+                .map(|d| format!("{d:#}"))
+                .unwrap_or_else(|_| format!("{timeout:?}")),
+            waiting.join(", ")
+        ));
+    }
+    Progress::Waiting
+}
+
+/// A stale disruption mark: a taint or a condition nobody stands behind.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StaleMark {
+    /// The Node carries `karpenter.sh/disrupted:NoSchedule`.
+    Taint {
+        /// The Node.
+        node: String,
+    },
+    /// The NodeClaim has a `DisruptionReason` condition.
+    Condition {
+        /// The NodeClaim.
+        node_claim: String,
+    },
+}
+
+/// The disruption marks to remove: on Nodes and NodeClaims neither being deleted nor part of a
+/// command in flight (upstream's stale taint cleanup, §3.1). Pure.
+pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark> {
+    let involved: BTreeSet<&str> = in_flight
+        .iter()
+        .flat_map(|command| command.candidates.iter().map(String::as_str))
+        .collect();
+    let mut marks = Vec::new();
+    for node in &snapshot.nodes {
+        if node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(node) {
+            continue;
+        }
+        let claim = crate::controllers::termination::node_claim_of(snapshot, node);
+        if claim.is_some_and(|claim| {
+            claim.metadata.deletion_timestamp.is_some() || involved.contains(name_of(claim))
+        }) {
+            continue;
+        }
+        marks.push(StaleMark::Taint {
+            node: node.metadata.name.clone().unwrap_or_default(),
+        });
+    }
+    for claim in &snapshot.node_claims {
+        if claim.metadata.deletion_timestamp.is_some() || involved.contains(name_of(claim)) {
+            continue;
+        }
+        if claim_condition(claim, CONDITION_DISRUPTION_REASON).is_some() {
+            marks.push(StaleMark::Condition {
+                node_claim: name_of(claim).to_owned(),
+            });
+        }
+    }
+    marks.sort();
+    marks
+}
+
+/// The annotations a command writes on its candidates and replacements (besides
+/// [`ANNOTATION_REPLACES`] / [`ANNOTATION_COMMAND`]).
+fn command_annotations(command: &Command, started_at: Timestamp) -> [(&'static str, String); 3] {
+    [
+        (ANNOTATION_REASON, reason_name(command.reason).to_owned()),
+        (ANNOTATION_STARTED_AT, started_at.to_string()),
+        (
+            ANNOTATION_REPLACEMENTS,
+            replacement_names(command, started_at).join(","),
+        ),
+    ]
+}
+
+/// The names of `command`'s replacements when started at `started_at`: `<nodepool>-` and five
+/// characters of `generateName`'s alphabet from a hash of the command, so they are known (and
+/// written on the candidates) before anything is created. Pure.
+pub fn replacement_names(command: &Command, started_at: Timestamp) -> Vec<String> {
+    let seed = format!("{}|{started_at}", command.candidates.join(","));
+    command
+        .replacements
+        .iter()
+        .enumerate()
+        .map(|(index, planned)| {
+            // FNV-1a: stable across runs and platforms.
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for byte in seed.bytes().chain(index.to_string().bytes()) {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            let radix = NAME_ALPHABET.len() as u64;
+            let suffix: String = (0..5)
+                .map(|_| {
+                    let digit = usize::try_from(hash % radix).unwrap_or(0);
+                    hash /= radix;
+                    char::from(NAME_ALPHABET.get(digit).copied().unwrap_or(b'x'))
+                })
+                .collect();
+            format!("{}-{suffix}", planned.node_pool)
+        })
+        .collect()
+}
+
+/// The merge patch marking a candidate as part of `command`.
+pub fn candidate_patch(command: &Command, started_at: Timestamp) -> Value {
+    let mut annotations = Map::new();
+    annotations.insert(
+        ANNOTATION_COMMAND.to_owned(),
+        Value::String(command.candidates.join(",")),
+    );
+    for (key, value) in command_annotations(command, started_at) {
+        annotations.insert(key.to_owned(), Value::String(value));
+    }
+    json!({ "metadata": { "annotations": annotations } })
+}
+
+/// The replacement NodeClaim object `name` for `planned`, a NodeClaim of `pool`, in `command`
+/// started at `started_at`. Pure.
+pub fn replacement_object(
+    name: &str,
+    planned: &PlannedNodeClaim,
+    pool: &NodePool,
+    node_class: Option<&DynamicObject>,
+    command: &Command,
+    started_at: Timestamp,
+) -> NodeClaim {
+    let mut object = nodeclaims::node_claim(planned, pool, node_class);
+    object.metadata.name = Some(name.to_owned());
+    object.metadata.generate_name = None;
+    let annotations = object
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new);
+    annotations.insert(ANNOTATION_REPLACES.to_owned(), command.candidates.join(","));
+    for (key, value) in command_annotations(command, started_at) {
+        annotations.insert(key.to_owned(), value);
+    }
+    object
+}
+
+/// The merge patch removing a command's annotations from a NodeClaim.
+fn strip_annotations_patch() -> Value {
+    let mut annotations = Map::new();
+    for key in [
+        ANNOTATION_REPLACES,
+        ANNOTATION_COMMAND,
+        ANNOTATION_REASON,
+        ANNOTATION_STARTED_AT,
+        ANNOTATION_REPLACEMENTS,
+    ] {
+        annotations.insert(key.to_owned(), Value::Null);
+    }
+    json!({ "metadata": { "annotations": annotations } })
+}
+
+/// The NodePools of the NodeClaims named, comma-separated, sorted.
+pub fn node_pools_of(snapshot: &Snapshot, node_claims: &[String]) -> String {
+    let pools: BTreeSet<&str> = node_claims
+        .iter()
+        .filter_map(|name| snapshot.node_claim(name))
+        .filter_map(|claim| {
+            claim
+                .metadata
+                .labels
+                .as_ref()
+                .and_then(|labels| labels.get(LABEL_NODEPOOL))
+                .map(String::as_str)
+        })
+        .collect();
+    pools.into_iter().collect::<Vec<_>>().join(",")
+}
+
+/// How starting a command went.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Started {
+    /// The replacements exist; the command waits for them.
+    Replacing {
+        /// Their names.
+        replacements: Vec<String>,
+    },
+    /// The candidates were tainted and deleted (a command without replacements).
+    Deleted,
+    /// A replacement could not be created; what was created is deleted again.
+    Abandoned {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Runs commands through the ports.
+#[derive(Debug)]
+pub struct Orchestrator<'c, C, P> {
+    ctx: &'c Context<C, P>,
+}
+
+impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
+    /// An orchestrator over `ctx`.
+    pub fn new(ctx: &'c Context<C, P>) -> Self {
+        Self { ctx }
+    }
+
+    /// Starts `command`, decided on `snapshot`: creates its replacements, or (without any)
+    /// terminates its candidates at once. Records `DisruptionStarted`, or `DisruptionAbandoned`
+    /// when a create fails.
+    pub async fn start(
+        &self,
+        command: &Command,
+        snapshot: &Snapshot,
+    ) -> Result<Started, ClusterError> {
+        let now = self.ctx.clock.now();
+        let node_pools = node_pools_of(snapshot, &command.candidates);
+        if command.replacements.is_empty() {
+            self.started_event(command, &node_pools);
+            self.terminate(command.reason, &command.candidates, snapshot)
+                .await?;
+            return Ok(Started::Deleted);
+        }
+        // The candidates carry the command first: should every replacement vanish (or a crash
+        // come before they exist), the next pass still finds the command and rolls it back.
+        let marking = candidate_patch(command, now);
+        for name in &command.candidates {
+            match self
+                .ctx
+                .cluster
+                .merge_patch::<NodeClaim>(None, name, &marking)
+                .await
+            {
+                Ok(_) => {}
+                Err(error) if error.is_not_found() => {
+                    let reason = format!("candidate NodeClaim {name} is gone");
+                    self.strip_candidates(command).await?;
+                    self.abandoned_event(command.reason, &command.candidates, &node_pools, &reason);
+                    return Ok(Started::Abandoned { reason });
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        let mut created = Vec::with_capacity(command.replacements.len());
+        let mut failure = None;
+        let names = replacement_names(command, now);
+        for (planned, name) in command.replacements.iter().zip(&names) {
+            let Some(pool) = snapshot.node_pool(&planned.node_pool) else {
+                failure = Some(format!("NodePool {} no longer exists", planned.node_pool));
+                break;
+            };
+            let node_class = snapshot.node_class_for(&pool.spec.template.spec.node_class_ref);
+            let object = replacement_object(name, planned, pool, node_class, command, now);
+            match self.ctx.cluster.create(&object).await {
+                Ok(claim) => {
+                    let name = name_of(&claim).to_owned();
+                    tracing::info!(node_claim = %name, node_pool = %planned.node_pool, candidates = %command.candidates.join(","), "created a replacement NodeClaim");
+                    self.ctx.event(
+                        ObjectRef::cluster_scoped("NodeClaim", &name),
+                        EventType::Normal,
+                        crate::controllers::provisioning::REASON_NODE_CLAIM_CREATED,
+                        format!(
+                            "Created NodeClaim {name} from NodePool {} to replace {}",
+                            planned.node_pool,
+                            command.candidates.join(", ")
+                        ),
+                        fields([
+                            ("nodeClaim", name.clone()),
+                            ("nodePool", planned.node_pool.clone()),
+                        ]),
+                    );
+                    created.push(claim);
+                }
+                Err(ClusterError::Unavailable(message)) => {
+                    // Whatever was created stays annotated: the next pass finds the command
+                    // short of replacements and rolls it back.
+                    return Err(ClusterError::Unavailable(message));
+                }
+                Err(error) => {
+                    failure = Some(format!("creating a replacement failed: {error}"));
+                    break;
+                }
+            }
+        }
+        if let Some(reason) = failure {
+            for claim in &created {
+                self.delete_node_claim(claim).await?;
+            }
+            self.strip_candidates(command).await?;
+            self.abandoned_event(command.reason, &command.candidates, &node_pools, &reason);
+            return Ok(Started::Abandoned { reason });
+        }
+        self.started_event(command, &node_pools);
+        Ok(Started::Replacing {
+            replacements: created.iter().map(|c| name_of(c).to_owned()).collect(),
+        })
+    }
+
+    /// Removes the command's annotations from its candidates.
+    async fn strip_candidates(&self, command: &Command) -> Result<(), ClusterError> {
+        for name in &command.candidates {
+            self.strip_annotations(name).await?;
+        }
+        Ok(())
+    }
+
+    async fn strip_annotations(&self, name: &str) -> Result<(), ClusterError> {
+        match self
+            .ctx
+            .cluster
+            .merge_patch::<NodeClaim>(None, name, &strip_annotations_patch())
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn started_event(&self, command: &Command, node_pools: &str) {
+        let first = command.candidates.first().cloned().unwrap_or_default();
+        let decision = command.decision().as_str();
+        tracing::info!(reason = reason_name(command.reason), decision, candidates = %command.candidates.join(","), replacements = command.replacements.len(), node_pool = node_pools, "disruption started");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", &first),
+            EventType::Normal,
+            REASON_STARTED,
+            format!(
+                "Disrupting {} ({}): {} with {} replacement(s)",
+                command.candidates.join(", "),
+                reason_name(command.reason),
+                decision,
+                command.replacements.len()
+            ),
+            fields([
+                ("reason", reason_name(command.reason).to_owned()),
+                ("decision", decision.to_owned()),
+                ("candidates", command.candidates.join(",")),
+                ("replacements", command.replacements.len().to_string()),
+                ("nodePool", node_pools.to_owned()),
+            ]),
+        );
+    }
+
+    fn abandoned_event(
+        &self,
+        reason: DisruptionReason,
+        candidates: &[String],
+        node_pools: &str,
+        why: &str,
+    ) {
+        let first = candidates.first().cloned().unwrap_or_default();
+        tracing::warn!(reason = reason_name(reason), candidates = %candidates.join(","), why, "disruption abandoned");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", &first),
+            EventType::Warning,
+            REASON_ABANDONED,
+            format!(
+                "Abandoned disrupting {} ({}): {why}",
+                candidates.join(", "),
+                reason_name(reason)
+            ),
+            fields([
+                ("reason", why.to_owned()),
+                ("disruptionReason", reason_name(reason).to_owned()),
+                ("candidates", candidates.join(",")),
+                ("nodePool", node_pools.to_owned()),
+            ]),
+        );
+    }
+
+    /// Records `DisruptionAbandoned` for a command turned down before it started (validation).
+    pub fn abandon_unstarted(&self, command: &Command, snapshot: &Snapshot, why: &str) {
+        let node_pools = node_pools_of(snapshot, &command.candidates);
+        self.abandoned_event(command.reason, &command.candidates, &node_pools, why);
+    }
+
+    /// Taints, marks and deletes the candidates that still exist and are not being deleted.
+    pub async fn terminate(
+        &self,
+        reason: DisruptionReason,
+        candidates: &[String],
+        snapshot: &Snapshot,
+    ) -> Result<(), ClusterError> {
+        let now = self.ctx.clock.now();
+        for name in candidates {
+            let Some(claim) = snapshot.node_claim(name) else {
+                continue;
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let nodes = nodes_of(snapshot, claim);
+            for node in &nodes {
+                self.taint(node).await?;
+            }
+            self.set_disruption_condition(claim, reason, now).await?;
+            self.delete_node_claim(claim).await?;
+            let node_names: Vec<&str> = nodes
+                .iter()
+                .filter_map(|node| node.metadata.name.as_deref())
+                .collect();
+            let pool = node_pools_of(snapshot, std::slice::from_ref(name));
+            tracing::info!(node_claim = %name, nodes = %node_names.join(","), reason = reason_name(reason), "tainted and deleted a disruption candidate");
+            self.ctx.event(
+                ObjectRef::cluster_scoped("NodeClaim", name),
+                EventType::Normal,
+                REASON_TERMINATING,
+                format!("Disrupting NodeClaim {name}: {}", reason_name(reason)),
+                fields([
+                    ("nodeClaim", name.clone()),
+                    ("node", node_names.join(",")),
+                    ("nodePool", pool),
+                    ("reason", reason_name(reason).to_owned()),
+                ]),
+            );
+        }
+        Ok(())
+    }
+
+    /// Abandons `command` (see the module documentation); answers whether anything changed.
+    pub async fn roll_back(
+        &self,
+        command: &InFlight,
+        snapshot: &Snapshot,
+        why: &str,
+    ) -> Result<bool, ClusterError> {
+        let mut changed = false;
+        for replacement in &command.replacements {
+            let Some(claim) = snapshot.node_claim(&replacement.name) else {
+                continue;
+            };
+            if !replacement.initialized && !replacement.deleting {
+                self.delete_node_claim(claim).await?;
+                changed = true;
+            }
+            if annotation(claim, ANNOTATION_REPLACES).is_some() {
+                self.strip_annotations(&replacement.name).await?;
+                changed = true;
+            }
+        }
+        for claim in command.live_candidates(snapshot) {
+            changed |= self.unmark(claim, snapshot).await?;
+            if annotation(claim, ANNOTATION_COMMAND).is_some() {
+                self.strip_annotations(name_of(claim)).await?;
+                changed = true;
+            }
+        }
+        if changed {
+            let node_pools = node_pools_of(snapshot, &command.candidates);
+            let reason = command.reason.unwrap_or(DisruptionReason::Drifted);
+            self.abandoned_event(reason, &command.candidates, &node_pools, why);
+        }
+        Ok(changed)
+    }
+
+    /// Removes a stale mark.
+    pub async fn clean(&self, mark: &StaleMark, snapshot: &Snapshot) -> Result<(), ClusterError> {
+        match mark {
+            StaleMark::Taint { node } => {
+                if let Some(node) = snapshot.node(node) {
+                    tracing::info!(node = ?node.metadata.name, "removing a stale disrupted taint");
+                    self.untaint(node).await?;
+                }
+            }
+            StaleMark::Condition { node_claim } => {
+                if let Some(claim) = snapshot.node_claim(node_claim) {
+                    tracing::info!(node_claim = %node_claim, "clearing a stale DisruptionReason condition");
+                    self.clear_disruption_condition(claim).await?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes the taint from the candidate's Nodes and its condition; whether anything
+    /// changed.
+    async fn unmark(&self, claim: &NodeClaim, snapshot: &Snapshot) -> Result<bool, ClusterError> {
+        let mut changed = false;
+        for node in nodes_of(snapshot, claim) {
+            if has_disrupted_taint(node) {
+                self.untaint(node).await?;
+                changed = true;
+            }
+        }
+        if claim_condition(claim, CONDITION_DISRUPTION_REASON).is_some() {
+            self.clear_disruption_condition(claim).await?;
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    async fn taint(&self, node: &Node) -> Result<(), ClusterError> {
+        let taint = disrupted_taint();
+        match self.ctx.cluster.add_node_taint(node, &taint).await {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_conflict() => {
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                match self.ctx.cluster.get::<Node>(None, name).await? {
+                    Some(fresh) => self
+                        .ctx
+                        .cluster
+                        .add_node_taint(&fresh, &taint)
+                        .await
+                        .map(|_| ()),
+                    None => Ok(()),
+                }
+            }
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn untaint(&self, node: &Node) -> Result<(), ClusterError> {
+        let cluster = &self.ctx.cluster;
+        match cluster
+            .remove_node_taint(node, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(error) if error.is_conflict() => {
+                let name = node.metadata.name.as_deref().unwrap_or_default();
+                match cluster.get::<Node>(None, name).await? {
+                    Some(fresh) => cluster
+                        .remove_node_taint(&fresh, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
+                        .await
+                        .map(|_| ()),
+                    None => Ok(()),
+                }
+            }
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    async fn set_disruption_condition(
+        &self,
+        claim: &NodeClaim,
+        reason: DisruptionReason,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        self.write_conditions(claim, |conditions| {
+            condition::set(
+                conditions,
+                CONDITION_DISRUPTION_REASON,
+                ConditionStatus::True,
+                reason_name(reason),
+                "",
+                Time(now),
+            )
+        })
+        .await
+    }
+
+    async fn clear_disruption_condition(&self, claim: &NodeClaim) -> Result<(), ClusterError> {
+        self.write_conditions(claim, |conditions| {
+            let before = conditions.len();
+            conditions.retain(|c| c.type_ != CONDITION_DISRUPTION_REASON);
+            conditions.len() != before
+        })
+        .await
+    }
+
+    /// Rewrites the NodeClaim's conditions with `change` (which says whether it changed
+    /// anything), optimistically; one retry on a fresh read after a conflict.
+    async fn write_conditions(
+        &self,
+        claim: &NodeClaim,
+        change: impl Fn(&mut Vec<karpenter_api::Condition>) -> bool + Send + Sync,
+    ) -> Result<(), ClusterError> {
+        let name = name_of(claim).to_owned();
+        let mut current = claim.clone();
+        for attempt in 0..2 {
+            let mut conditions = current
+                .status
+                .as_ref()
+                .map(|status| status.conditions.clone())
+                .unwrap_or_default();
+            if !change(&mut conditions) {
+                return Ok(());
+            }
+            let conditions = serde_json::to_value(&conditions).map_err(|error| {
+                ClusterError::invalid("NodeClaim", &name, "status.conditions", error.to_string())
+            })?;
+            let patch = json!({
+                "metadata": { "resourceVersion": current.metadata.resource_version },
+                "status": { "conditions": conditions },
+            });
+            match self
+                .ctx
+                .cluster
+                .merge_patch_status::<NodeClaim>(None, &name, &patch)
+                .await
+            {
+                Ok(_) => return Ok(()),
+                Err(error) if error.is_not_found() => return Ok(()),
+                Err(error) if error.is_conflict() && attempt == 0 => {
+                    match self.ctx.cluster.get::<NodeClaim>(None, &name).await? {
+                        Some(fresh) => current = fresh,
+                        None => return Ok(()),
+                    }
+                }
+                Err(error) => return Err(error),
+            }
+        }
+        Ok(())
+    }
+
+    async fn delete_node_claim(&self, claim: &NodeClaim) -> Result<(), ClusterError> {
+        let options = DeleteOptions {
+            grace_period_seconds: None,
+            preconditions: claim
+                .metadata
+                .uid
+                .as_ref()
+                .map(Preconditions::uid)
+                .unwrap_or_default(),
+        };
+        match self
+            .ctx
+            .cluster
+            .delete::<NodeClaim>(None, name_of(claim), options)
+            .await
+        {
+            Ok(()) => Ok(()),
+            Err(error) if error.is_not_found() => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+}
+
+/// Event fields from pairs.
+pub(super) fn fields<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use core_domain::requirements::Requirements;
+    use core_domain::resources::ResourceList;
+    use karpenter_api::NodeClaim;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::controllers::disruption::fixtures::{condition, managed, now, pool, snapshot};
+    use crate::controllers::testing;
+
+    fn planned(pool: &str) -> PlannedNodeClaim {
+        PlannedNodeClaim {
+            node_pool: pool.to_owned(),
+            requirements: Requirements::new(),
+            instance_types: Arc::from(Vec::new()),
+            pods: Vec::new(),
+            requests: ResourceList::new(),
+        }
+    }
+
+    fn command(candidates: &[&str], replacements: usize) -> Command {
+        Command::new(
+            DisruptionReason::Drifted,
+            candidates.iter().map(|c| (*c).to_owned()).collect(),
+            (0..replacements).map(|_| planned("default")).collect(),
+            now(),
+        )
+    }
+
+    /// A replacement NodeClaim `name` of `command` with `conditions`.
+    fn replacement(name: &str, command: &Command, conditions: Vec<Value>) -> NodeClaim {
+        let names = replacement_names(command, now()).join(",");
+        testing::node_claim(
+            name,
+            json!({
+                "metadata": { "annotations": {
+                    ANNOTATION_REPLACES: command.candidates.join(","),
+                    ANNOTATION_REASON: "Drifted",
+                    ANNOTATION_STARTED_AT: now().to_string(),
+                    ANNOTATION_REPLACEMENTS: names,
+                } },
+                "status": { "conditions": conditions },
+            }),
+        )
+    }
+
+    /// The candidates of `command` annotated as its own, as `start` leaves them.
+    fn annotated(mut claim: NodeClaim, command: &Command) -> NodeClaim {
+        let patch = candidate_patch(command, now());
+        let annotations = claim.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        for (key, value) in patch["metadata"]["annotations"].as_object().unwrap() {
+            annotations.insert(key.clone(), value.as_str().unwrap().to_owned());
+        }
+        claim
+    }
+
+    fn deleting(mut claim: NodeClaim) -> NodeClaim {
+        claim.metadata.deletion_timestamp = Some(Time(now()));
+        claim
+    }
+
+    fn initialized() -> Value {
+        condition("Initialized", now())
+    }
+
+    fn world(claims: Vec<NodeClaim>) -> Snapshot {
+        let (candidate, node) = managed("a", "default", vec![]);
+        let mut snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![(candidate, node)],
+            vec![],
+        );
+        for claim in claims {
+            snapshot
+                .node_claims
+                .retain(|c| c.metadata.name != claim.metadata.name);
+            snapshot.node_claims.push(claim);
+        }
+        snapshot.sort();
+        snapshot
+    }
+
+    fn names_of(command: &Command) -> Vec<String> {
+        replacement_names(command, now())
+    }
+
+    #[test]
+    fn the_timeout_is_80ms_per_command_between_10_minutes_and_an_hour() {
+        assert_eq!(command_timeout(0), Duration::from_secs(600));
+        assert_eq!(command_timeout(10_000), Duration::from_secs(800));
+        assert_eq!(command_timeout(1_000_000), Duration::from_secs(3600));
+    }
+
+    #[test]
+    fn replacement_names_are_stable_distinct_and_look_generated() {
+        let two = command(&["claim-a"], 2);
+        let names = names_of(&two);
+        assert_eq!(
+            names,
+            names_of(&two),
+            "the same command names the same replacements"
+        );
+        assert_ne!(names[0], names[1]);
+        for name in &names {
+            let suffix = name.strip_prefix("default-").unwrap();
+            assert_eq!(suffix.len(), 5);
+            assert!(suffix.bytes().all(|b| NAME_ALPHABET.contains(&b)), "{name}");
+        }
+        let later = replacement_names(
+            &two,
+            now()
+                .checked_add(jiff::SignedDuration::from_secs(1))
+                .unwrap(),
+        );
+        assert_ne!(names, later, "a later start names other replacements");
+    }
+
+    #[test]
+    fn the_replacement_object_carries_the_command() {
+        let command = command(&["claim-b", "claim-a"], 1);
+        let name = &names_of(&command)[0];
+        let object = replacement_object(
+            name,
+            &command.replacements[0],
+            &pool("default", Value::Null),
+            None,
+            &command,
+            now(),
+        );
+        assert_eq!(object.metadata.name.as_deref(), Some(name.as_str()));
+        assert!(object.metadata.generate_name.is_none());
+        let annotations = object.metadata.annotations.unwrap();
+        assert_eq!(annotations[ANNOTATION_REPLACES], "claim-a,claim-b");
+        assert_eq!(annotations[ANNOTATION_REASON], "Drifted");
+        assert_eq!(annotations[ANNOTATION_STARTED_AT], now().to_string());
+        assert_eq!(&annotations[ANNOTATION_REPLACEMENTS], name);
+        assert!(annotations.contains_key(karpenter_api::nodepool::ANNOTATION_NODEPOOL_HASH));
+    }
+
+    #[test]
+    fn in_flight_commands_are_recovered_from_candidates_and_replacements() {
+        let command = command(&["claim-a"], 2);
+        let names = names_of(&command);
+        let (candidate, _) = managed("a", "default", vec![]);
+        let snapshot = world(vec![
+            annotated(candidate, &command),
+            replacement(&names[0], &command, vec![initialized()]),
+        ]);
+
+        let found = in_flight(&snapshot);
+
+        assert_eq!(found.len(), 1);
+        let found = &found[0];
+        assert_eq!(found.reason, Some(DisruptionReason::Drifted));
+        assert_eq!(found.candidates, ["claim-a"]);
+        assert_eq!(found.started_at, Some(now()));
+        let mut expected = names.clone();
+        expected.sort();
+        assert_eq!(found.expected_replacements, expected);
+        assert_eq!(found.replacements.len(), 1);
+        assert!(found.replacements[0].initialized);
+        assert!(found.involves("claim-a") && found.involves(&names[0]));
+    }
+
+    #[test]
+    fn a_command_whose_candidates_are_gone_is_not_in_flight() {
+        let command = command(&["claim-gone"], 1);
+        let names = names_of(&command);
+        let snapshot = world(vec![replacement(&names[0], &command, vec![initialized()])]);
+        assert!(in_flight(&snapshot).is_empty());
+    }
+
+    fn progress_of(claims: Vec<NodeClaim>, at: Timestamp) -> Progress {
+        let snapshot = world(claims);
+        let found = in_flight(&snapshot);
+        progress(&found[0], &snapshot, at, command_timeout(1))
+    }
+
+    #[test]
+    fn progress_follows_the_replacements() {
+        let command = command(&["claim-a"], 1);
+        let name = &names_of(&command)[0];
+        let candidate = || annotated(managed("a", "default", vec![]).0, &command);
+
+        let waiting = progress_of(
+            vec![candidate(), replacement(name, &command, vec![])],
+            now(),
+        );
+        assert_eq!(waiting, Progress::Waiting);
+
+        let ready = progress_of(
+            vec![
+                candidate(),
+                replacement(name, &command, vec![initialized()]),
+            ],
+            now(),
+        );
+        assert_eq!(ready, Progress::Ready);
+
+        let late = now()
+            .checked_add(jiff::SignedDuration::from_mins(11))
+            .unwrap();
+        let ready_late = progress_of(
+            vec![
+                candidate(),
+                replacement(name, &command, vec![initialized()]),
+            ],
+            late,
+        );
+        assert_eq!(ready_late, Progress::Ready, "done is done, however late");
+
+        let finished = progress_of(
+            vec![
+                deleting(candidate()),
+                replacement(name, &command, vec![initialized()]),
+            ],
+            now(),
+        );
+        assert_eq!(finished, Progress::Finished);
+    }
+
+    #[test]
+    fn progress_fails_on_a_deleted_missing_or_late_replacement() {
+        let command = command(&["claim-a"], 1);
+        let name = &names_of(&command)[0];
+        let candidate = || annotated(managed("a", "default", vec![]).0, &command);
+
+        let Progress::Failed(deleted) = progress_of(
+            vec![candidate(), deleting(replacement(name, &command, vec![]))],
+            now(),
+        ) else {
+            panic!("a deleted replacement fails the command");
+        };
+        assert!(
+            deleted.contains(name) && deleted.contains("before it initialized"),
+            "{deleted}"
+        );
+
+        let Progress::Failed(missing) = progress_of(vec![candidate()], now()) else {
+            panic!("a missing replacement fails the command");
+        };
+        assert!(
+            missing.contains(name) && missing.contains("disappeared"),
+            "{missing}"
+        );
+
+        let late = now()
+            .checked_add(jiff::SignedDuration::from_mins(10))
+            .unwrap();
+        let Progress::Failed(timed_out) =
+            progress_of(vec![candidate(), replacement(name, &command, vec![])], late)
+        else {
+            panic!("a late command fails");
+        };
+        assert!(timed_out.contains("timed out after 10m"), "{timed_out}");
+    }
+
+    #[test]
+    fn stale_marks_are_those_no_command_stands_behind() {
+        let tainted = |suffix: &str| {
+            let (claim, mut node) = managed(suffix, "default", vec![]);
+            node.spec.get_or_insert_with(Default::default).taints =
+                Some(vec![crate::controllers::termination::disrupted_taint()]);
+            (claim, node)
+        };
+        let command = command(&["claim-b"], 1);
+        let (b_claim, b_node) = tainted("b");
+        let (c_claim, mut c_node) = tainted("c");
+        c_node.metadata.deletion_timestamp = Some(Time(now()));
+        let (d_claim, d_node) = managed("d", "default", vec![condition("DisruptionReason", now())]);
+        let (e_claim, e_node) = tainted("e");
+        let snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![
+                tainted("a"),
+                (annotated(b_claim, &command), b_node),
+                (c_claim, c_node),
+                (d_claim, d_node),
+                (deleting(e_claim), e_node),
+            ],
+            vec![],
+        );
+        let in_flight = in_flight(&snapshot);
+
+        let marks = stale_marks(&snapshot, &in_flight);
+
+        assert_eq!(
+            marks,
+            [
+                StaleMark::Taint {
+                    node: "node-a".into()
+                },
+                StaleMark::Condition {
+                    node_claim: "claim-d".into()
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn the_candidate_patch_names_the_command_and_its_replacements() {
+        let command = command(&["claim-a", "claim-b"], 1);
+        let patch = candidate_patch(&command, now());
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[ANNOTATION_COMMAND], "claim-a,claim-b");
+        assert_eq!(annotations[ANNOTATION_REPLACEMENTS], names_of(&command)[0]);
+        assert_eq!(annotations[ANNOTATION_REASON], "Drifted");
+    }
+}

@@ -1,0 +1,721 @@
+//! "If these nodes went away, where would their pods go?" (upstream `SimulateScheduling`).
+//!
+//! A [`Simulator`] is built once per disruption pass from the snapshot: the scheduler's input
+//! as provisioning builds it ([`input::build`]), with
+//!
+//! - as existing capacity: every Node and in-flight NodeClaim that is not being deleted, minus
+//!   the nodes that are already leaving without being marked in the snapshot (the candidates of
+//!   commands in flight, whose replacements are being launched);
+//! - as pods placed first: the pods waiting for capacity (pending, and the reschedulable pods
+//!   of nodes being deleted) and the reschedulable pods of the leaving nodes. They are solved
+//!   once, alone; those that fit existing capacity (the replacements in flight, typically) are
+//!   bound to it in the input, so a candidate's pod never takes a place already promised; the
+//!   others stay in every simulation, competing for new capacity only;
+//! - as NodePools: the usable ones with their catalogues, their limits counted against what
+//!   their NodeClaims use now (a candidate's NodeClaim still counts: its replacement is
+//!   launched while it still runs, so limits must leave room for both).
+//!
+//! [`Simulator::simulate`] then takes the candidate nodes out of the existing capacity, adds
+//! their reschedulable pods (running pods and terminating StatefulSet pods; no DaemonSet or
+//! mirror pod) to the pods to place, solves, and puts the nodes back: no conversion is repeated
+//! per simulation, the nodes are moved, not cloned. When no pod in the cluster has a topology
+//! spread, pod affinity or anti-affinity constraint, where pods run does not matter to where
+//! others may go, so the nodes without room for the smallest pod to place (per resource) are
+//! taken out as well: the scheduler's cost grows with the pods it is shown, and a packed
+//! cluster's nodes are mostly full.
+//!
+//! A candidate pod counts as scheduled only when it lands on an initialized node or on a new
+//! NodeClaim: like upstream, a pod placed on capacity that is not initialized yet would wait
+//! for it, so the simulation reports it unschedulable ("would schedule against uninitialized
+//! node ..."). The new NodeClaims reported are those holding at least one candidate pod; those
+//! planned only for the pods already waiting are the provisioner's to create.
+//!
+//! Differences from upstream: pods whose PodDisruptionBudget fully blocks eviction are placed
+//! like any other (upstream leaves them out); nominations the provisioner holds in memory are
+//! not reserved (the NodeClaims they point at are in-flight capacity all the same).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+
+use core_domain::labels::LabelPolicy;
+use core_domain::resources::{ResourceList, ResourceName};
+use core_domain::scheduler::{
+    ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, SchedulingInput, solve,
+};
+use k8s_openapi::api::core::v1::Pod;
+use karpenter_api::NodePool;
+
+use crate::cluster::Snapshot;
+use crate::controllers::provisioning::convert;
+use crate::controllers::provisioning::input::{self, Catalogue, Sources};
+use crate::controllers::provisioning::selection;
+use crate::disruption::candidates::is_reschedulable;
+
+/// What a [`Simulator`] is built from.
+#[derive(Debug, Clone, Copy)]
+pub struct SimulationSources<'a> {
+    /// The cluster.
+    pub snapshot: &'a Snapshot,
+    /// The NodePools new capacity may come from, in the order to try them (weight, then name),
+    /// with their catalogues.
+    pub node_pools: &'a [(&'a NodePool, Catalogue)],
+    /// Every catalogue known, by NodePool name: in-flight NodeClaims' options and usage
+    /// estimates come from them.
+    pub catalogues: &'a HashMap<String, Catalogue>,
+    /// Which labels are well known.
+    pub label_policy: &'a LabelPolicy,
+    /// Whether preferences count.
+    pub preference_policy: PreferencePolicy,
+    /// Nodes (by name) already leaving though the snapshot does not mark them deleting: the
+    /// candidates of commands in flight.
+    pub leaving: &'a BTreeSet<String>,
+}
+
+/// What a simulation found.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SimulationResult {
+    /// Whether every reschedulable pod of the simulated nodes found a place.
+    pub all_scheduled: bool,
+    /// How many reschedulable pods the simulated nodes have.
+    pub pods: usize,
+    /// The pods (`namespace/name`) that found no place, with the scheduler's reason, in pod
+    /// order.
+    pub unschedulable: Vec<(String, String)>,
+    /// The NodeClaims to launch for them (those holding at least one of their pods), in the
+    /// order planned.
+    pub new_node_claims: Vec<PlannedNodeClaim>,
+    /// The pods (`namespace/name`) placed on existing, initialized capacity, with the node.
+    pub placements: Vec<(String, String)>,
+}
+
+impl SimulationResult {
+    /// The unschedulable pods' names, for an explanation.
+    pub fn unschedulable_pods(&self) -> Vec<String> {
+        self.unschedulable
+            .iter()
+            .map(|(pod, _)| pod.clone())
+            .collect()
+    }
+
+    /// The first reason a pod could not be placed, or an empty string.
+    pub fn first_reason(&self) -> &str {
+        self.unschedulable
+            .first()
+            .map_or("", |(_, reason)| reason.as_str())
+    }
+}
+
+/// The scheduler's input for one pass, from which candidates are taken out (see the module
+/// documentation). Built on the first simulation, so a pass whose methods never simulate (only
+/// empty nodes, say) does not pay for it. Safe to share between the methods of one pass;
+/// simulations run one at a time.
+#[derive(Debug)]
+pub struct Simulator<'a> {
+    sources: SimulationSources<'a>,
+    pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    state: OnceLock<Mutex<State>>,
+}
+
+#[derive(Debug)]
+struct State {
+    input: SchedulingInput,
+    /// The existing node names, for lookups; positions in `input.existing_nodes`.
+    index: HashMap<String, usize>,
+    /// How many pods of `input.pods` are there for every simulation.
+    base_pods: usize,
+    /// Whether nodes without room for any pod to place may be left out of a simulation: no pod
+    /// looks at other pods, so such a node changes nothing.
+    prunable: bool,
+}
+
+impl State {
+    fn build(sources: &SimulationSources<'_>, pods_by_node: &BTreeMap<&str, Vec<&Pod>>) -> Self {
+        let snapshot = sources.snapshot;
+        let mut waiting = selection::waiting_pods(snapshot);
+        let mut seen: HashSet<(&str, &str)> = waiting.iter().map(|pod| pod_key(pod)).collect();
+        for node in sources.leaving {
+            for pod in pods_by_node.get(node.as_str()).into_iter().flatten() {
+                if is_reschedulable(pod) && seen.insert(pod_key(pod)) {
+                    waiting.push(pod);
+                }
+            }
+        }
+        let built = input::build(&Sources {
+            snapshot,
+            pods: &waiting,
+            reserved: &[],
+            node_pools: sources.node_pools,
+            catalogues: sources.catalogues,
+            label_policy: sources.label_policy,
+            preference_policy: sources.preference_policy,
+        });
+        for skipped in &built.skipped {
+            tracing::debug!(?skipped, "left out of the disruption simulation");
+        }
+        let mut input = built.input;
+        input
+            .existing_nodes
+            .retain(|node| !sources.leaving.contains(&node.name));
+        reserve_for_waiting(&mut input);
+        let index = input
+            .existing_nodes
+            .iter()
+            .enumerate()
+            .map(|(position, node)| (node.name.clone(), position))
+            .collect();
+        let base_pods = input.pods.len();
+        let prunable = !has_inter_pod_constraints(&input);
+        Self {
+            input,
+            index,
+            base_pods,
+            prunable,
+        }
+    }
+}
+
+impl<'a> Simulator<'a> {
+    /// A simulator over `sources` (see the module documentation).
+    pub fn new(sources: SimulationSources<'a>) -> Self {
+        Self {
+            pods_by_node: sources.snapshot.pods_by_node(),
+            sources,
+            state: OnceLock::new(),
+        }
+    }
+
+    /// The snapshot simulated on.
+    pub fn snapshot(&self) -> &'a Snapshot {
+        self.sources.snapshot
+    }
+
+    /// How many existing nodes (and in-flight NodeClaims) the input holds.
+    pub fn existing_nodes(&self) -> usize {
+        self.lock().input.existing_nodes.len()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A simulation restores the input before it returns; a panic half-way leaves nodes out,
+        // which can only make later simulations of the same pass more conservative.
+        self.state
+            .get_or_init(|| Mutex::new(State::build(&self.sources, &self.pods_by_node)))
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The reschedulable pods of the node called `node`.
+    pub fn reschedulable_pods(&self, node: &str) -> impl Iterator<Item = &'a Pod> + '_ {
+        self.pods_by_node
+            .get(node)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|pod| is_reschedulable(pod))
+    }
+
+    /// Where the reschedulable pods of `nodes` (Node names) would go if those nodes went away.
+    pub fn simulate(&self, nodes: &[&str]) -> SimulationResult {
+        let wanted: Vec<&Pod> = nodes
+            .iter()
+            .flat_map(|node| self.reschedulable_pods(node))
+            .collect();
+        let mut state = self.lock();
+        let State {
+            input,
+            index,
+            base_pods,
+            prunable,
+        } = &mut *state;
+        let base_pods = *base_pods;
+
+        // The candidates' pods, converted once already as their nodes' pods.
+        let mut candidate_nodes: Vec<usize> = nodes
+            .iter()
+            .filter_map(|name| index.get(*name).copied())
+            .collect();
+        candidate_nodes.sort_unstable();
+        candidate_nodes.dedup();
+        let mut converted: HashMap<PodId, core_domain::scheduler::Pod> = HashMap::new();
+        for &position in &candidate_nodes {
+            if let Some(node) = input.existing_nodes.get(position) {
+                for pod in &node.pods {
+                    converted.insert(pod.id.clone(), pod.clone());
+                }
+            }
+        }
+        let mut unschedulable = Vec::new();
+        let mut candidate_ids: HashSet<PodId> = HashSet::with_capacity(wanted.len());
+        for pod in &wanted {
+            let (namespace, name) = pod_key(pod);
+            let id = PodId::new(namespace, name);
+            let scheduler_pod = match converted.remove(&id) {
+                Some(pod) => Ok(pod),
+                None => convert::pod(pod),
+            };
+            match scheduler_pod {
+                Ok(scheduler_pod) => {
+                    candidate_ids.insert(id);
+                    input.pods.push(scheduler_pod);
+                }
+                Err(error) => {
+                    unschedulable.push((id.to_string(), format!("cannot be read: {error}")));
+                }
+            }
+        }
+
+        // Take the candidates out, and (when nothing depends on where pods are) the nodes
+        // without room for any pod to place, by position, keeping the others in their order.
+        let smallest = prunable.then(|| smallest_requests(&input.pods));
+        let all = std::mem::take(&mut input.existing_nodes);
+        let mut kept = Vec::with_capacity(all.len());
+        let mut taken: Vec<(usize, ExistingNode)> = Vec::new();
+        let mut next_candidate = candidate_nodes.iter().peekable();
+        for (position, node) in all.into_iter().enumerate() {
+            let is_candidate = next_candidate.peek() == Some(&&position);
+            if is_candidate {
+                next_candidate.next();
+            }
+            let full = smallest
+                .as_ref()
+                .is_some_and(|smallest| !has_room_for(&node, smallest));
+            if is_candidate || full {
+                taken.push((position, node));
+            } else {
+                kept.push(node);
+            }
+        }
+        input.existing_nodes = kept;
+
+        let solved = solve(input);
+
+        // Put everything back as it was.
+        input.pods.truncate(base_pods);
+        let kept = std::mem::take(&mut input.existing_nodes);
+        let total = kept.len() + taken.len();
+        let mut restored = Vec::with_capacity(total);
+        let mut kept = kept.into_iter();
+        let mut taken = taken.into_iter().peekable();
+        while restored.len() < total {
+            let next = if taken
+                .peek()
+                .is_some_and(|(position, _)| *position == restored.len())
+            {
+                taken.next().map(|(_, node)| node)
+            } else {
+                kept.next().or_else(|| taken.next().map(|(_, node)| node))
+            };
+            match next {
+                Some(node) => restored.push(node),
+                None => break,
+            }
+        }
+        input.existing_nodes = restored;
+
+        let results = match solved {
+            Ok(results) => results,
+            Err(error) => {
+                // Names in a snapshot are unique; should that not hold, nothing is concluded.
+                tracing::error!(%error, "the scheduler refused the simulation's input");
+                return SimulationResult {
+                    all_scheduled: false,
+                    pods: wanted.len(),
+                    unschedulable: wanted
+                        .iter()
+                        .map(|pod| {
+                            let (namespace, name) = pod_key(pod);
+                            (format!("{namespace}/{name}"), error.to_string())
+                        })
+                        .collect(),
+                    ..SimulationResult::default()
+                };
+            }
+        };
+        let initialized: HashMap<&str, bool> = input
+            .existing_nodes
+            .iter()
+            .map(|node| (node.name.as_str(), node.initialized))
+            .collect();
+        let mut placements = Vec::new();
+        for (pod, node) in &results.existing_placements {
+            if !candidate_ids.contains(pod) {
+                continue;
+            }
+            if initialized.get(node.as_str()).copied().unwrap_or(true) {
+                placements.push((pod.to_string(), node.clone()));
+            } else {
+                unschedulable.push((
+                    pod.to_string(),
+                    format!("would schedule against uninitialized node {node}"),
+                ));
+            }
+        }
+        for (pod, reason) in &results.unschedulable {
+            if candidate_ids.contains(pod) {
+                unschedulable.push((pod.to_string(), reason.clone()));
+            }
+        }
+        unschedulable.sort();
+        let new_node_claims = results
+            .new_node_claims
+            .into_iter()
+            .filter(|claim| claim.pods.iter().any(|pod| candidate_ids.contains(pod)))
+            .collect();
+        SimulationResult {
+            all_scheduled: unschedulable.is_empty(),
+            pods: wanted.len(),
+            unschedulable,
+            new_node_claims,
+            placements,
+        }
+    }
+}
+
+/// Whether any pod of the input, placed or to place, has a constraint that looks at other
+/// pods (topology spread, pod affinity or anti-affinity): then every node counts, wherever it
+/// has room.
+fn has_inter_pod_constraints(input: &SchedulingInput) -> bool {
+    let constrained = |pod: &core_domain::scheduler::Pod| {
+        !pod.topology_spread_constraints.is_empty()
+            || !pod.pod_affinity.is_empty()
+            || !pod.pod_anti_affinity.is_empty()
+    };
+    input.pods.iter().any(constrained)
+        || input
+            .existing_nodes
+            .iter()
+            .flat_map(|node| &node.pods)
+            .any(constrained)
+}
+
+/// The smallest request of `pods` for each of cpu, memory and ephemeral storage: a node with
+/// less free than that of any of them, or no pod slot, takes none of them.
+fn smallest_requests(pods: &[core_domain::scheduler::Pod]) -> ResourceList {
+    let names = [
+        ResourceName::CPU,
+        ResourceName::MEMORY,
+        ResourceName::EPHEMERAL_STORAGE,
+    ];
+    let mut smallest = ResourceList::new();
+    for name in &names {
+        let least = pods
+            .iter()
+            .map(|pod| pod.requests.get(name))
+            .min()
+            .unwrap_or(0);
+        smallest.set(name, least);
+    }
+    smallest.set(&ResourceName::PODS, 1);
+    smallest
+}
+
+/// Whether `node` has, in every resource of `smallest`, at least that much free.
+fn has_room_for(node: &ExistingNode, smallest: &ResourceList) -> bool {
+    let free = node.allocatable.saturating_sub(&node.requested);
+    smallest
+        .iter()
+        .all(|(name, amount)| amount <= 0 || free.get(&name) >= amount)
+}
+
+/// Places the pods already waiting first: those that fit existing capacity are bound to it in
+/// the input (it is theirs before any candidate's pod), the others stay to place, competing for
+/// new capacity only. Without this, a candidate's pod could take the place a waiting pod (one
+/// evicted from a node being replaced, say) is about to get, and the candidate would look
+/// removable without a replacement.
+fn reserve_for_waiting(input: &mut SchedulingInput) {
+    if input.pods.is_empty() {
+        return;
+    }
+    let results = match solve(input) {
+        Ok(results) => results,
+        Err(error) => {
+            tracing::error!(%error, "the scheduler refused the waiting pods");
+            return;
+        }
+    };
+    let placed: HashMap<PodId, String> = results.existing_placements.into_iter().collect();
+    let mut by_node: HashMap<String, Vec<core_domain::scheduler::Pod>> = HashMap::new();
+    for pod in std::mem::take(&mut input.pods) {
+        match placed.get(&pod.id) {
+            Some(node) => by_node.entry(node.clone()).or_default().push(pod),
+            None => input.pods.push(pod),
+        }
+    }
+    input.existing_nodes = std::mem::take(&mut input.existing_nodes)
+        .into_iter()
+        .map(|node| match by_node.remove(&node.name) {
+            Some(pods) => pods.into_iter().fold(node, ExistingNode::with_pod),
+            None => node,
+        })
+        .collect();
+}
+
+fn pod_key(pod: &Pod) -> (&str, &str) {
+    (
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{BTreeSet, HashMap};
+
+    use karpenter_api::NodeClaim;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::controllers::disruption::fixtures::{
+        INSTANCE_TYPE, catalogue, managed, pod, pool, snapshot,
+    };
+    use crate::controllers::testing;
+
+    fn simulate_on(
+        snapshot: &Snapshot,
+        leaving: &[&str],
+        nodes: &[&[&str]],
+    ) -> Vec<SimulationResult> {
+        let node_pools: Vec<(&NodePool, Catalogue)> = snapshot
+            .node_pools
+            .iter()
+            .map(|pool| (pool, catalogue()))
+            .collect();
+        let catalogues: HashMap<String, Catalogue> = snapshot
+            .node_pools
+            .iter()
+            .map(|pool| (pool.metadata.name.clone().unwrap_or_default(), catalogue()))
+            .collect();
+        let leaving: BTreeSet<String> = leaving.iter().map(|n| (*n).to_owned()).collect();
+        let policy = LabelPolicy::core();
+        let simulator = Simulator::new(SimulationSources {
+            snapshot,
+            node_pools: &node_pools,
+            catalogues: &catalogues,
+            label_policy: &policy,
+            preference_policy: PreferencePolicy::Respect,
+            leaving: &leaving,
+        });
+        let before = simulator.existing_nodes();
+        let results = nodes
+            .iter()
+            .map(|nodes| simulator.simulate(nodes))
+            .collect();
+        assert_eq!(simulator.existing_nodes(), before, "every node is put back");
+        results
+    }
+
+    fn default_pool() -> Vec<NodePool> {
+        vec![pool("default", Value::Null)]
+    }
+
+    #[test]
+    fn pods_that_fit_on_the_other_nodes_need_no_new_nodeclaim() {
+        let snapshot = snapshot(
+            default_pool(),
+            vec![
+                managed("a", "default", vec![]),
+                managed("b", "default", vec![]),
+            ],
+            vec![
+                pod("web", Some("node-a"), "1"),
+                pod("api", Some("node-b"), "1"),
+            ],
+        );
+        let [result] = <[_; 1]>::try_from(simulate_on(&snapshot, &[], &[&["node-a"]])).unwrap();
+        assert!(result.all_scheduled);
+        assert_eq!(result.pods, 1);
+        assert!(result.new_node_claims.is_empty());
+        assert_eq!(
+            result.placements,
+            [("default/web".to_owned(), "node-b".to_owned())]
+        );
+    }
+
+    #[test]
+    fn pods_that_fit_nowhere_get_new_nodeclaims_and_the_input_is_restored_between_simulations() {
+        let snapshot = snapshot(
+            default_pool(),
+            vec![
+                managed("a", "default", vec![]),
+                managed("b", "default", vec![]),
+            ],
+            vec![
+                pod("web", Some("node-a"), "3"),
+                pod("api", Some("node-b"), "3"),
+            ],
+        );
+        let results = simulate_on(&snapshot, &[], &[&["node-a"], &["node-b"], &["node-a"]]);
+        for result in &results {
+            assert!(result.all_scheduled);
+            assert_eq!(result.new_node_claims.len(), 1);
+            assert_eq!(result.new_node_claims[0].node_pool, "default");
+            assert!(
+                result.new_node_claims[0]
+                    .instance_types
+                    .iter()
+                    .any(|it| it.name() == INSTANCE_TYPE)
+            );
+        }
+        assert_eq!(
+            results[0], results[2],
+            "the same simulation twice, the same answer"
+        );
+        assert_eq!(
+            results[1].new_node_claims[0].pods[0].to_string(),
+            "default/api"
+        );
+        let both = simulate_on(&snapshot, &[], &[&["node-a", "node-b"]]);
+        assert_eq!(both[0].pods, 2);
+        assert_eq!(both[0].new_node_claims.len(), 2);
+    }
+
+    #[test]
+    fn a_nodepool_at_its_limit_leaves_the_pods_unschedulable_with_the_reason() {
+        let limited = testing::patched(
+            &pool("default", Value::Null),
+            json!({ "spec": { "limits": { "cpu": "8" } } }),
+        );
+        let snapshot = snapshot(
+            vec![limited],
+            vec![
+                managed("a", "default", vec![]),
+                managed("b", "default", vec![]),
+            ],
+            vec![
+                pod("web", Some("node-a"), "3"),
+                pod("api", Some("node-b"), "3"),
+            ],
+        );
+        let result = &simulate_on(&snapshot, &[], &[&["node-a"]])[0];
+        assert!(!result.all_scheduled);
+        assert_eq!(result.unschedulable_pods(), ["default/web"]);
+        assert!(!result.first_reason().is_empty());
+        assert!(result.new_node_claims.is_empty());
+    }
+
+    /// An in-flight NodeClaim `name` of `default` (no Node yet).
+    fn in_flight_claim(name: &str) -> NodeClaim {
+        testing::node_claim(
+            name,
+            json!({
+                "metadata": { "labels": { "karpenter.sh/nodepool": "default" } },
+                "spec": { "requirements": [
+                    { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": [INSTANCE_TYPE] },
+                ] },
+            }),
+        )
+    }
+
+    #[test]
+    fn capacity_that_is_not_initialized_does_not_count_as_a_place() {
+        let mut snapshot = snapshot(
+            default_pool(),
+            vec![managed("a", "default", vec![])],
+            vec![pod("web", Some("node-a"), "1")],
+        );
+        snapshot.node_claims.push(in_flight_claim("launching"));
+        snapshot.sort();
+        let result = &simulate_on(&snapshot, &[], &[&["node-a"]])[0];
+        assert!(!result.all_scheduled);
+        assert_eq!(
+            result.unschedulable,
+            [(
+                "default/web".to_owned(),
+                "would schedule against uninitialized node launching".to_owned()
+            )]
+        );
+    }
+
+    #[test]
+    fn waiting_pods_and_the_pods_of_leaving_nodes_are_placed_before_the_candidates() {
+        // node-b has room for one 3-CPU pod once its own goes (it is leaving): the pending pod
+        // and node-c's pod both want it, node-a's candidate pod must not take it.
+        let snapshot = snapshot(
+            default_pool(),
+            vec![
+                managed("a", "default", vec![]),
+                managed("b", "default", vec![]),
+                managed("c", "default", vec![]),
+            ],
+            vec![
+                pod("candidate", Some("node-a"), "3"),
+                pod("pending", None, "3"),
+                pod("leaving", Some("node-c"), "3"),
+            ],
+        );
+        let result = &simulate_on(&snapshot, &["node-c"], &[&["node-a"]])[0];
+        assert!(result.all_scheduled);
+        assert!(result.placements.is_empty(), "{:?}", result.placements);
+        assert_eq!(result.new_node_claims.len(), 1);
+        assert!(
+            result.new_node_claims[0]
+                .pods
+                .iter()
+                .any(|pod| pod.to_string() == "default/candidate")
+        );
+    }
+
+    #[test]
+    fn full_nodes_are_left_out_only_when_no_pod_looks_at_other_pods() {
+        let mut input = SchedulingInput::default();
+        let mut small = core_domain::scheduler::Pod::new("default", "small");
+        small.requests = ResourceList::new().with("cpu", 500);
+        let mut big = core_domain::scheduler::Pod::new("default", "big");
+        big.requests = ResourceList::new()
+            .with("cpu", 2000)
+            .with("memory", 1 << 30);
+        input.pods = vec![small.clone(), big];
+        let smallest = smallest_requests(&input.pods);
+        assert_eq!(smallest.get(&ResourceName::CPU), 500);
+        assert_eq!(smallest.get(&ResourceName::MEMORY), 0);
+        assert_eq!(smallest.get(&ResourceName::PODS), 1);
+
+        let allocatable = ResourceList::new().with("cpu", 1000).with("pods", 2);
+        let node = ExistingNode::new("n", [], allocatable.clone());
+        assert!(has_room_for(&node, &smallest));
+        let full = ExistingNode::new("n", [], allocatable.clone()).with_pod(small.clone());
+        let mut busy = core_domain::scheduler::Pod::new("default", "busy");
+        busy.requests = ResourceList::new().with("cpu", 600);
+        let cpu_full = ExistingNode::new("n", [], allocatable).with_pod(busy);
+        assert!(has_room_for(&full, &smallest), "500m and one slot left");
+        assert!(!has_room_for(&cpu_full, &smallest), "400m left");
+
+        assert!(!has_inter_pod_constraints(&input));
+        input
+            .existing_nodes
+            .push(ExistingNode::new("m", [], ResourceList::new()).with_pod({
+                let mut spread = core_domain::scheduler::Pod::new("default", "spread");
+                spread.pod_anti_affinity.required.push(
+                    core_domain::scheduler::PodAffinityTerm::new(
+                        "kubernetes.io/hostname",
+                        core_domain::scheduler::LabelSelector::default(),
+                    ),
+                );
+                spread
+            }));
+        assert!(has_inter_pod_constraints(&input));
+    }
+
+    #[test]
+    fn leaving_full_nodes_out_changes_no_answer() {
+        // Nodes b..e are full; node f has room for one 1-CPU pod.
+        let mut managed_nodes = vec![managed("a", "default", vec![])];
+        let mut pods = vec![pod("web", Some("node-a"), "1")];
+        for suffix in ["b", "c", "d", "e"] {
+            managed_nodes.push(managed(suffix, "default", vec![]));
+            pods.push(pod(
+                &format!("full-{suffix}"),
+                Some(&format!("node-{suffix}")),
+                "3800m",
+            ));
+        }
+        managed_nodes.push(managed("f", "default", vec![]));
+        pods.push(pod("half", Some("node-f"), "2"));
+        let snapshot = snapshot(default_pool(), managed_nodes, pods);
+        let result = &simulate_on(&snapshot, &[], &[&["node-a"]])[0];
+        assert!(result.all_scheduled);
+        assert_eq!(
+            result.placements,
+            [("default/web".to_owned(), "node-f".to_owned())]
+        );
+    }
+}

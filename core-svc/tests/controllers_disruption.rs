@@ -1,0 +1,1019 @@
+//! The disruption controller with the real lifecycle and termination controllers alongside, a
+//! small kubelet, ReplicaSet controller and kube-scheduler written here, on the in-memory
+//! cluster, the fake cloud and a fake clock: drift replacement before termination, budgets,
+//! do-not-disrupt, budget schedules, rollback of failed replacements, restarts, emptiness.
+
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests: a panic is a failed assertion"
+)]
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use core_svc::apis::NodeClaim;
+use core_svc::clock::{Clock, FakeClock};
+use core_svc::cloudprovider::fake::instance_type;
+use core_svc::cloudprovider::{
+    CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
+};
+use core_svc::cluster::{Cluster, InMemoryCluster};
+use core_svc::controllers::Controller;
+use core_svc::controllers::disruption::DisruptionController;
+use core_svc::controllers::disruption::orchestration::ANNOTATION_REPLACES;
+use core_svc::controllers::lifecycle::LifecycleController;
+use core_svc::controllers::termination::TerminationController;
+use core_svc::events::{Event, MemoryEvents};
+use jiff::Timestamp;
+use k8s_openapi::api::core::v1::{Node, Pod};
+use kube::core::DynamicObject;
+use serde_json::{Value, json};
+
+mod common;
+
+use common::{Harness, start};
+
+type Disruption = DisruptionController<InMemoryCluster, FakeCloudProvider>;
+
+const FINALIZER: &str = "karpenter.sh/termination";
+const DISRUPTED: &str = "karpenter.sh/disrupted";
+const POOL: &str = "default";
+const INSTANCE_TYPE: &str = "default-instance-type";
+const ZONE: &str = "test-zone-1";
+
+fn secs(seconds: u64) -> Duration {
+    Duration::from_secs(seconds)
+}
+
+/// A cluster of NodePool `default` with the ports, the controllers and a tiny kube.
+struct World {
+    cluster: Arc<InMemoryCluster>,
+    cloud: Arc<FakeCloudProvider>,
+    clock: FakeClock,
+    events: Arc<MemoryEvents>,
+    harness_ctx: core_svc::controllers::Context<InMemoryCluster, FakeCloudProvider>,
+    disruption: Disruption,
+    lifecycle: LifecycleController<InMemoryCluster, FakeCloudProvider>,
+    termination: TerminationController<InMemoryCluster, FakeCloudProvider>,
+    /// Every NodePool's largest number of nodes seen tainted or deleting at once.
+    max_disrupting: usize,
+    /// Each Node's first tainted / deleting instant, and its replacement's initialization.
+    first_disrupted: BTreeMap<String, Timestamp>,
+    recreated: usize,
+}
+
+impl World {
+    /// The world with NodePool `default`, whose spec gets `pool_spec` merged in.
+    async fn new(pool_spec: Value) -> Self {
+        let harness = Harness::new();
+        harness
+            .cloud
+            .set_instance_types(vec![Arc::new(instance_type(
+                INSTANCE_TYPE,
+                4,
+                8,
+                10,
+                "amd64",
+            ))]);
+        let ctx = harness.context();
+        let world = World {
+            disruption: DisruptionController::new(ctx.clone()),
+            lifecycle: LifecycleController::new(ctx.clone()),
+            termination: TerminationController::new(ctx.clone()),
+            harness_ctx: ctx,
+            cluster: harness.cluster,
+            cloud: harness.cloud,
+            clock: harness.clock,
+            events: harness.events,
+            max_disrupting: 0,
+            first_disrupted: BTreeMap::new(),
+            recreated: 0,
+        };
+        let node_class: DynamicObject = common::test_node_class("default", json!({}));
+        world.cluster.create_node_class(&node_class).await.unwrap();
+        world
+            .cluster
+            .merge_patch_node_class_status(
+                &node_class_ref(),
+                &json!({ "status": { "conditions": [
+                    { "type": "Ready", "status": "True", "lastTransitionTime": start(), "reason": "Ready" },
+                ] } }),
+            )
+            .await
+            .unwrap();
+        let pool = common::node_pool(
+            POOL,
+            json!({ "spec": common::merged(
+                json!({ "template": { "spec": { "requirements": [
+                    { "key": "karpenter.sh/capacity-type", "operator": "In", "values": ["on-demand"] },
+                ] } } }),
+                pool_spec,
+            ) }),
+        );
+        world.cluster.create(&pool).await.unwrap();
+        world
+    }
+
+    fn now(&self) -> Timestamp {
+        self.clock.now()
+    }
+
+    /// A launched, registered, initialized node `node-<suffix>` of NodeClaim
+    /// `default-<suffix>`, with `pods` (name, CPU) of their own ReplicaSets bound and Ready;
+    /// `claim_status` merged into the NodeClaim's status (conditions are added to the
+    /// lifecycle's three).
+    async fn node(&self, suffix: &str, pods: &[(&str, &str)], extra_conditions: Value) {
+        let claim_name = format!("default-{suffix}");
+        let node_name = format!("node-{suffix}");
+        let provider_id = format!("fake:///{ZONE}/i-{suffix}");
+        let labels = json!({
+            "karpenter.sh/nodepool": POOL,
+            "node.kubernetes.io/instance-type": INSTANCE_TYPE,
+            "topology.kubernetes.io/zone": ZONE,
+            "karpenter.sh/capacity-type": "on-demand",
+            "kubernetes.io/arch": "amd64",
+            "kubernetes.io/os": "linux",
+        });
+        let claim = common::node_claim(
+            &claim_name,
+            json!({
+                "metadata": { "labels": labels, "finalizers": [FINALIZER] },
+                "spec": { "requirements": [
+                    { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": [INSTANCE_TYPE] },
+                ] },
+            }),
+        );
+        self.cluster.create(&claim).await.unwrap();
+        let condition =
+            |type_: &str| json!({ "type": type_, "status": "True", "lastTransitionTime": start() });
+        let mut conditions = vec![
+            condition("Launched"),
+            condition("Registered"),
+            condition("Initialized"),
+        ];
+        if let Value::Array(extra) = extra_conditions {
+            conditions.extend(extra);
+        }
+        let allocatable = json!({ "cpu": "3900m", "memory": "8Gi", "pods": "10" });
+        self.cluster
+            .merge_patch_status::<NodeClaim>(
+                None,
+                &claim_name,
+                &json!({ "status": {
+                    "providerID": provider_id,
+                    "nodeName": node_name,
+                    "capacity": { "cpu": "4", "memory": "8Gi", "pods": "10" },
+                    "allocatable": allocatable,
+                    "conditions": conditions,
+                } }),
+            )
+            .await
+            .unwrap();
+        self.cloud.insert_instance(CloudInstance {
+            node_claim_name: Some(claim_name.clone()),
+            provider_id: provider_id.clone(),
+            image_id: None,
+            labels: BTreeMap::new(),
+            capacity: Default::default(),
+            allocatable: Default::default(),
+            creation_time: None,
+            deletion_time: None,
+            state: InstanceState::Running,
+        });
+        let mut node_labels = labels.clone();
+        node_labels["karpenter.sh/initialized"] = json!("true");
+        node_labels["karpenter.sh/registered"] = json!("true");
+        node_labels["kubernetes.io/hostname"] = json!(node_name);
+        let node = common::node(
+            &node_name,
+            json!({
+                "metadata": { "labels": node_labels, "finalizers": [FINALIZER] },
+                "spec": { "providerID": provider_id },
+            }),
+        );
+        self.cluster.create(&node).await.unwrap();
+        self.set_ready(&node_name, &allocatable).await;
+        for (pod, cpu) in pods {
+            self.pod(pod, cpu, json!({})).await;
+            self.cluster.bind_pod("default", pod, &node_name).unwrap();
+            self.cluster.set_pod_ready("default", pod, true).unwrap();
+        }
+    }
+
+    async fn set_ready(&self, node: &str, allocatable: &Value) {
+        self.cluster
+            .merge_patch_status::<Node>(
+                None,
+                node,
+                &json!({ "status": {
+                    "conditions": [{ "type": "Ready", "status": "True" }],
+                    "allocatable": allocatable,
+                } }),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// A pending pod `default/name` of its own ReplicaSet requesting `cpu`.
+    async fn pod(&self, name: &str, cpu: &str, extra: Value) {
+        let base = name.split("-r").next().unwrap_or(name);
+        let pod = common::replica_set_pod(
+            "default",
+            name,
+            base,
+            common::merged(
+                json!({ "spec": { "containers": [{ "name": "app", "image": "nginx",
+                    "resources": { "requests": { "cpu": cpu } } }] } }),
+                extra,
+            ),
+        );
+        self.cluster.create(&pod).await.unwrap();
+    }
+
+    /// Sets `Drifted=True` on the NodeClaim `default-<suffix>` at `at`.
+    async fn drift(&self, suffix: &str, at: Timestamp) {
+        let name = format!("default-{suffix}");
+        let claim = self.claim(&name).await.unwrap();
+        let mut conditions = claim.status.unwrap().conditions;
+        conditions.retain(|c| c.type_ != "Drifted");
+        let mut value = serde_json::to_value(&conditions).unwrap();
+        value.as_array_mut().unwrap().push(
+            json!({ "type": "Drifted", "status": "True", "lastTransitionTime": at, "reason": "NodeClassDrift" }),
+        );
+        self.cluster
+            .merge_patch_status::<NodeClaim>(
+                None,
+                &name,
+                &json!({ "status": { "conditions": value } }),
+            )
+            .await
+            .unwrap();
+    }
+
+    async fn claim(&self, name: &str) -> Option<NodeClaim> {
+        self.cluster.get::<NodeClaim>(None, name).await.unwrap()
+    }
+
+    async fn claims(&self) -> Vec<NodeClaim> {
+        self.cluster.snapshot().await.unwrap().node_claims
+    }
+
+    async fn nodes(&self) -> Vec<Node> {
+        self.cluster.snapshot().await.unwrap().nodes
+    }
+
+    async fn pods(&self) -> Vec<Pod> {
+        self.cluster.snapshot().await.unwrap().pods
+    }
+
+    /// One round: disruption, lifecycle (twice: it moves one stage per pass), the kubelet,
+    /// termination, the kubelet stopping evicted pods, the ReplicaSets and the scheduler;
+    /// invariants checked after every step; then the clock moves by `step`.
+    async fn tick(&mut self, step: Duration) {
+        self.disruption.reconcile().await.unwrap();
+        self.observe().await;
+        self.lifecycle.reconcile().await.unwrap();
+        self.lifecycle.reconcile().await.unwrap();
+        self.kubelet().await;
+        self.lifecycle.reconcile().await.unwrap();
+        self.observe().await;
+        self.termination.reconcile().await.unwrap();
+        self.observe().await;
+        self.stop_evicted_pods().await;
+        self.schedule().await;
+        self.clock.advance(step);
+    }
+
+    async fn ticks(&mut self, count: usize, step: Duration) {
+        for _ in 0..count {
+            self.tick(step).await;
+        }
+    }
+
+    /// Records how many nodes are tainted or deleting, and when each first was.
+    async fn observe(&mut self) {
+        let now = self.now();
+        let disrupting: Vec<String> = self
+            .nodes()
+            .await
+            .into_iter()
+            .filter(is_disrupting)
+            .filter_map(|node| node.metadata.name)
+            .collect();
+        self.max_disrupting = self.max_disrupting.max(disrupting.len());
+        for node in disrupting {
+            self.first_disrupted.entry(node).or_insert(now);
+        }
+    }
+
+    /// Joins a Node for each launched NodeClaim without one, Ready at once.
+    async fn kubelet(&self) {
+        let snapshot = self.cluster.snapshot().await.unwrap();
+        for claim in &snapshot.node_claims {
+            let Some(status) = &claim.status else {
+                continue;
+            };
+            if status.provider_id.is_empty() || claim.metadata.deletion_timestamp.is_some() {
+                continue;
+            }
+            let joined = snapshot.nodes.iter().any(|node| {
+                node.spec
+                    .as_ref()
+                    .and_then(|spec| spec.provider_id.as_deref())
+                    == Some(status.provider_id.as_str())
+            });
+            if joined {
+                continue;
+            }
+            let name = format!("node-{}", claim.metadata.name.as_deref().unwrap());
+            let node = common::node(
+                &name,
+                json!({
+                    "metadata": { "labels": { "kubernetes.io/hostname": name } },
+                    "spec": {
+                        "providerID": status.provider_id,
+                        "taints": [{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }],
+                    },
+                }),
+            );
+            self.cluster.create(&node).await.unwrap();
+            self.set_ready(
+                &name,
+                &json!({ "cpu": "3900m", "memory": "8Gi", "pods": "10" }),
+            )
+            .await;
+        }
+    }
+
+    /// The kubelet stops every pod being deleted; its ReplicaSet creates a new pending one.
+    async fn stop_evicted_pods(&mut self) {
+        for pod in self.pods().await {
+            if pod.metadata.deletion_timestamp.is_none() {
+                continue;
+            }
+            let name = pod.metadata.name.clone().unwrap();
+            self.cluster
+                .finish_pod_termination("default", &name)
+                .unwrap();
+            let base = name.split("-r").next().unwrap().to_owned();
+            let cpu = pod.spec.as_ref().unwrap().containers[0]
+                .resources
+                .as_ref()
+                .and_then(|r| r.requests.as_ref())
+                .and_then(|r| r.get("cpu"))
+                .map(|q| q.0.clone())
+                .unwrap();
+            self.recreated += 1;
+            let annotations = pod.metadata.annotations.clone().unwrap_or_default();
+            self.pod(
+                &format!("{base}-r{}", self.recreated),
+                &cpu,
+                json!({ "metadata": { "annotations": annotations } }),
+            )
+            .await;
+        }
+    }
+
+    /// Binds each pending pod to the first node (by name) that is Ready, untainted and has CPU
+    /// room, and makes it Ready.
+    async fn schedule(&self) {
+        let snapshot = self.cluster.snapshot().await.unwrap();
+        let mut used: BTreeMap<String, i64> = BTreeMap::new();
+        for pod in &snapshot.pods {
+            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+                *used.entry(node).or_default() += milli_cpu(pod);
+            }
+        }
+        for pod in &snapshot.pods {
+            if pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.node_name.as_ref())
+                .is_some()
+                || pod.metadata.deletion_timestamp.is_some()
+            {
+                continue;
+            }
+            let request = milli_cpu(pod);
+            let target = snapshot.nodes.iter().find(|node| {
+                let name = node.metadata.name.as_deref().unwrap();
+                let untainted = node
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.taints.as_ref())
+                    .is_none_or(Vec::is_empty);
+                untainted
+                    && node.metadata.deletion_timestamp.is_none()
+                    && is_ready(node)
+                    && used.get(name).copied().unwrap_or(0) + request <= 3900
+            });
+            if let Some(node) = target {
+                let node = node.metadata.name.clone().unwrap();
+                let name = pod.metadata.name.as_deref().unwrap();
+                self.cluster.bind_pod("default", name, &node).unwrap();
+                self.cluster.set_pod_ready("default", name, true).unwrap();
+                *used.entry(node).or_default() += request;
+            }
+        }
+    }
+
+    fn events(&self, reason: &str) -> Vec<Event> {
+        self.events.with_reason(reason)
+    }
+
+    /// A new disruption controller, as after a restart of core.
+    fn restart(&mut self) {
+        self.disruption = DisruptionController::new(self.harness_ctx.clone());
+    }
+}
+
+fn node_class_ref() -> core_svc::apis::NodeClassReference {
+    serde_json::from_value(
+        json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" }),
+    )
+    .unwrap()
+}
+
+fn milli_cpu(pod: &Pod) -> i64 {
+    let cpu = pod.spec.as_ref().unwrap().containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("cpu"))
+        .map(|q| q.0.clone())
+        .unwrap_or_default();
+    match cpu.strip_suffix('m') {
+        Some(milli) => milli.parse().unwrap(),
+        None => cpu.parse::<i64>().unwrap() * 1000,
+    }
+}
+
+fn is_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+fn is_tainted(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|t| t.key == DISRUPTED && t.effect == "NoSchedule")
+}
+
+fn is_disrupting(node: &Node) -> bool {
+    is_tainted(node) || node.metadata.deletion_timestamp.is_some()
+}
+
+fn is_initialized(claim: &NodeClaim) -> bool {
+    claim.status.as_ref().is_some_and(|status| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "Initialized" && format!("{:?}", c.status) == "True")
+    })
+}
+
+fn names<K: kube::Resource>(objects: &[K]) -> BTreeSet<String> {
+    objects
+        .iter()
+        .filter_map(|object| object.meta().name.clone())
+        .collect()
+}
+
+fn replacements(claims: &[NodeClaim]) -> Vec<&NodeClaim> {
+    claims
+        .iter()
+        .filter(|claim| {
+            claim
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key(ANNOTATION_REPLACES))
+        })
+        .collect()
+}
+
+fn drifted() -> Value {
+    json!([{ "type": "Drifted", "status": "True", "lastTransitionTime": start(), "reason": "NodeClassDrift" }])
+}
+
+fn consolidatable() -> Value {
+    json!([{ "type": "Consolidatable", "status": "True", "lastTransitionTime": start() }])
+}
+
+#[tokio::test]
+async fn given_a_drifted_node_when_disruption_runs_then_its_replacement_is_initialized_before_it_is_tainted_and_deleted()
+ {
+    let mut world = World::new(json!({})).await;
+    world
+        .node("a", &[("web", "1"), ("api", "1")], drifted())
+        .await;
+
+    world.disruption.reconcile().await.unwrap();
+
+    let claims = world.claims().await;
+    let replacement = replacements(&claims);
+    assert_eq!(replacement.len(), 1, "one replacement NodeClaim is created");
+    assert_eq!(
+        replacement[0].metadata.annotations.as_ref().unwrap()[ANNOTATION_REPLACES],
+        "default-a"
+    );
+    let node = world
+        .cluster
+        .get::<Node>(None, "node-a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        !is_tainted(&node),
+        "not tainted while the replacement is not up"
+    );
+    assert!(
+        world
+            .claim("default-a")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none(),
+        "not deleted while the replacement is not up"
+    );
+    let started = world.events("DisruptionStarted");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].fields["reason"], "Drifted");
+    assert_eq!(started[0].fields["candidates"], "default-a");
+    assert_eq!(started[0].fields["replacements"], "1");
+
+    // Until the replacement is initialized, the old node stays untouched.
+    let replacement_name = replacement[0].metadata.name.clone().unwrap();
+    let mut initialized_at = None;
+    for _ in 0..30 {
+        world.tick(secs(5)).await;
+        let claim = world.claim(&replacement_name).await.unwrap();
+        if initialized_at.is_none() && is_initialized(&claim) {
+            initialized_at = Some(world.now());
+        }
+    }
+    let initialized_at = initialized_at.expect("the replacement initializes");
+    let tainted_at = world.first_disrupted["node-a"];
+    assert!(
+        initialized_at <= tainted_at,
+        "replacement initialized at {initialized_at}, old node tainted at {tainted_at}"
+    );
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "the old NodeClaim is gone"
+    );
+    assert!(!names(&world.nodes().await).contains("node-a"));
+    let pods = world.pods().await;
+    assert_eq!(pods.len(), 2, "both pods run again");
+    assert!(pods.iter().all(|pod| {
+        pod.spec.as_ref().unwrap().node_name.as_deref() == Some(&format!("node-{replacement_name}"))
+    }));
+}
+
+#[tokio::test]
+async fn given_several_drifted_nodes_when_upgrading_then_no_more_nodes_than_the_budget_disrupt_at_once()
+ {
+    let mut world = World::new(
+        json!({ "disruption": { "consolidateAfter": "0s", "budgets": [{ "nodes": "2" }] } }),
+    )
+    .await;
+    for (i, suffix) in ["a", "b", "c", "d", "e"].iter().enumerate() {
+        world
+            .node(suffix, &[(&format!("app{i}"), "3")], drifted())
+            .await;
+    }
+
+    world.ticks(120, secs(5)).await;
+
+    let claims = world.claims().await;
+    let old: Vec<String> = ["a", "b", "c", "d", "e"]
+        .iter()
+        .map(|s| format!("default-{s}"))
+        .filter(|name| {
+            claims
+                .iter()
+                .any(|c| c.metadata.name.as_ref() == Some(name))
+        })
+        .collect();
+    assert!(
+        old.is_empty(),
+        "every drifted NodeClaim replaced, left: {old:?}"
+    );
+    assert_eq!(world.claims().await.len(), 5, "five replacements");
+    assert_eq!(
+        world.max_disrupting, 2,
+        "up to the budget's 2 nodes disrupt at once, never more"
+    );
+    assert_eq!(world.pods().await.len(), 5, "no pod lost");
+}
+
+#[tokio::test]
+async fn given_a_pod_with_do_not_disrupt_when_drift_runs_then_its_node_is_held_until_the_annotation_goes()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("batch", "1")], drifted()).await;
+    world
+        .cluster
+        .merge_patch::<Pod>(
+            Some("default"),
+            "batch",
+            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "true" } } }),
+        )
+        .await
+        .unwrap();
+
+    world.ticks(10, secs(10)).await;
+
+    assert!(
+        replacements(&world.claims().await).is_empty(),
+        "nothing launched"
+    );
+    assert!(world.first_disrupted.is_empty(), "node untouched");
+    let blocked = world.events("DisruptionBlocked");
+    assert_eq!(
+        blocked.len(),
+        1,
+        "reported once within 5 minutes: {blocked:?}"
+    );
+    assert_eq!(blocked[0].object.name, "node-a");
+    assert_eq!(blocked[0].fields["pod"], "default/batch");
+    assert!(
+        blocked[0].message.contains("default/batch"),
+        "{}",
+        blocked[0].message
+    );
+
+    world
+        .cluster
+        .merge_patch::<Pod>(
+            Some("default"),
+            "batch",
+            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": null } } }),
+        )
+        .await
+        .unwrap();
+    world.ticks(30, secs(5)).await;
+
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "replaced once released"
+    );
+}
+
+#[tokio::test]
+async fn given_a_zero_budget_during_a_schedule_window_when_drifted_then_drift_waits_for_the_window_to_end()
+ {
+    // 12:00 UTC start; the window opens daily at 11:00 for 2 hours.
+    let mut world = World::new(
+        json!({ "disruption": { "consolidateAfter": "0s", "budgets": [
+        { "nodes": "0", "schedule": "0 11 * * *", "duration": "2h", "reasons": ["Drifted"] },
+    ] } }),
+    )
+    .await;
+    world.node("a", &[("web", "1")], drifted()).await;
+
+    world.ticks(6, secs(10 * 60)).await;
+
+    assert!(
+        replacements(&world.claims().await).is_empty(),
+        "nothing during the window"
+    );
+    assert!(world.claim("default-a").await.is_some());
+    let blocked = world.events("DisruptionBlocked");
+    assert!(!blocked.is_empty());
+    assert!(
+        blocked[0].message.contains("allows no Drifted disruptions"),
+        "{}",
+        blocked[0].message
+    );
+    assert!(
+        blocked[0].message.contains("13:00:00"),
+        "names the end: {}",
+        blocked[0].message
+    );
+
+    // 13:00 passed.
+    world.ticks(30, secs(10)).await;
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "replaced after the window"
+    );
+}
+
+#[tokio::test]
+async fn given_insufficient_capacity_for_the_replacement_when_drifted_then_it_rolls_back_and_retries_later()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("web", "1")], drifted()).await;
+    world.cloud.fail_next(
+        Rpc::Create,
+        CloudProviderError::InsufficientCapacity("no capacity in test-zone-1".into()),
+    );
+
+    world.disruption.reconcile().await.unwrap();
+    let first = replacements(&world.claims().await)[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap();
+    // The lifecycle launches, fails, deletes the replacement; the next pass rolls back.
+    world.ticks(4, secs(5)).await;
+
+    let abandoned = world.events("DisruptionAbandoned");
+    assert_eq!(abandoned.len(), 1, "{abandoned:?}");
+    assert!(
+        abandoned[0].fields["reason"].contains(&first),
+        "{:?}",
+        abandoned[0]
+    );
+    assert_eq!(abandoned[0].fields["disruptionReason"], "Drifted");
+    let blocked = world.events("DisruptionBlocked");
+    assert!(
+        blocked
+            .iter()
+            .any(|e| e.object.name == "node-a"
+                && e.message.contains("launching its replacement failed")),
+        "{blocked:?}"
+    );
+    let node = world
+        .cluster
+        .get::<Node>(None, "node-a")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(!is_tainted(&node));
+    assert!(
+        world
+            .claim("default-a")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+    assert!(
+        world
+            .claims()
+            .await
+            .iter()
+            .all(|c| c.metadata.name.as_deref() != Some(first.as_str())),
+        "the failed replacement is gone"
+    );
+
+    // Retried once the retry delay has passed, and this time it works.
+    world.ticks(40, secs(5)).await;
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "replaced on retry"
+    );
+    assert_eq!(world.events("DisruptionStarted").len(), 2);
+}
+
+#[tokio::test]
+async fn given_a_restart_mid_command_when_a_new_controller_runs_then_the_upgrade_completes_without_stale_taints_or_orphans()
+ {
+    let mut world = World::new(json!({})).await;
+    // Neither node has room for the other's pod: the drifted one needs a replacement.
+    world.node("a", &[("web", "3")], drifted()).await;
+    world.node("b", &[("api", "3")], json!([])).await;
+
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(replacements(&world.claims().await).len(), 1);
+    // A crash elsewhere left a stale taint on a node no command stands behind.
+    world
+        .cluster
+        .merge_patch::<Node>(
+            None,
+            "node-b",
+            &json!({ "spec": { "taints": [{ "key": DISRUPTED, "effect": "NoSchedule" }] } }),
+        )
+        .await
+        .unwrap();
+
+    world.restart();
+    world.ticks(30, secs(5)).await;
+
+    let nodes = world.nodes().await;
+    assert!(nodes.iter().all(|node| !is_tainted(node)), "no taint left");
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "the upgrade completed"
+    );
+    let claims = world.claims().await;
+    assert_eq!(
+        claims.len(),
+        2,
+        "node b and one replacement: {:?}",
+        names(&claims)
+    );
+    assert_eq!(
+        world.events("DisruptionStarted").len(),
+        1,
+        "not started twice"
+    );
+    assert!(world.events("DisruptionAbandoned").is_empty());
+    let instances = world.cloud.instances();
+    assert_eq!(instances.len(), 2, "no orphaned instance");
+}
+
+#[tokio::test]
+async fn given_a_restart_while_the_replacement_launches_when_it_fails_then_the_new_controller_rolls_back()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("web", "1")], drifted()).await;
+    world.cloud.fail_next(
+        Rpc::Create,
+        CloudProviderError::InsufficientCapacity("none".into()),
+    );
+    world.disruption.reconcile().await.unwrap();
+
+    world.restart();
+    world.ticks(4, secs(5)).await;
+
+    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
+    let claims = world.claims().await;
+    assert!(replacements(&claims).is_empty(), "no replacement left");
+    assert!(
+        claims
+            .iter()
+            .any(|c| c.metadata.name.as_deref() == Some("default-a"))
+    );
+}
+
+#[tokio::test]
+async fn given_empty_consolidatable_nodes_when_emptiness_runs_then_they_are_deleted_after_validation()
+ {
+    let world = World::new(json!({ "disruption": {
+        "consolidateAfter": "30s", "budgets": [{ "nodes": "100%" }],
+    } }))
+    .await;
+    world.node("a", &[], consolidatable()).await;
+    world.node("b", &[], consolidatable()).await;
+    world.node("c", &[("web", "1")], json!([])).await;
+
+    world.disruption.reconcile().await.unwrap();
+    assert!(
+        world.events("DisruptionStarted").is_empty(),
+        "held for validation"
+    );
+    world.clock.advance(secs(10));
+    world.disruption.reconcile().await.unwrap();
+    assert!(
+        world.events("DisruptionStarted").is_empty(),
+        "still within 15 s"
+    );
+
+    world.clock.advance(secs(5));
+    world.disruption.reconcile().await.unwrap();
+    let started = world.events("DisruptionStarted");
+    assert_eq!(started.len(), 1);
+    assert_eq!(started[0].fields["reason"], "Empty");
+    assert_eq!(started[0].fields["decision"], "delete");
+    assert_eq!(started[0].fields["candidates"], "default-a,default-b");
+    for name in ["default-a", "default-b"] {
+        assert!(
+            world
+                .claim(name)
+                .await
+                .unwrap()
+                .metadata
+                .deletion_timestamp
+                .is_some()
+        );
+    }
+    assert!(
+        world
+            .claim("default-c")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn given_an_empty_node_that_gets_a_pod_during_validation_when_validated_then_it_is_abandoned()
+{
+    let world = World::new(json!({ "disruption": { "consolidateAfter": "30s" } })).await;
+    world.node("a", &[], consolidatable()).await;
+    world.disruption.reconcile().await.unwrap();
+
+    world.pod("late", "1", json!({})).await;
+    world.cluster.bind_pod("default", "late", "node-a").unwrap();
+    world
+        .cluster
+        .set_pod_ready("default", "late", true)
+        .unwrap();
+    world.clock.advance(secs(15));
+    world.disruption.reconcile().await.unwrap();
+
+    assert!(world.events("DisruptionStarted").is_empty());
+    let abandoned = world.events("DisruptionAbandoned");
+    assert_eq!(abandoned.len(), 1);
+    assert!(
+        abandoned[0].fields["reason"].starts_with("churn"),
+        "{:?}",
+        abandoned[0]
+    );
+    assert!(
+        world
+            .claim("default-a")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn given_consolidate_after_never_when_nodes_are_empty_then_emptiness_does_nothing() {
+    let mut world = World::new(json!({ "disruption": { "consolidateAfter": "Never" } })).await;
+    // Even with the condition left over from before the change.
+    world.node("a", &[], consolidatable()).await;
+
+    world.ticks(5, secs(20)).await;
+
+    assert!(world.events("DisruptionStarted").is_empty());
+    assert!(
+        world
+            .claim("default-a")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none()
+    );
+}
+
+#[tokio::test]
+async fn given_a_stuck_replacement_when_the_command_times_out_then_it_is_rolled_back() {
+    let world = World::new(json!({})).await;
+    world.node("a", &[("web", "1")], drifted()).await;
+    world.disruption.reconcile().await.unwrap();
+    // No lifecycle runs: the replacement never launches.
+    world.clock.advance(secs(10 * 60));
+    world.disruption.reconcile().await.unwrap();
+
+    let abandoned = world.events("DisruptionAbandoned");
+    assert_eq!(abandoned.len(), 1);
+    assert!(
+        abandoned[0].fields["reason"].contains("timed out"),
+        "{:?}",
+        abandoned[0]
+    );
+    let claims = world.claims().await;
+    assert_eq!(
+        names(&claims),
+        BTreeSet::from(["default-a".to_owned()]),
+        "the uninitialized replacement is deleted"
+    );
+}
+
+#[tokio::test]
+async fn given_two_drifted_nodes_and_a_budget_of_one_when_drift_runs_then_the_oldest_drift_goes_first()
+ {
+    let mut world = World::new(
+        json!({ "disruption": { "consolidateAfter": "0s", "budgets": [{ "nodes": "1" }] } }),
+    )
+    .await;
+    world.node("a", &[("web", "3")], json!([])).await;
+    world.node("b", &[("api", "3")], json!([])).await;
+    world.drift("a", start()).await;
+    world
+        .drift(
+            "b",
+            start()
+                .checked_sub(jiff::SignedDuration::from_hours(1))
+                .unwrap(),
+        )
+        .await;
+
+    world.tick(secs(5)).await;
+
+    let started = world.events("DisruptionStarted");
+    assert_eq!(started.len(), 1, "one at a time under a budget of 1");
+    assert_eq!(started[0].fields["candidates"], "default-b");
+    let blocked = world.events("DisruptionBlocked");
+    assert!(
+        blocked
+            .iter()
+            .any(|e| e.object.name == "node-a" && e.message.contains("budget")),
+        "{blocked:?}"
+    );
+    world.ticks(40, secs(5)).await;
+    assert!(world.claim("default-a").await.is_none());
+    assert!(world.claim("default-b").await.is_none());
+    assert_eq!(world.max_disrupting, 1);
+}
