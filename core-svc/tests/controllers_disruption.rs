@@ -1,7 +1,8 @@
 //! The disruption controller with the real lifecycle and termination controllers alongside, a
 //! small kubelet, ReplicaSet controller and kube-scheduler written here, on the in-memory
 //! cluster, the fake cloud and a fake clock: drift replacement before termination, budgets,
-//! do-not-disrupt, budget schedules, rollback of failed replacements, restarts, emptiness.
+//! do-not-disrupt, budget schedules, rollback of failed replacements, restarts, emptiness, and
+//! the drain before deletion with its timeout.
 
 #![allow(
     clippy::unwrap_used,
@@ -22,12 +23,15 @@ use core_svc::cloudprovider::{
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::Controller;
 use core_svc::controllers::disruption::DisruptionController;
-use core_svc::controllers::disruption::orchestration::ANNOTATION_REPLACES;
+use core_svc::controllers::disruption::orchestration::{
+    ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REPLACES,
+};
 use core_svc::controllers::lifecycle::LifecycleController;
 use core_svc::controllers::termination::TerminationController;
 use core_svc::events::{Event, MemoryEvents};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
@@ -125,6 +129,18 @@ impl World {
     /// `claim_status` merged into the NodeClaim's status (conditions are added to the
     /// lifecycle's three).
     async fn node(&self, suffix: &str, pods: &[(&str, &str)], extra_conditions: Value) {
+        self.node_with_spec(suffix, pods, extra_conditions, json!({}))
+            .await;
+    }
+
+    /// [`World::node`] with `claim_spec` merged into the NodeClaim's spec.
+    async fn node_with_spec(
+        &self,
+        suffix: &str,
+        pods: &[(&str, &str)],
+        extra_conditions: Value,
+        claim_spec: Value,
+    ) {
         let claim_name = format!("default-{suffix}");
         let node_name = format!("node-{suffix}");
         let provider_id = format!("fake:///{ZONE}/i-{suffix}");
@@ -140,9 +156,12 @@ impl World {
             &claim_name,
             json!({
                 "metadata": { "labels": labels, "finalizers": [FINALIZER] },
-                "spec": { "requirements": [
-                    { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": [INSTANCE_TYPE] },
-                ] },
+                "spec": common::merged(
+                    json!({ "requirements": [
+                        { "key": "node.kubernetes.io/instance-type", "operator": "In", "values": [INSTANCE_TYPE] },
+                    ] }),
+                    claim_spec,
+                ),
             }),
         );
         self.cluster.create(&claim).await.unwrap();
@@ -1016,4 +1035,278 @@ async fn given_two_drifted_nodes_and_a_budget_of_one_when_drift_runs_then_the_ol
     assert!(world.claim("default-a").await.is_none());
     assert!(world.claim("default-b").await.is_none());
     assert_eq!(world.max_disrupting, 1);
+}
+
+// --- draining before deleting ------------------------------------------------------------------
+
+/// A PodDisruptionBudget `default/web-pdb` over the `web` pods allowing `max_unavailable`.
+fn web_pdb(max_unavailable: i32) -> PodDisruptionBudget {
+    common::pdb(
+        "default",
+        "web-pdb",
+        json!({ "maxUnavailable": max_unavailable, "selector": { "matchLabels": { "app": "web" } } }),
+    )
+}
+
+fn annotation(claim: &NodeClaim, key: &str) -> Option<String> {
+    claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|annotations| annotations.get(key))
+        .cloned()
+}
+
+fn has_disruption_condition(claim: &NodeClaim) -> bool {
+    claim.status.as_ref().is_some_and(|status| {
+        status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == "DisruptionReason")
+    })
+}
+
+impl World {
+    async fn node_tainted(&self, name: &str) -> bool {
+        self.cluster
+            .get::<Node>(None, name)
+            .await
+            .unwrap()
+            .is_some_and(|node| is_tainted(&node))
+    }
+
+    /// Ticks by `step` until node `name` is tainted (at most `limit` ticks); answers the
+    /// instant of the tick whose disruption pass tainted it.
+    async fn tick_until_tainted(&mut self, name: &str, step: Duration, limit: usize) -> Timestamp {
+        for _ in 0..limit {
+            let at = self.now();
+            self.tick(step).await;
+            if self.node_tainted(name).await {
+                return at;
+            }
+        }
+        panic!("{name} was never tainted");
+    }
+
+    /// Node `node-a` of NodeClaim `default-a` with pods `web` and `api`, drifted; a pass starts
+    /// its replacement; then a PodDisruptionBudget allowing no `web` pod to go is created (a
+    /// drifted node under such a budget is no candidate, so it comes after the start, as a
+    /// user's change mid-upgrade); ticks of 5 s until the node is tainted. Answers the instant
+    /// of the tainting pass.
+    async fn drift_into_a_blocked_drain(&mut self) -> Timestamp {
+        self.node("a", &[("web", "1"), ("api", "1")], drifted())
+            .await;
+        self.disruption.reconcile().await.unwrap();
+        assert_eq!(replacements(&self.claims().await).len(), 1);
+        self.cluster.create(&web_pdb(0)).await.unwrap();
+        self.tick_until_tainted("node-a", secs(5), 30).await
+    }
+}
+
+#[tokio::test]
+async fn given_a_drifted_node_whose_pod_a_pdb_holds_when_the_drain_times_out_then_the_command_is_abandoned_and_retried_once_the_pdb_allows()
+ {
+    let mut world = World::new(json!({})).await;
+
+    let tainted_at = world.drift_into_a_blocked_drain().await;
+
+    // Tainted only once the replacement is initialized, and drained before any delete.
+    let claims = world.claims().await;
+    let replacement = replacements(&claims)[0].clone();
+    let replacement_name = replacement.metadata.name.clone().unwrap();
+    assert!(is_initialized(&replacement));
+    let candidate = world.claim("default-a").await.unwrap();
+    assert!(
+        candidate.metadata.deletion_timestamp.is_none(),
+        "not deleted while it drains"
+    );
+    assert!(has_disruption_condition(&candidate));
+    assert_eq!(
+        annotation(&candidate, ANNOTATION_DRAIN_STARTED_AT),
+        Some(tainted_at.to_string())
+    );
+    assert_eq!(
+        annotation(&candidate, ANNOTATION_DRAIN_TIMEOUT).as_deref(),
+        Some("60s"),
+        "two pods of 30 s each"
+    );
+    let draining = world.events("DisruptionDraining");
+    assert_eq!(draining.len(), 1);
+    assert_eq!(draining[0].fields["timeout"], "60s");
+    let evicted = world.events("PodEvicted");
+    assert_eq!(evicted.len(), 1, "{evicted:?}");
+    assert_eq!(evicted[0].fields["pod"], "default/api");
+    assert_eq!(evicted[0].fields["nodeClaim"], "default-a");
+    let blocked = world.events("EvictionBlocked");
+    assert_eq!(blocked.len(), 1, "{blocked:?}");
+    assert_eq!(blocked[0].fields["pod"], "default/web");
+    assert_eq!(blocked[0].fields["podDisruptionBudget"], "default/web-pdb");
+
+    // Held until the drain timeout: the sum of the pods' grace periods.
+    let deadline = tainted_at
+        .checked_add(jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    while world.now() < deadline {
+        world.tick(secs(5)).await;
+        if world.now() < deadline {
+            assert!(
+                world.events("DisruptionAbandoned").is_empty(),
+                "at {}",
+                world.now()
+            );
+        }
+    }
+    assert!(world.node_tainted("node-a").await);
+    assert!(world.events("DisruptionAbandoned").is_empty());
+    assert_eq!(
+        world.events("EvictionBlocked").len(),
+        1,
+        "repeated blocks are not recorded again within the window"
+    );
+
+    world.tick(secs(5)).await;
+
+    let abandoned = world.events("DisruptionAbandoned");
+    assert_eq!(abandoned.len(), 1, "{abandoned:?}");
+    let why = &abandoned[0].fields["reason"];
+    assert!(why.starts_with("drain timed out"), "{why}");
+    for expected in ["default-a", "1m", "default/web", "default/web-pdb"] {
+        assert!(why.contains(expected), "{expected:?} in {why}");
+    }
+    assert!(!world.node_tainted("node-a").await, "the taint is removed");
+    let candidate = world.claim("default-a").await.unwrap();
+    assert!(
+        candidate.metadata.deletion_timestamp.is_none(),
+        "not deleted"
+    );
+    assert!(!has_disruption_condition(&candidate));
+    assert_eq!(annotation(&candidate, ANNOTATION_DRAIN_STARTED_AT), None);
+    let kept = world.claim(&replacement_name).await.unwrap();
+    assert!(
+        kept.metadata.deletion_timestamp.is_none(),
+        "the initialized replacement stays: it runs the evicted pod"
+    );
+    assert_eq!(annotation(&kept, ANNOTATION_REPLACES), None);
+
+    // The node explains itself while it waits for the retry.
+    world.tick(secs(5)).await;
+    let explained = world.events("DisruptionBlocked");
+    let explained: Vec<&Event> = explained
+        .iter()
+        .filter(|e| e.object.name == "node-a")
+        .collect();
+    assert_eq!(explained.len(), 1, "{explained:?}");
+    assert!(
+        explained[0].message.contains("drain timed out")
+            && explained[0].message.contains("default/web-pdb"),
+        "{}",
+        explained[0].message
+    );
+    assert_eq!(world.events("DisruptionStarted").len(), 1, "held back");
+
+    // Once the budget allows it, the node goes.
+    world
+        .cluster
+        .merge_patch::<PodDisruptionBudget>(
+            Some("default"),
+            "web-pdb",
+            &json!({ "spec": { "maxUnavailable": 1 } }),
+        )
+        .await
+        .unwrap();
+    world.ticks(40, secs(5)).await;
+
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "replaced on retry"
+    );
+    assert!(!names(&world.nodes().await).contains("node-a"));
+    assert_eq!(world.events("DisruptionStarted").len(), 2);
+    let pods = world.pods().await;
+    assert_eq!(pods.len(), 2, "no pod lost");
+    assert!(
+        pods.iter()
+            .all(|pod| pod.spec.as_ref().unwrap().node_name.is_some())
+    );
+}
+
+#[tokio::test]
+async fn given_a_drifted_node_with_a_termination_grace_period_when_its_replacement_is_up_then_it_is_deleted_at_once()
+ {
+    let mut world = World::new(json!({})).await;
+    world
+        .node_with_spec(
+            "a",
+            &[("web", "1"), ("api", "1")],
+            drifted(),
+            json!({ "terminationGracePeriod": "1h" }),
+        )
+        .await;
+    world.disruption.reconcile().await.unwrap();
+    world.cluster.create(&web_pdb(0)).await.unwrap();
+
+    for _ in 0..30 {
+        world.tick(secs(5)).await;
+        if let Some(node) = world.cluster.get::<Node>(None, "node-a").await.unwrap()
+            && is_tainted(&node)
+        {
+            let claim = world.claim("default-a").await.unwrap();
+            assert!(
+                claim.metadata.deletion_timestamp.is_some(),
+                "tainted and deleted in one pass: termination drains it"
+            );
+            assert_eq!(annotation(&claim, ANNOTATION_DRAIN_STARTED_AT), None);
+        }
+    }
+
+    assert!(world.first_disrupted.contains_key("node-a"));
+    assert!(world.events("DisruptionDraining").is_empty());
+    assert!(world.events("DisruptionAbandoned").is_empty());
+    let blocked = world.events("EvictionBlocked");
+    assert!(
+        blocked.iter().any(|e| e.fields["pod"] == "default/web"),
+        "the termination controller drains it: {blocked:?}"
+    );
+}
+
+#[tokio::test]
+async fn given_a_restart_mid_drain_when_a_new_controller_runs_then_the_drain_keeps_its_start_and_timeout()
+ {
+    let mut world = World::new(json!({})).await;
+    let tainted_at = world.drift_into_a_blocked_drain().await;
+    let before = world.claim("default-a").await.unwrap();
+    let started = annotation(&before, ANNOTATION_DRAIN_STARTED_AT).unwrap();
+    assert_eq!(started, tainted_at.to_string());
+
+    world.ticks(6, secs(5)).await;
+    world.restart();
+    world.ticks(2, secs(5)).await;
+
+    let after = world.claim("default-a").await.unwrap();
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_STARTED_AT),
+        Some(started),
+        "the drain's start survives the restart"
+    );
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_TIMEOUT).as_deref(),
+        Some("60s")
+    );
+    assert!(
+        world.node_tainted("node-a").await,
+        "not a stale taint to the new controller"
+    );
+    assert!(after.metadata.deletion_timestamp.is_none());
+    assert!(world.events("DisruptionAbandoned").is_empty());
+
+    // The new controller abandons it at the original deadline, not a new one.
+    let deadline = tainted_at
+        .checked_add(jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    while world.now() <= deadline {
+        world.tick(secs(5)).await;
+    }
+    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
+    assert!(!world.node_tainted("node-a").await);
+    assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
 }

@@ -908,81 +908,9 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         node_claim: &str,
         now: Timestamp,
     ) -> Result<bool, ControllerError> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-        let name = name_of(pod);
-        let qualified = qualified_pod_name(pod);
-        let object = ObjectRef::namespaced("Pod", namespace, name);
-        let dedupe_key = pod
-            .metadata
-            .uid
-            .clone()
-            .unwrap_or_else(|| qualified.clone());
-        match self
-            .ctx
-            .cluster
-            .evict(namespace, name, &uid_preconditions(pod))
-            .await
-        {
-            Ok(()) => {
-                tracing::info!(pod = %qualified, node, node_claim, "evicted pod");
-                self.ctx.event(
-                    object,
-                    EventType::Normal,
-                    "PodEvicted",
-                    format!("Evicted pod from node {node}"),
-                    fields(&[
-                        ("pod", &qualified),
-                        ("node", node),
-                        ("nodeClaim", node_claim),
-                    ]),
-                );
-                Ok(true)
-            }
-            // Gone, or recreated under the same name since the read: not this drain's pod.
-            Err(error) if error.is_not_found() || error.is_conflict() => Ok(false),
-            Err(ClusterError::TooManyRequests { budget, reason, .. }) => {
-                tracing::debug!(pod = %qualified, node, budget = %budget, "eviction blocked by a PodDisruptionBudget");
-                if self.event_due("EvictionBlocked", &dedupe_key, now) {
-                    self.ctx.event(
-                        object,
-                        EventType::Normal,
-                        "EvictionBlocked",
-                        format!(
-                            "Eviction blocked by PodDisruptionBudget {namespace}/{budget}: {reason}"
-                        ),
-                        fields(&[
-                            ("pod", &qualified),
-                            ("node", node),
-                            ("nodeClaim", node_claim),
-                            ("podDisruptionBudget", &format!("{namespace}/{budget}")),
-                        ]),
-                    );
-                }
-                Ok(false)
-            }
-            Err(ClusterError::MultipleDisruptionBudgets { budgets, .. }) => {
-                let budgets = budgets.join(",");
-                tracing::warn!(pod = %qualified, node, budgets = %budgets, "pod matches several PodDisruptionBudgets; eviction refused");
-                if self.event_due("EvictionBlocked", &dedupe_key, now) {
-                    self.ctx.event(
-                        object,
-                        EventType::Warning,
-                        "EvictionBlocked",
-                        format!(
-                            "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
-                        ),
-                        fields(&[
-                            ("pod", &qualified),
-                            ("node", node),
-                            ("nodeClaim", node_claim),
-                            ("podDisruptionBudget", &budgets),
-                        ]),
-                    );
-                }
-                Ok(false)
-            }
-            Err(error) => Err(error.into()),
-        }
+        let event_due = |reason: &str, key: &str| self.event_due(reason, key, now);
+        let eviction = evict_pod(&self.ctx, pod, node, node_claim, &event_due).await?;
+        Ok(eviction == Eviction::Evicted)
     }
 
     /// Sets a NodeClaim status condition (optimistically: the condition list is replaced whole)
@@ -1021,6 +949,108 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             .cluster
             .merge_patch_status::<NodeClaim>(None, name, &patch)
             .await?)
+    }
+}
+
+/// What asking the eviction API for one pod came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Eviction {
+    /// Admitted: the pod is going.
+    Evicted,
+    /// Gone, or recreated under the same name since the read: nothing of this pod to evict.
+    Gone,
+    /// Refused by a PodDisruptionBudget (`namespace/name`), or by several selecting the pod
+    /// (comma-separated), which the eviction API does not support.
+    Blocked {
+        /// The budget or budgets.
+        budgets: String,
+    },
+}
+
+/// Evicts `pod` from `node` (of `node_claim`, empty for a Node without one) through the
+/// eviction API, with the pod's UID as precondition, and records `PodEvicted`, or
+/// `EvictionBlocked` when `event_due("EvictionBlocked", key)` says one is due for the pod (`key`:
+/// its UID). The one eviction step of every drain: termination's, and disruption's before it
+/// deletes a NodeClaim.
+pub(crate) async fn evict_pod<C: Cluster, P: CloudProvider>(
+    ctx: &Context<C, P>,
+    pod: &Pod,
+    node: &str,
+    node_claim: &str,
+    event_due: &(dyn Fn(&str, &str) -> bool + Sync),
+) -> Result<Eviction, ClusterError> {
+    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+    let name = name_of(pod);
+    let qualified = qualified_pod_name(pod);
+    let object = ObjectRef::namespaced("Pod", namespace, name);
+    let dedupe_key = pod
+        .metadata
+        .uid
+        .clone()
+        .unwrap_or_else(|| qualified.clone());
+    match ctx
+        .cluster
+        .evict(namespace, name, &uid_preconditions(pod))
+        .await
+    {
+        Ok(()) => {
+            tracing::info!(pod = %qualified, node, node_claim, "evicted pod");
+            ctx.event(
+                object,
+                EventType::Normal,
+                "PodEvicted",
+                format!("Evicted pod from node {node}"),
+                fields(&[
+                    ("pod", &qualified),
+                    ("node", node),
+                    ("nodeClaim", node_claim),
+                ]),
+            );
+            Ok(Eviction::Evicted)
+        }
+        // Gone, or recreated under the same name since the read: not this drain's pod.
+        Err(error) if error.is_not_found() || error.is_conflict() => Ok(Eviction::Gone),
+        Err(ClusterError::TooManyRequests { budget, reason, .. }) => {
+            tracing::debug!(pod = %qualified, node, budget = %budget, "eviction blocked by a PodDisruptionBudget");
+            let budget = format!("{namespace}/{budget}");
+            if event_due("EvictionBlocked", &dedupe_key) {
+                ctx.event(
+                    object,
+                    EventType::Normal,
+                    "EvictionBlocked",
+                    format!("Eviction blocked by PodDisruptionBudget {budget}: {reason}"),
+                    fields(&[
+                        ("pod", &qualified),
+                        ("node", node),
+                        ("nodeClaim", node_claim),
+                        ("podDisruptionBudget", &budget),
+                    ]),
+                );
+            }
+            Ok(Eviction::Blocked { budgets: budget })
+        }
+        Err(ClusterError::MultipleDisruptionBudgets { budgets, .. }) => {
+            let budgets = budgets.join(",");
+            tracing::warn!(pod = %qualified, node, budgets = %budgets, "pod matches several PodDisruptionBudgets; eviction refused");
+            if event_due("EvictionBlocked", &dedupe_key) {
+                ctx.event(
+                    object,
+                    EventType::Warning,
+                    "EvictionBlocked",
+                    format!(
+                        "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
+                    ),
+                    fields(&[
+                        ("pod", &qualified),
+                        ("node", node),
+                        ("nodeClaim", node_claim),
+                        ("podDisruptionBudget", &budgets),
+                    ]),
+                );
+            }
+            Ok(Eviction::Blocked { budgets })
+        }
+        Err(error) => Err(error),
     }
 }
 

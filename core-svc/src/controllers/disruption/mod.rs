@@ -24,8 +24,13 @@
 //! 2. remove stale `karpenter.sh/disrupted:NoSchedule` taints (and the `DisruptionReason`
 //!    condition) from nodes neither in a command in flight nor being deleted: what a crash
 //!    between tainting and deleting leaves behind;
-//! 3. advance the commands in flight: all replacements initialized → taint, condition, delete
-//!    the candidates; a replacement failed or the command timed out → roll back;
+//! 3. advance the commands in flight: all replacements initialized → taint, condition, then
+//!    for a candidate with `spec.terminationGracePeriod` delete it at once (termination
+//!    drains it within that period), for any other drain it here first (termination's drain
+//!    plan and eviction step) and delete it once drained; a replacement failed, the command
+//!    timed out waiting for its replacements, or a drain outlasted its timeout (the sum of
+//!    the node's pods' `terminationGracePeriodSeconds`) → roll back
+//!    ([`orchestration`] has the details);
 //! 4. a command held for validation whose delay has passed is validated and started, or
 //!    abandoned; while one is held no method runs (upstream waits inside the method);
 //! 5. otherwise the methods in order (emptiness, drift, multi-node, single-node consolidation):
@@ -37,12 +42,15 @@
 //!    spent" and "nothing cheaper" every second).
 //!
 //! In memory (lost on restart without harm): the command held for validation (re-decided
-//! after a restart), the observations of failed attempts (explanations lose their last
-//! detail, a failed node is retried at once), the instance type catalogues (fetched again),
-//! the `DisruptionBlocked` dedup.
+//! after a restart), the observations of failed attempts (failed replacements and drain
+//! timeouts: explanations lose their last detail, a failed node is retried at once), the
+//! instance type catalogues (fetched again), the `DisruptionBlocked` and `EvictionBlocked`
+//! dedup. A drain's start and timeout are on the candidate NodeClaim, not in memory.
 //!
 //! Events: `DisruptionStarted` (fields `reason`, `decision`, `candidates`, `replacements`,
-//! `nodePool`), `DisruptionTerminating` per candidate tainted and deleted,
+//! `nodePool`), `DisruptionDraining` per candidate tainted to be drained before its deletion
+//! (`timeout`: the drain timeout), `PodEvicted` / `EvictionBlocked` of those drains (as the
+//! termination controller records them), `DisruptionTerminating` per candidate deleted,
 //! `DisruptionAbandoned` (`reason`: why, `disruptionReason`), `DisruptionBlocked` on the Node
 //! (`node`, `nodeClaim`, `nodePool`, `reason`, `pod` when a pod blocks), `InvalidDoNotDisrupt`
 //! on a pod whose annotation is ignored, `PluginUnavailable`. With
@@ -55,9 +63,19 @@
 //!   here they are tainted only once every replacement is initialized, so pods keep landing
 //!   on them meanwhile and a failed command has nothing to undo on them. Their NodePool's
 //!   budget counts them from the start all the same ([`budgets_in_flight`]);
+//! - upstream deletes the candidates as soon as their replacements are initialized and
+//!   leaves the drain to termination, which waits on a PodDisruptionBudget for ever unless
+//!   the NodeClaim has a terminationGracePeriod: a deleted NodeClaim cannot come back, so such
+//!   a command could never be rolled back and held its NodePool's budget indefinitely. Here a
+//!   candidate without a terminationGracePeriod is drained before its deletion, with the
+//!   seed's drain timeout; past it the command is abandoned like a failed replacement (the
+//!   initialized replacements stay, consolidation removes them if they end up unneeded), and
+//!   the node's `DisruptionBlocked` says the drain timed out until the retry delay has passed,
+//!   ahead of whatever else holds it (often the very PodDisruptionBudget that stopped the
+//!   drain: [`explain_due`]);
 //! - the nominations of the provisioner are not consulted (it keeps them in memory): a node
 //!   just nominated for pending pods may be chosen, and those pods go elsewhere;
-//! - a node whose replacement failed is tried again after
+//! - a node whose replacement failed, or whose drain timed out, is tried again after
 //!   [`DisruptionOptions::replacement_retry`] (upstream: the next pass);
 //! - the simulation places the pods already waiting before the candidates' pods
 //!   ([`simulate`]);
@@ -95,7 +113,7 @@ use self::single::SingleNodeConsolidation;
 use super::provisioning::input::Catalogue;
 use super::provisioning::selection::{self, UsableNodePool};
 use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
-use super::termination::nodes_of;
+use super::termination::{EVENT_DEDUPE_WINDOW, nodes_of};
 use super::{Context, Controller, ControllerError, Requeue, Settings};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, Snapshot};
@@ -288,8 +306,8 @@ pub struct DisruptionOptions {
     pub preference_policy: PreferencePolicy,
     /// How long a NodePool's instance types are reused.
     pub instance_types_ttl: Duration,
-    /// How long a node whose replacement failed waits before the same disruption is tried
-    /// again.
+    /// How long a node whose replacement failed, or whose drain timed out, waits before it
+    /// is tried again.
     pub replacement_retry: Duration,
     /// Consolidation's options (spot-to-spot).
     pub consolidation: ConsolidationOptions,
@@ -383,7 +401,10 @@ impl<'a> Prepared<'a> {
         let selector = CandidateSelector::new(snapshot, now, inputs.nominated);
         let held_back: BTreeSet<&str> = observations
             .iter()
-            .filter(|observation| matches!(observation.what, Observed::ReplacementFailed { .. }))
+            .filter(|observation| {
+                matches!(observation.what, Observed::ReplacementFailed { .. })
+                    || orchestration::is_drain_timeout(observation)
+            })
             .filter(|observation| {
                 observation
                     .at
@@ -585,6 +606,8 @@ struct State {
     observations: BTreeMap<String, Observation>,
     /// The last `DisruptionBlocked` per node: what it said (without instants) and when.
     blocked: HashMap<String, (String, Timestamp)>,
+    /// When each (event reason, key) was last recorded: the drains' `EvictionBlocked`.
+    recorded: HashMap<(String, String), Timestamp>,
     /// Pods (`namespace/name`) whose invalid `do-not-disrupt` value was reported, with it.
     invalid_reported: HashMap<String, String>,
     catalogues: HashMap<String, CachedCatalogue>,
@@ -686,6 +709,10 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             state
                 .observations
                 .retain(|node, _| snapshot.node(node).is_some());
+            state.recorded.retain(|_, last| {
+                last.saturating_add(EVENT_DEDUPE_WINDOW)
+                    .is_ok_and(|until| now < until)
+            });
             state.observations.values().cloned().collect()
         };
         let inputs = PassInputs {
@@ -801,7 +828,8 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         now: Timestamp,
     ) -> Result<(bool, Requeue), ControllerError> {
         let in_flight = orchestration::in_flight(snapshot);
-        let orchestrator = Orchestrator::new(&self.ctx);
+        let event_due = |reason: &str, key: &str| self.event_due(reason, key, now);
+        let orchestrator = Orchestrator::new(&self.ctx).with_event_dedupe(&event_due);
         let mut wrote = false;
         let mut requeue = Requeue::OnChange;
         for mark in orchestration::stale_marks(snapshot, &in_flight) {
@@ -823,35 +851,77 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 }
                 Progress::Ready => {
                     let reason = command.reason.unwrap_or(DisruptionReason::Drifted);
-                    orchestrator
-                        .terminate(reason, &command.candidates, snapshot)
+                    let terminated = orchestrator
+                        .terminate(reason, &command.candidates, command.started_at, snapshot)
                         .await?;
-                    wrote = true;
+                    wrote |= terminated.wrote;
+                    if let Some(look_again) = terminated.look_again {
+                        requeue = requeue.min(Requeue::After(look_again));
+                    }
+                    if let Some(why) = terminated.timed_out {
+                        wrote |= orchestrator.roll_back(command, snapshot, &why).await?;
+                        self.observe_failure(
+                            command,
+                            snapshot,
+                            now,
+                            Observed::Other { reason: why },
+                        );
+                    }
                 }
                 Progress::Failed(why) => {
                     if orchestrator.roll_back(command, snapshot, &why).await? {
                         wrote = true;
-                        let mut state = self.lock();
-                        for claim in command.live_candidates(snapshot) {
-                            for node in nodes_of(snapshot, claim) {
-                                let node = node.metadata.name.clone().unwrap_or_default();
-                                state.observations.insert(
-                                    node.clone(),
-                                    Observation {
-                                        node,
-                                        at: now,
-                                        what: Observed::ReplacementFailed {
-                                            reason: why.clone(),
-                                        },
-                                    },
-                                );
-                            }
-                        }
+                        self.observe_failure(
+                            command,
+                            snapshot,
+                            now,
+                            Observed::ReplacementFailed { reason: why },
+                        );
                     }
                 }
             }
         }
         Ok((wrote, requeue))
+    }
+
+    /// Remembers why `command` was abandoned on each of its live candidates' nodes, which
+    /// holds them back for the retry delay and explains them meanwhile.
+    fn observe_failure(
+        &self,
+        command: &InFlight,
+        snapshot: &Snapshot,
+        now: Timestamp,
+        what: Observed,
+    ) {
+        let mut state = self.lock();
+        for claim in command.live_candidates(snapshot) {
+            for node in nodes_of(snapshot, claim) {
+                let node = node.metadata.name.clone().unwrap_or_default();
+                state.observations.insert(
+                    node.clone(),
+                    Observation {
+                        node,
+                        at: now,
+                        what: what.clone(),
+                    },
+                );
+            }
+        }
+    }
+
+    /// Whether an event `reason` about `key` is due: not recorded within
+    /// [`EVENT_DEDUPE_WINDOW`] (the termination controller's window for the same events).
+    fn event_due(&self, reason: &str, key: &str, now: Timestamp) -> bool {
+        let mut state = self.lock();
+        let entry = (reason.to_owned(), key.to_owned());
+        let due = state.recorded.get(&entry).is_none_or(|last| {
+            last.saturating_add(EVENT_DEDUPE_WINDOW)
+                .is_ok_and(|until| now >= until)
+        });
+        if due {
+            state.recorded.insert(entry, now);
+        }
+        due
     }
 
     /// Starts `command`; a replacement that could not be created becomes an observation on
@@ -862,7 +932,10 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         snapshot: &Snapshot,
         observations: &mut Vec<Observation>,
     ) -> Result<bool, ControllerError> {
+        let now = self.ctx.clock.now();
+        let event_due = |reason: &str, key: &str| self.event_due(reason, key, now);
         let started = Orchestrator::new(&self.ctx)
+            .with_event_dedupe(&event_due)
             .start(command, snapshot)
             .await?;
         let nodes: Vec<String> = command
@@ -878,7 +951,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 for node in nodes {
                     observations.push(Observation {
                         node,
-                        at: self.ctx.clock.now(),
+                        at: now,
                         what: Observed::ReplacementFailed {
                             reason: reason.clone(),
                         },
@@ -886,7 +959,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 }
                 Ok(false)
             }
-            Started::Replacing { .. } | Started::Deleted => {
+            Started::Replacing { .. } | Started::Terminating => {
                 for node in &nodes {
                     state.observations.remove(node);
                     observations.retain(|observation| &observation.node != node);
@@ -1046,7 +1119,15 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             return;
         }
         let observations: Vec<Observation> = state.observations.values().cloned().collect();
-        let explained = explain_due(snapshot, now, nominated, in_flight, due, &observations);
+        let explained = explain_due(
+            snapshot,
+            now,
+            nominated,
+            in_flight,
+            due,
+            &observations,
+            self.options.replacement_retry,
+        );
         for BlockedNode {
             node,
             node_claim: claim,
@@ -1172,7 +1253,9 @@ pub struct BlockedNode {
 /// budget once it is tainted; the candidates of commands in flight are tainted only once their
 /// replacements are up, so a node that explains as free (or by an old observation) in a
 /// NodePool with such candidates is explained again on a copy of the snapshot where they carry
-/// the taint: what holds it back then is the budget they use. Pure.
+/// the taint: what holds it back then is the budget they use. A node whose drain timed out
+/// less than `retry` ago is explained by that first: whatever else holds it (the very
+/// PodDisruptionBudget that stopped the drain, often), it is not tried again before. Pure.
 pub fn explain_due(
     snapshot: &Snapshot,
     now: Timestamp,
@@ -1180,6 +1263,7 @@ pub fn explain_due(
     in_flight: &[InFlight],
     due: Vec<(String, String, Option<DisruptionReason>)>,
     observations: &[Observation],
+    retry: Duration,
 ) -> Vec<BlockedNode> {
     let pool_of = |claim: &str| {
         snapshot
@@ -1200,6 +1284,28 @@ pub fn explain_due(
     for (node, node_claim, reason) in due {
         let node_pool = pool_of(&node_claim);
         let explanation = explainer.explain(&node, reason, observations);
+        if let Some(timed_out) = observations.iter().find(|observation| {
+            observation.node == node
+                && orchestration::is_drain_timeout(observation)
+                && observation
+                    .at
+                    .saturating_add(retry)
+                    .is_ok_and(|until| now < until)
+        }) {
+            let disruption = explanation
+                .as_ref()
+                .map(|explanation| explanation.disruption)
+                .or(reason)
+                .unwrap_or(DisruptionReason::Underutilized);
+            let explanation = drain_timeout_explanation(&node, disruption, timed_out, retry);
+            out.push(BlockedNode {
+                node,
+                node_claim,
+                node_pool,
+                explanation,
+            });
+            continue;
+        }
         let weak = explanation
             .as_ref()
             .is_none_or(|e| matches!(e.reason, BlockedReason::Observed(_)));
@@ -1232,6 +1338,33 @@ pub fn explain_due(
     }
     out.sort_by(|a, b| a.node.cmp(&b.node));
     out
+}
+
+/// Why a node whose drain timed out at `observation.at` waits until `retry` has passed.
+fn drain_timeout_explanation(
+    node: &str,
+    disruption: DisruptionReason,
+    observation: &Observation,
+    retry: Duration,
+) -> Explanation {
+    let why = match &observation.what {
+        Observed::Other { reason } => reason.as_str(),
+        _ => orchestration::DRAIN_TIMED_OUT,
+    };
+    let until = observation
+        .at
+        .saturating_add(retry)
+        .unwrap_or(Timestamp::MAX);
+    Explanation {
+        node: node.to_owned(),
+        disruption,
+        reason: BlockedReason::Observed(observation.clone()),
+        message: format!(
+            "Node {node} is not disrupted again before {}: its disruption was abandoned at {}, {why}.",
+            crate::disruption::explain::utc(until),
+            crate::disruption::explain::utc(observation.at),
+        ),
+    }
 }
 
 /// The Nodes (with their NodeClaims) of the live candidates of commands in flight that are not
@@ -1824,7 +1957,15 @@ mod tests {
         let in_flight = orchestration::in_flight(&snapshot);
         let due = due_nodes(&snapshot, &in_flight, &BTreeSet::new());
 
-        let explained = explain_due(&snapshot, now(), &BTreeSet::new(), &in_flight, due, &[]);
+        let explained = explain_due(
+            &snapshot,
+            now(),
+            &BTreeSet::new(),
+            &in_flight,
+            due,
+            &[],
+            DEFAULT_REPLACEMENT_RETRY,
+        );
 
         assert_eq!(explained.len(), 1);
         assert_eq!(explained[0].node, "node-b");
@@ -1871,5 +2012,104 @@ mod tests {
         });
         assert!(worth_reporting(&pod_block));
         assert_eq!(blocking_pod(&pod_block), Some("default/batch"));
+    }
+
+    fn drain_timed_out(seconds_ago: i64) -> Observation {
+        Observation {
+            node: "node-a".into(),
+            at: testing::at(-seconds_ago),
+            what: Observed::Other {
+                reason: format!(
+                    "{}: NodeClaim claim-a was not drained within 1m: pod default/web is held by PodDisruptionBudget default/web-pdb",
+                    orchestration::DRAIN_TIMED_OUT
+                ),
+            },
+        }
+    }
+
+    #[test]
+    fn a_drain_timeout_holds_its_node_back_for_the_retry_delay() {
+        let snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![managed(
+                "a",
+                "default",
+                vec![condition("Drifted", testing::at(-600))],
+            )],
+            vec![],
+        );
+        let (nominated, options, settings, catalogues) = (
+            BTreeSet::new(),
+            DisruptionOptions::default(),
+            Settings::default(),
+            HashMap::new(),
+        );
+        let methods: Vec<Box<dyn Method>> = vec![Box::new(Drift)];
+        for (ago, expect_command) in [(59, false), (60, true)] {
+            let observations = [drain_timed_out(ago)];
+            let mut pass = inputs(&snapshot, &[], &nominated, &options, &settings, &catalogues);
+            pass.observations = &observations;
+            let decision = decide(pass, &methods);
+            assert_eq!(
+                decision.acted.is_some(),
+                expect_command,
+                "{ago}s after the timeout"
+            );
+        }
+    }
+
+    #[test]
+    fn a_recent_drain_timeout_explains_its_node_before_what_else_holds_it() {
+        let protected = testing::patched(
+            &pod("web", Some("node-a"), "1"),
+            json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "true" } } }),
+        );
+        let snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![managed(
+                "a",
+                "default",
+                vec![condition("Drifted", testing::at(-600))],
+            )],
+            vec![protected],
+        );
+        let due = due_nodes(&snapshot, &[], &BTreeSet::new());
+        let explain = |observation: Observation| {
+            let explained = explain_due(
+                &snapshot,
+                now(),
+                &BTreeSet::new(),
+                &[],
+                due.clone(),
+                &[observation],
+                DEFAULT_REPLACEMENT_RETRY,
+            );
+            assert_eq!(explained.len(), 1);
+            explained[0].explanation.clone()
+        };
+
+        let recent = explain(drain_timed_out(30));
+        assert!(
+            matches!(recent.reason, BlockedReason::Observed(_)),
+            "{recent:?}"
+        );
+        assert_eq!(recent.disruption, DisruptionReason::Drifted);
+        assert!(
+            recent.message.contains("drain timed out")
+                && recent.message.contains("default/web-pdb")
+                && recent.message.contains("not disrupted again before"),
+            "{}",
+            recent.message
+        );
+        assert!(worth_reporting(&recent.reason));
+
+        let old = explain(drain_timed_out(60));
+        assert!(
+            matches!(
+                old.reason,
+                BlockedReason::Candidate(Blocked::DoNotDisruptPod { .. })
+            ),
+            "once retried, the node explains as any other: {old:?}"
+        );
     }
 }

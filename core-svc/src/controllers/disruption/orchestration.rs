@@ -7,9 +7,21 @@
 //!    NodePool and node class hash annotations), annotated likewise ([`ANNOTATION_REPLACES`]);
 //!    a command without replacements goes straight to 3;
 //! 2. **wait** until every replacement is `Initialized`;
-//! 3. **terminate**: taint the candidates' Nodes `karpenter.sh/disrupted:NoSchedule`, set their
-//!    NodeClaims' `DisruptionReason` condition, delete the NodeClaims (the termination
-//!    controller drains them).
+//! 3. **terminate** each candidate ([`candidate_step`]):
+//!    - one whose NodeClaim sets `spec.terminationGracePeriod`: taint its Nodes
+//!      `karpenter.sh/disrupted:NoSchedule`, set its `DisruptionReason` condition and delete it
+//!      at once; the termination controller drains it, bounded by that grace period;
+//!    - any other is drained **before** it is deleted: taint, condition, and the drain's start
+//!      and timeout recorded on the NodeClaim ([`ANNOTATION_DRAIN_STARTED_AT`],
+//!      [`ANNOTATION_DRAIN_TIMEOUT`]); the timeout is the seed's drain timeout, the sum of the
+//!      `terminationGracePeriodSeconds` (30 when unset) of the pods the drain waits for,
+//!      computed when it starts ([`drain_timeout`], at least [`MIN_DRAIN_TIMEOUT`]). Each pass
+//!      then evicts by the termination drain's own plan ([`drain::plan`]: its tiers, order and
+//!      rules, no deadline) through the termination controller's eviction step (UID
+//!      precondition, `PodEvicted` / `EvictionBlocked`); once the plan says drained, the
+//!      NodeClaim is deleted and the termination controller, finding nothing left, terminates
+//!      the instance. A node with nothing to drain is deleted in the pass that taints it, as
+//!      before.
 //!
 //! **Rollback.** While it waits, a command whose replacement is deleted or missing (the
 //! lifecycle controller deletes a NodeClaim on insufficient capacity, and on launch and
@@ -18,16 +30,30 @@
 //! command's annotations are removed from the others (they stay as capacity, consolidated
 //! later if unused), the candidates lose the taint and the condition (should a crash have left
 //! them), and `DisruptionAbandoned` is recorded; the controller remembers the failure as an
-//! [`Observation`](crate::disruption::Observation), so the node's `DisruptionBlocked` says
-//! the replacement failed, and retries later. A candidate NodeClaim is never deleted before
+//! [`Observation`], so the node's `DisruptionBlocked` says the replacement failed, and
+//! retries later. A candidate NodeClaim is never deleted before
 //! every replacement is initialized; once deleted it is never brought back.
 //!
+//! A drain that has not finished when its timeout passes (a PodDisruptionBudget allowing
+//! nothing, a do-not-disrupt pod, a pod that does not stop) abandons the command the same way,
+//! with a reason starting [`DRAIN_TIMED_OUT`] that names how long it waited and which pods
+//! (and PodDisruptionBudgets) still held the node ([`drain_blockers`]); the node is held back
+//! for the retry delay and its `DisruptionBlocked` says the drain timed out. The replacements
+//! are initialized by then and may already run evicted pods: they are kept (stripped of the
+//! command), and consolidation removes any that end up empty or underused. The candidates of
+//! a command that were drained and deleted before another one timed out stay deleted.
+//!
 //! **Restarts.** Nothing about a command lives only in memory: [`in_flight`] finds every
-//! command from the annotations of its candidates and replacements, [`progress`] says what to do next from the
-//! snapshot alone, and every step is idempotent (tainting a tainted node, deleting a deleting
-//! NodeClaim, removing absent annotations are no-ops). A crash between the taint and the
-//! delete of a command without replacements leaves a taint that [`stale_marks`] finds on the
-//! next pass (the node is neither deleting nor in a command), as upstream recovers.
+//! command from the annotations of its candidates and replacements, [`progress`] and
+//! [`candidate_step`] say what to do next from the snapshot alone (a drain's start and
+//! timeout included: [`drain_clock`]), and every step is idempotent (tainting a tainted node,
+//! deleting a deleting NodeClaim, evicting a terminating pod, removing absent annotations are
+//! no-ops). A drain's clock is written before the taint, and every drain pass makes sure of
+//! the taint and condition, so a crash in between resumes the same drain. A crash between the
+//! taint and the delete of a command without replacements whose candidates had nothing to
+//! drain leaves a taint that [`stale_marks`] finds on the next pass (the node is neither
+//! deleting nor in a command), as upstream recovers; a command without replacements that
+//! drains carries [`ANNOTATION_COMMAND`] from the drain's start on, so it resumes.
 //!
 //! A command is in flight while one of its candidate NodeClaims still exists: its replacements
 //! stay out of the candidates until then, so an initialized replacement is not consolidated
@@ -37,7 +63,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::{
     CONDITION_DISRUPTION_REASON, CONDITION_INITIALIZED, CONDITION_LAUNCHED,
@@ -51,9 +77,14 @@ use crate::cloudprovider::CloudProvider;
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
 use crate::controllers::Context;
 use crate::controllers::provisioning::nodeclaims;
-use crate::controllers::termination::drain::{DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY};
-use crate::controllers::termination::{disrupted_taint, nodes_of};
+use crate::controllers::termination::drain::{
+    self, DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan,
+};
+use crate::controllers::termination::{
+    DRAIN_POLL, DRAIN_RETRY_MAX, Eviction, disrupted_taint, evict_pod, nodes_of,
+};
 use crate::disruption::candidates::has_disrupted_taint;
+use crate::disruption::{CandidateSelector, Observation, Observed};
 use crate::events::{EventType, ObjectRef};
 use core_domain::labels::LABEL_NODEPOOL;
 use core_domain::scheduler::PlannedNodeClaim;
@@ -72,6 +103,22 @@ pub const ANNOTATION_STARTED_AT: &str = "karpenter.sh/disruption-started-at";
 /// missing one (the names are chosen before the creates).
 pub const ANNOTATION_REPLACEMENTS: &str = "karpenter.sh/disruption-replacements";
 
+/// On a candidate being drained before its deletion: when the drain began (RFC 3339).
+pub const ANNOTATION_DRAIN_STARTED_AT: &str = "karpenter.sh/disruption-drain-started-at";
+/// On a candidate being drained before its deletion: how long the drain may last, in whole
+/// seconds (`60s`), fixed when it began.
+pub const ANNOTATION_DRAIN_TIMEOUT: &str = "karpenter.sh/disruption-drain-timeout";
+
+/// The shortest drain timeout: a blocked eviction is retried up to [`DRAIN_RETRY_MAX`] apart,
+/// so a shorter timeout (pods with `terminationGracePeriodSeconds: 0`) could pass between two
+/// tries.
+pub const MIN_DRAIN_TIMEOUT: Duration = DRAIN_RETRY_MAX;
+
+/// How the reason of a command abandoned for its drain's timeout begins (and the observation
+/// that holds its nodes back): the explanation module's kinds of observation are fixed, so a
+/// drain timeout is an `Observed::Other` told apart by these words ([`is_drain_timeout`]).
+pub const DRAIN_TIMED_OUT: &str = "drain timed out";
+
 /// Kubernetes' `generateName` alphabet: no vowels, no look-alike digits.
 const NAME_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 
@@ -87,8 +134,10 @@ pub const COMMAND_TIMEOUT_PER_COMMAND: Duration = Duration::from_millis(80);
 pub const REASON_STARTED: &str = "DisruptionStarted";
 /// The `DisruptionAbandoned` event reason.
 pub const REASON_ABANDONED: &str = "DisruptionAbandoned";
-/// The event each candidate gets when it is tainted and deleted (upstream's reason).
+/// The event each candidate gets when it is deleted (upstream's reason).
 pub const REASON_TERMINATING: &str = "DisruptionTerminating";
+/// The event each candidate gets when it is tainted and its drain begins, before it is deleted.
+pub const REASON_DRAINING: &str = "DisruptionDraining";
 
 /// How long a command may wait for its replacements: `clamp(80ms × commands, 10 min, 1 h)`
 /// (upstream `getCommandTimeout`'s form).
@@ -266,7 +315,7 @@ pub enum Progress {
     Finished,
     /// Some replacement is not initialized yet.
     Waiting,
-    /// Every replacement is initialized: taint and delete the candidates.
+    /// Every replacement is initialized: on to the terminate step ([`candidate_step`]).
     Ready,
     /// Abandon it, for this reason.
     Failed(String),
@@ -386,6 +435,263 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
     marks
 }
 
+/// A candidate's drain before its deletion, as its annotations record it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DrainClock {
+    /// When the drain began.
+    pub started_at: Timestamp,
+    /// How long it may last.
+    pub timeout: Duration,
+}
+
+impl DrainClock {
+    /// When the drain gives up.
+    pub fn deadline(&self) -> Timestamp {
+        self.started_at
+            .saturating_add(self.timeout)
+            .unwrap_or(Timestamp::MAX)
+    }
+}
+
+/// The drain recorded on `claim`; `None` when none began, or when an annotation is unreadable
+/// (the drain then begins again, with a fresh clock).
+pub fn drain_clock(claim: &NodeClaim) -> Option<DrainClock> {
+    let started_at = annotation(claim, ANNOTATION_DRAIN_STARTED_AT)?
+        .parse()
+        .ok()?;
+    let timeout = parse_seconds(annotation(claim, ANNOTATION_DRAIN_TIMEOUT)?)?;
+    Some(DrainClock {
+        started_at,
+        timeout,
+    })
+}
+
+fn format_seconds(duration: Duration) -> String {
+    format!("{}s", duration.as_secs())
+}
+
+fn parse_seconds(text: &str) -> Option<Duration> {
+    text.strip_suffix('s')?
+        .parse::<u64>()
+        .ok()
+        .map(Duration::from_secs)
+}
+
+/// A duration as people read it (`1m`, `1h 30m`).
+fn friendly(duration: Duration) -> String {
+    jiff::SignedDuration::try_from(duration)
+        .map(|d| format!("{d:#}"))
+        .unwrap_or_else(|_| format!("{duration:?}"))
+}
+
+/// Whether the disruption controller drains `claim` before deleting it: when it sets no
+/// `spec.terminationGracePeriod` (with one, the termination controller's deadline bounds the
+/// drain, and the NodeClaim is deleted at once).
+pub fn drains_before_delete(claim: &NodeClaim) -> bool {
+    claim.spec.termination_grace_period.is_none()
+}
+
+/// The seed's drain timeout for a drain of `pods` beginning at `now`: the sum of the
+/// `terminationGracePeriodSeconds` (Kubernetes' 30 when unset) of the pods the drain waits for
+/// (the worst case: one pod at a time, each taking its whole grace period), at least
+/// [`MIN_DRAIN_TIMEOUT`]. Pure.
+pub fn drain_timeout<'p>(pods: impl IntoIterator<Item = &'p Pod>, now: Timestamp) -> Duration {
+    let seconds = pods
+        .into_iter()
+        .filter(|pod| drain::is_waiting_eviction(pod, now))
+        .map(|pod| u64::try_from(drain::pod_grace_period_seconds(pod)).unwrap_or(0))
+        .fold(0, u64::saturating_add);
+    Duration::from_secs(seconds).max(MIN_DRAIN_TIMEOUT)
+}
+
+/// One Node of a candidate being drained: its pods, and what the drain does with them in this
+/// pass.
+#[derive(Debug, Clone)]
+pub struct NodeDrain<'s> {
+    /// The Node.
+    pub node: &'s Node,
+    /// Its pods.
+    pub pods: Vec<&'s Pod>,
+    /// The termination drain's plan for them, without a deadline.
+    pub plan: DrainPlan<'s>,
+}
+
+/// What the terminate step does with one candidate of a command whose replacements are all
+/// initialized.
+#[derive(Debug, Clone)]
+pub enum CandidateStep<'s> {
+    /// Being deleted already: nothing.
+    Nothing,
+    /// Taint, mark and delete it: it has a terminationGracePeriod, or nothing is left to drain.
+    Delete,
+    /// Record the drain's start and `timeout`, taint, mark, and evict as the plans say.
+    StartDrain {
+        /// The drain timeout.
+        timeout: Duration,
+        /// Its Nodes.
+        nodes: Vec<NodeDrain<'s>>,
+    },
+    /// Evict as the plans say (making sure of the taint and the condition).
+    Drain {
+        /// The drain's start and timeout.
+        clock: DrainClock,
+        /// Its Nodes.
+        nodes: Vec<NodeDrain<'s>>,
+    },
+    /// The drain timeout passed with pods left: the command is abandoned.
+    TimedOut {
+        /// Why, for `DisruptionAbandoned` and the node's observation; starts with
+        /// [`DRAIN_TIMED_OUT`].
+        why: String,
+    },
+}
+
+/// What the terminate step does with `claim` at `now` (see the module documentation). Pure.
+pub fn candidate_step<'s>(
+    claim: &'s NodeClaim,
+    snapshot: &'s Snapshot,
+    pods_by_node: &BTreeMap<&str, Vec<&'s Pod>>,
+    now: Timestamp,
+) -> CandidateStep<'s> {
+    if claim.metadata.deletion_timestamp.is_some() {
+        return CandidateStep::Nothing;
+    }
+    if !drains_before_delete(claim) {
+        return CandidateStep::Delete;
+    }
+    let nodes: Vec<NodeDrain<'s>> = nodes_of(snapshot, claim)
+        .into_iter()
+        .map(|node| {
+            let pods = pods_by_node
+                .get(node.metadata.name.as_deref().unwrap_or_default())
+                .cloned()
+                .unwrap_or_default();
+            let plan = drain::plan(pods.iter().copied(), now, None);
+            NodeDrain { node, pods, plan }
+        })
+        .collect();
+    if nodes.iter().all(|node| node.plan.is_drained()) {
+        return CandidateStep::Delete;
+    }
+    match drain_clock(claim) {
+        None => CandidateStep::StartDrain {
+            timeout: drain_timeout(nodes.iter().flat_map(|node| node.pods.iter().copied()), now),
+            nodes,
+        },
+        Some(clock) if now >= clock.deadline() => CandidateStep::TimedOut {
+            why: format!(
+                "{DRAIN_TIMED_OUT}: NodeClaim {} was not drained within {} (the sum of its pods' terminationGracePeriodSeconds when the drain began at {}): {}",
+                name_of(claim),
+                friendly(clock.timeout),
+                crate::disruption::explain::utc(clock.started_at),
+                drain_blockers(snapshot, &nodes, now)
+            ),
+        },
+        Some(clock) => CandidateStep::Drain { clock, nodes },
+    }
+}
+
+/// How many pods [`drain_blockers`] names at most.
+const BLOCKERS_NAMED: usize = 5;
+
+/// What holds a drain up, in a few words per pod: the pods still waited for in the tier being
+/// drained, each with why (terminating, do-not-disrupt, the PodDisruptionBudget over it and
+/// what it allows). Pure.
+pub fn drain_blockers(snapshot: &Snapshot, nodes: &[NodeDrain<'_>], now: Timestamp) -> String {
+    let nominated = BTreeSet::new();
+    let selector = CandidateSelector::new(snapshot, now, &nominated);
+    let mut blockers = Vec::new();
+    for node in nodes {
+        let Some(tier) = node.plan.tier else {
+            continue;
+        };
+        blockers.extend(
+            node.pods
+                .iter()
+                .filter(|pod| drain::is_waiting_eviction(pod, now) && drain::Tier::of(pod) == tier)
+                .map(|pod| blocker(pod, &selector, now)),
+        );
+    }
+    let more = blockers.len().saturating_sub(BLOCKERS_NAMED);
+    blockers.truncate(BLOCKERS_NAMED);
+    let mut text = blockers.join("; ");
+    if more > 0 {
+        text.push_str(&format!("; and {more} more pod(s)"));
+    }
+    if text.is_empty() {
+        text.push_str("no pod left to name");
+    }
+    text
+}
+
+fn blocker(pod: &Pod, selector: &CandidateSelector<'_>, now: Timestamp) -> String {
+    let name = format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or_default(),
+        pod.metadata.name.as_deref().unwrap_or_default()
+    );
+    if drain::is_terminating(pod) {
+        return format!("pod {name} is still terminating");
+    }
+    if drain::has_active_do_not_disrupt(pod, now) {
+        return format!("pod {name} has karpenter.sh/do-not-disrupt");
+    }
+    match selector.pdbs_of(pod).as_slice() {
+        [] => format!("pod {name} is still running"),
+        [pdb] => format!(
+            "pod {name} is held by PodDisruptionBudget {}, which allows {} disruptions",
+            pdb.pdb, pdb.disruptions_allowed
+        ),
+        several => {
+            let names: Vec<&str> = several.iter().map(|pdb| pdb.pdb.as_str()).collect();
+            format!(
+                "pod {name} is selected by several PodDisruptionBudgets ({}), which the eviction API refuses",
+                names.join(", ")
+            )
+        }
+    }
+}
+
+/// Whether `observation` records a drain that timed out (see [`DRAIN_TIMED_OUT`]).
+pub fn is_drain_timeout(observation: &Observation) -> bool {
+    matches!(&observation.what, Observed::Other { reason } if reason.starts_with(DRAIN_TIMED_OUT))
+}
+
+/// The merge patch recording a drain's start on a candidate of a command (`reason`, started
+/// at `started_at` when known), with the command's own annotations: a command without
+/// replacements has none yet, and needs them from now on to be found again.
+fn drain_patch(
+    candidates: &[String],
+    reason: DisruptionReason,
+    started_at: Option<Timestamp>,
+    clock: DrainClock,
+) -> Value {
+    let mut annotations = Map::new();
+    annotations.insert(
+        ANNOTATION_COMMAND.to_owned(),
+        Value::String(candidates.join(",")),
+    );
+    annotations.insert(
+        ANNOTATION_REASON.to_owned(),
+        Value::String(reason_name(reason).to_owned()),
+    );
+    if let Some(started_at) = started_at {
+        annotations.insert(
+            ANNOTATION_STARTED_AT.to_owned(),
+            Value::String(started_at.to_string()),
+        );
+    }
+    annotations.insert(
+        ANNOTATION_DRAIN_STARTED_AT.to_owned(),
+        Value::String(clock.started_at.to_string()),
+    );
+    annotations.insert(
+        ANNOTATION_DRAIN_TIMEOUT.to_owned(),
+        Value::String(format_seconds(clock.timeout)),
+    );
+    json!({ "metadata": { "annotations": annotations } })
+}
+
 /// The annotations a command writes on its candidates and replacements (besides
 /// [`ANNOTATION_REPLACES`] / [`ANNOTATION_COMMAND`]).
 fn command_annotations(command: &Command, started_at: Timestamp) -> [(&'static str, String); 3] {
@@ -474,6 +780,8 @@ fn strip_annotations_patch() -> Value {
         ANNOTATION_REASON,
         ANNOTATION_STARTED_AT,
         ANNOTATION_REPLACEMENTS,
+        ANNOTATION_DRAIN_STARTED_AT,
+        ANNOTATION_DRAIN_TIMEOUT,
     ] {
         annotations.insert(key.to_owned(), Value::Null);
     }
@@ -505,8 +813,9 @@ pub enum Started {
         /// Their names.
         replacements: Vec<String>,
     },
-    /// The candidates were tainted and deleted (a command without replacements).
-    Deleted,
+    /// A command without replacements went on to its terminate step: its candidates are
+    /// deleted, or tainted and draining.
+    Terminating,
     /// A replacement could not be created; what was created is deleted again.
     Abandoned {
         /// Why.
@@ -514,21 +823,55 @@ pub enum Started {
     },
 }
 
+/// What one terminate step of a command did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Terminated {
+    /// Whether anything was written.
+    pub wrote: bool,
+    /// When to look again for a drain still going on.
+    pub look_again: Option<Duration>,
+    /// A candidate's drain timed out (the reason, starting [`DRAIN_TIMED_OUT`]): nothing was
+    /// done, the command is to be rolled back.
+    pub timed_out: Option<String>,
+}
+
+/// Says whether an event about a key is due (`(reason, key)`), for the `EvictionBlocked`
+/// events of the drains, which repeat every pass otherwise.
+pub type EventDue<'c> = &'c (dyn Fn(&str, &str) -> bool + Sync);
+
 /// Runs commands through the ports.
-#[derive(Debug)]
 pub struct Orchestrator<'c, C, P> {
     ctx: &'c Context<C, P>,
+    event_due: Option<EventDue<'c>>,
+}
+
+impl<C, P> std::fmt::Debug for Orchestrator<'_, C, P> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Orchestrator")
+            .field("event_dedupe", &self.event_due.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
-    /// An orchestrator over `ctx`.
+    /// An orchestrator over `ctx`; every `EvictionBlocked` is recorded.
     pub fn new(ctx: &'c Context<C, P>) -> Self {
-        Self { ctx }
+        Self {
+            ctx,
+            event_due: None,
+        }
+    }
+
+    /// Records the drains' `EvictionBlocked` events only when `event_due` says so.
+    #[must_use]
+    pub fn with_event_dedupe(mut self, event_due: EventDue<'c>) -> Self {
+        self.event_due = Some(event_due);
+        self
     }
 
     /// Starts `command`, decided on `snapshot`: creates its replacements, or (without any)
-    /// terminates its candidates at once. Records `DisruptionStarted`, or `DisruptionAbandoned`
-    /// when a create fails.
+    /// takes its candidates to the terminate step at once. Records `DisruptionStarted`, or
+    /// `DisruptionAbandoned` when a create fails.
     pub async fn start(
         &self,
         command: &Command,
@@ -538,9 +881,10 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         let node_pools = node_pools_of(snapshot, &command.candidates);
         if command.replacements.is_empty() {
             self.started_event(command, &node_pools);
-            self.terminate(command.reason, &command.candidates, snapshot)
+            // A fresh command has no drain clock yet, so nothing can time out here.
+            self.terminate(command.reason, &command.candidates, Some(now), snapshot)
                 .await?;
-            return Ok(Started::Deleted);
+            return Ok(Started::Terminating);
         }
         // The candidates carry the command first: should every replacement vanish (or a crash
         // come before they exist), the next pass still finds the command and rolls it back.
@@ -696,47 +1040,190 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.abandoned_event(command.reason, &command.candidates, &node_pools, why);
     }
 
-    /// Taints, marks and deletes the candidates that still exist and are not being deleted.
+    /// The terminate step of a command (`reason`, started at `started_at` when known) for
+    /// its `candidates` that still exist and are not being deleted, as [`candidate_step`]
+    /// says: delete, or drain before deleting. When a candidate's drain timed out, nothing is
+    /// done and [`Terminated::timed_out`] says why.
     pub async fn terminate(
         &self,
         reason: DisruptionReason,
         candidates: &[String],
+        started_at: Option<Timestamp>,
         snapshot: &Snapshot,
-    ) -> Result<(), ClusterError> {
+    ) -> Result<Terminated, ClusterError> {
         let now = self.ctx.clock.now();
-        for name in candidates {
-            let Some(claim) = snapshot.node_claim(name) else {
-                continue;
-            };
-            if claim.metadata.deletion_timestamp.is_some() {
-                continue;
+        let pods_by_node = snapshot.pods_by_node();
+        let steps: Vec<(&NodeClaim, CandidateStep<'_>)> = candidates
+            .iter()
+            .filter_map(|name| snapshot.node_claim(name))
+            .map(|claim| (claim, candidate_step(claim, snapshot, &pods_by_node, now)))
+            .collect();
+        let mut done = Terminated::default();
+        for (_, step) in &steps {
+            if let CandidateStep::TimedOut { why } = step {
+                done.timed_out = Some(why.clone());
+                return Ok(done);
             }
-            let nodes = nodes_of(snapshot, claim);
-            for node in &nodes {
-                self.taint(node).await?;
-            }
-            self.set_disruption_condition(claim, reason, now).await?;
-            self.delete_node_claim(claim).await?;
-            let node_names: Vec<&str> = nodes
-                .iter()
-                .filter_map(|node| node.metadata.name.as_deref())
-                .collect();
-            let pool = node_pools_of(snapshot, std::slice::from_ref(name));
-            tracing::info!(node_claim = %name, nodes = %node_names.join(","), reason = reason_name(reason), "tainted and deleted a disruption candidate");
-            self.ctx.event(
-                ObjectRef::cluster_scoped("NodeClaim", name),
-                EventType::Normal,
-                REASON_TERMINATING,
-                format!("Disrupting NodeClaim {name}: {}", reason_name(reason)),
-                fields([
-                    ("nodeClaim", name.clone()),
-                    ("node", node_names.join(",")),
-                    ("nodePool", pool),
-                    ("reason", reason_name(reason).to_owned()),
-                ]),
-            );
         }
+        for (claim, step) in steps {
+            match step {
+                CandidateStep::Nothing | CandidateStep::TimedOut { .. } => {}
+                CandidateStep::Delete => {
+                    self.delete_candidate(claim, reason, snapshot, now).await?;
+                    done.wrote = true;
+                }
+                CandidateStep::StartDrain { timeout, nodes } => {
+                    let clock = DrainClock {
+                        started_at: now,
+                        timeout,
+                    };
+                    // The clock first: a crash before the taint resumes this drain, whose
+                    // passes make sure of the taint.
+                    let patch = drain_patch(candidates, reason, started_at, clock);
+                    match self
+                        .ctx
+                        .cluster
+                        .merge_patch::<NodeClaim>(None, name_of(claim), &patch)
+                        .await
+                    {
+                        Ok(_) => {}
+                        Err(error) if error.is_not_found() => continue,
+                        Err(error) => return Err(error),
+                    }
+                    self.mark(claim, &nodes, reason, now).await?;
+                    self.draining_event(claim, &nodes, reason, snapshot, timeout);
+                    let acted = self.evict(claim, &nodes).await?;
+                    done.wrote = true;
+                    done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
+                }
+                CandidateStep::Drain { clock, nodes } => {
+                    done.wrote |= self.mark(claim, &nodes, reason, now).await?;
+                    let acted = self.evict(claim, &nodes).await?;
+                    done.wrote |= acted;
+                    done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// Taints the candidate's Nodes, sets its condition and deletes it; records
+    /// `DisruptionTerminating`.
+    async fn delete_candidate(
+        &self,
+        claim: &NodeClaim,
+        reason: DisruptionReason,
+        snapshot: &Snapshot,
+        now: Timestamp,
+    ) -> Result<(), ClusterError> {
+        let name = name_of(claim).to_owned();
+        let nodes = nodes_of(snapshot, claim);
+        for node in &nodes {
+            self.taint(node).await?;
+        }
+        self.set_disruption_condition(claim, reason, now).await?;
+        self.delete_node_claim(claim).await?;
+        let node_names: Vec<&str> = nodes
+            .iter()
+            .filter_map(|node| node.metadata.name.as_deref())
+            .collect();
+        let pool = node_pools_of(snapshot, std::slice::from_ref(&name));
+        tracing::info!(node_claim = %name, nodes = %node_names.join(","), reason = reason_name(reason), "tainted and deleted a disruption candidate");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", &name),
+            EventType::Normal,
+            REASON_TERMINATING,
+            format!("Disrupting NodeClaim {name}: {}", reason_name(reason)),
+            fields([
+                ("nodeClaim", name.clone()),
+                ("node", node_names.join(",")),
+                ("nodePool", pool),
+                ("reason", reason_name(reason).to_owned()),
+            ]),
+        );
         Ok(())
+    }
+
+    /// Makes sure the draining candidate's Nodes carry the taint and the candidate its
+    /// condition; whether anything was written.
+    async fn mark(
+        &self,
+        claim: &NodeClaim,
+        nodes: &[NodeDrain<'_>],
+        reason: DisruptionReason,
+        now: Timestamp,
+    ) -> Result<bool, ClusterError> {
+        let mut wrote = false;
+        for node in nodes {
+            if !has_disrupted_taint(node.node) {
+                self.taint(node.node).await?;
+                wrote = true;
+            }
+        }
+        let marked = claim_condition(claim, CONDITION_DISRUPTION_REASON)
+            .is_some_and(|c| c.status == ConditionStatus::True);
+        if !marked {
+            self.set_disruption_condition(claim, reason, now).await?;
+            wrote = true;
+        }
+        Ok(wrote)
+    }
+
+    /// Evicts what the plans of the candidate's Nodes say; whether an eviction was admitted.
+    async fn evict(
+        &self,
+        claim: &NodeClaim,
+        nodes: &[NodeDrain<'_>],
+    ) -> Result<bool, ClusterError> {
+        let always = |_: &str, _: &str| true;
+        let event_due: EventDue<'_> = match self.event_due {
+            Some(event_due) => event_due,
+            None => &always,
+        };
+        let mut acted = false;
+        for node in nodes {
+            let node_name = node.node.metadata.name.as_deref().unwrap_or_default();
+            for pod in &node.plan.evict {
+                let eviction =
+                    evict_pod(self.ctx, pod, node_name, name_of(claim), event_due).await?;
+                acted |= eviction == Eviction::Evicted;
+            }
+        }
+        Ok(acted)
+    }
+
+    fn draining_event(
+        &self,
+        claim: &NodeClaim,
+        nodes: &[NodeDrain<'_>],
+        reason: DisruptionReason,
+        snapshot: &Snapshot,
+        timeout: Duration,
+    ) {
+        let name = name_of(claim).to_owned();
+        let node_names: Vec<&str> = nodes
+            .iter()
+            .filter_map(|node| node.node.metadata.name.as_deref())
+            .collect();
+        let pool = node_pools_of(snapshot, std::slice::from_ref(&name));
+        tracing::info!(node_claim = %name, nodes = %node_names.join(","), reason = reason_name(reason), timeout = %friendly(timeout), "tainted a disruption candidate; draining it before deleting it");
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", &name),
+            EventType::Normal,
+            REASON_DRAINING,
+            format!(
+                "Draining NodeClaim {name} before deleting it ({}); the drain gives up after {}",
+                reason_name(reason),
+                friendly(timeout)
+            ),
+            fields([
+                ("nodeClaim", name.clone()),
+                ("node", node_names.join(",")),
+                ("nodePool", pool),
+                ("reason", reason_name(reason).to_owned()),
+                ("timeout", format_seconds(timeout)),
+            ]),
+        );
     }
 
     /// Abandons `command` (see the module documentation); answers whether anything changed.
@@ -950,6 +1437,20 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     }
 }
 
+/// When a drain looks again: soon after it evicted something, else at the next retry of a
+/// blocked eviction or at its deadline, whichever comes first.
+fn drain_retry(acted: bool, clock: DrainClock, now: Timestamp) -> Duration {
+    if acted {
+        return DRAIN_POLL;
+    }
+    let left = Duration::try_from(clock.deadline().duration_since(now)).unwrap_or(Duration::ZERO);
+    left.min(DRAIN_RETRY_MAX).max(DRAIN_POLL)
+}
+
+fn soonest(a: Option<Duration>, b: Duration) -> Option<Duration> {
+    Some(a.map_or(b, |a| a.min(b)))
+}
+
 /// Event fields from pairs.
 pub(super) fn fields<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
     pairs
@@ -970,6 +1471,7 @@ mod tests {
     use super::*;
     use crate::controllers::disruption::fixtures::{condition, managed, now, pool, snapshot};
     use crate::controllers::testing;
+    use crate::disruption::{Observation, Observed};
 
     fn planned(pool: &str) -> PlannedNodeClaim {
         PlannedNodeClaim {
@@ -1268,5 +1770,191 @@ mod tests {
         assert_eq!(annotations[ANNOTATION_COMMAND], "claim-a,claim-b");
         assert_eq!(annotations[ANNOTATION_REPLACEMENTS], names_of(&command)[0]);
         assert_eq!(annotations[ANNOTATION_REASON], "Drifted");
+    }
+
+    // --- the drain before the delete ------------------------------------------------------
+
+    use crate::controllers::disruption::fixtures::pod;
+    use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+
+    fn pod_with(name: &str, patch: Value) -> Pod {
+        testing::patched(&pod(name, Some("node-a"), "1"), patch)
+    }
+
+    #[test]
+    fn the_drain_timeout_sums_the_grace_periods_of_the_pods_the_drain_waits_for() {
+        let plain = pod_with("plain", json!({}));
+        let long = pod_with(
+            "long",
+            json!({ "spec": { "terminationGracePeriodSeconds": 120 } }),
+        );
+        let done = pod_with("done", json!({ "status": { "phase": "Succeeded" } }));
+        let tolerating = pod_with(
+            "tolerating",
+            json!({ "spec": { "tolerations": [{ "operator": "Exists" }] } }),
+        );
+        assert_eq!(
+            drain_timeout([&plain, &long, &done, &tolerating], now()),
+            Duration::from_secs(150),
+            "Kubernetes' 30 s for the pod without its own, nothing for those not waited for"
+        );
+        let instant = pod_with(
+            "instant",
+            json!({ "spec": { "terminationGracePeriodSeconds": 0 } }),
+        );
+        assert_eq!(drain_timeout([&instant], now()), MIN_DRAIN_TIMEOUT);
+        assert_eq!(drain_timeout([], now()), MIN_DRAIN_TIMEOUT);
+    }
+
+    #[test]
+    fn the_drain_clock_is_read_back_from_its_annotations_and_stripped_with_the_command() {
+        let clock = DrainClock {
+            started_at: now(),
+            timeout: Duration::from_secs(90),
+        };
+        let candidates = vec!["claim-a".to_owned()];
+        let patch = drain_patch(&candidates, DisruptionReason::Drifted, Some(now()), clock);
+        let (claim, _) = managed("a", "default", vec![]);
+        let claim = testing::patched(&claim, patch.clone());
+        assert_eq!(drain_clock(&claim), Some(clock));
+        assert_eq!(
+            clock.deadline(),
+            now()
+                .checked_add(jiff::SignedDuration::from_secs(90))
+                .unwrap()
+        );
+        let annotations = &patch["metadata"]["annotations"];
+        assert_eq!(annotations[ANNOTATION_COMMAND], "claim-a");
+        assert_eq!(annotations[ANNOTATION_REASON], "Drifted");
+        assert_eq!(annotations[ANNOTATION_DRAIN_TIMEOUT], "90s");
+
+        let garbled = testing::patched(
+            &claim,
+            json!({ "metadata": { "annotations": { ANNOTATION_DRAIN_TIMEOUT: "soon" } } }),
+        );
+        assert_eq!(
+            drain_clock(&garbled),
+            None,
+            "an unreadable clock starts again"
+        );
+
+        let mut stripped = claim.clone();
+        let annotations = stripped.metadata.annotations.as_mut().unwrap();
+        for (key, value) in strip_annotations_patch()["metadata"]["annotations"]
+            .as_object()
+            .unwrap()
+        {
+            assert!(value.is_null(), "a merge patch removes {key}");
+            annotations.remove(key);
+        }
+        assert_eq!(drain_clock(&stripped), None);
+        assert!(annotation(&stripped, ANNOTATION_COMMAND).is_none());
+    }
+
+    /// Node `node-a` of `claim-a` (`claim_patch` merged in) with pods `web` and `api`, and a
+    /// budget allowing no `web` pod to go.
+    fn draining_world(claim_patch: Value) -> Snapshot {
+        let (claim, node) = managed("a", "default", vec![]);
+        let claim = testing::patched(&claim, claim_patch);
+        let mut snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![(claim, node)],
+            vec![
+                pod("web", Some("node-a"), "1"),
+                pod("api", Some("node-a"), "1"),
+            ],
+        );
+        let pdb: PodDisruptionBudget = serde_json::from_value(json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": { "namespace": "default", "name": "web-pdb" },
+            "spec": { "maxUnavailable": 0, "selector": { "matchLabels": { "app": "web" } } },
+        }))
+        .unwrap();
+        snapshot.pdbs.push(pdb);
+        snapshot
+    }
+
+    fn step_of(snapshot: &Snapshot, at: Timestamp) -> CandidateStep<'_> {
+        let claim = snapshot.node_claim("claim-a").unwrap();
+        candidate_step(claim, snapshot, &snapshot.pods_by_node(), at)
+    }
+
+    fn clocked(started_seconds_ago: i64) -> Value {
+        json!({ "metadata": { "annotations": {
+            ANNOTATION_DRAIN_STARTED_AT: testing::at(-started_seconds_ago).to_string(),
+            ANNOTATION_DRAIN_TIMEOUT: "60s",
+        } } })
+    }
+
+    #[test]
+    fn a_candidate_without_a_grace_period_drains_before_it_is_deleted() {
+        let fresh = draining_world(json!({}));
+        let CandidateStep::StartDrain { timeout, nodes } = step_of(&fresh, now()) else {
+            panic!("a node with pods starts draining");
+        };
+        assert_eq!(timeout, Duration::from_secs(60), "two pods of 30 s");
+        assert_eq!(nodes.len(), 1);
+        assert_eq!(nodes[0].plan.evict.len(), 2, "the termination drain's plan");
+
+        let midway = draining_world(clocked(30));
+        assert!(matches!(
+            step_of(&midway, now()),
+            CandidateStep::Drain { clock, .. } if clock.timeout == Duration::from_secs(60)
+        ));
+
+        let mut late = draining_world(clocked(60));
+        // api was evicted and is still stopping; web's budget refused it.
+        for pod in &mut late.pods {
+            if pod.metadata.name.as_deref() == Some("api") {
+                pod.metadata.deletion_timestamp = Some(Time(testing::at(20)));
+            }
+        }
+        let CandidateStep::TimedOut { why } = step_of(&late, now()) else {
+            panic!("the drain times out at its deadline");
+        };
+        assert!(why.starts_with(DRAIN_TIMED_OUT), "{why}");
+        for expected in [
+            "claim-a",
+            "within 1m",
+            "pod default/web is held by PodDisruptionBudget default/web-pdb, which allows 0 disruptions",
+            "pod default/api is still terminating",
+        ] {
+            assert!(why.contains(expected), "{expected:?} in {why}");
+        }
+    }
+
+    #[test]
+    fn a_drained_or_graced_candidate_is_deleted_at_once_and_a_deleting_one_left_alone() {
+        let graced = draining_world(json!({ "spec": { "terminationGracePeriod": "1h" } }));
+        assert!(matches!(step_of(&graced, now()), CandidateStep::Delete));
+
+        let mut empty = draining_world(clocked(3600));
+        empty.pods.clear();
+        assert!(
+            matches!(step_of(&empty, now()), CandidateStep::Delete),
+            "drained beats timed out"
+        );
+
+        let deleting = draining_world(json!({ "metadata": { "deletionTimestamp": Time(now()) } }));
+        assert!(matches!(step_of(&deleting, now()), CandidateStep::Nothing));
+    }
+
+    #[test]
+    fn drain_timeouts_are_told_apart_from_other_observations() {
+        let observed = |what: Observed| Observation {
+            node: "node-a".into(),
+            at: now(),
+            what,
+        };
+        assert!(is_drain_timeout(&observed(Observed::Other {
+            reason: format!("{DRAIN_TIMED_OUT}: NodeClaim claim-a ...")
+        })));
+        assert!(!is_drain_timeout(&observed(Observed::Other {
+            reason: "nothing cheaper".into()
+        })));
+        assert!(!is_drain_timeout(&observed(Observed::ReplacementFailed {
+            reason: DRAIN_TIMED_OUT.into()
+        })));
     }
 }
