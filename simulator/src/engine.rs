@@ -29,6 +29,8 @@ use core_svc::cloudprovider::CloudProvider;
 use core_svc::cluster::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, InMemoryCluster, Snapshot,
 };
+use core_svc::controllers::consolidatable::ConsolidatableController;
+use core_svc::controllers::disruption::{DisruptionController, DisruptionOptions};
 use core_svc::controllers::drift::DriftController;
 use core_svc::controllers::expiration::ExpirationController;
 use core_svc::controllers::gc::GarbageCollectionController;
@@ -79,7 +81,7 @@ const PLUGIN_UNAVAILABLE_EVERY: Duration = Duration::from_secs(60);
 
 /// The timeline's event types, as `SCENARIO.md` lists them. Core's other events (`Nominated`,
 /// `FailedScheduling`, ...) are not part of the timeline.
-pub const TIMELINE_TYPES: [&str; 17] = [
+pub const TIMELINE_TYPES: [&str; 18] = [
     "NodeClaimCreated",
     "NodeClaimLaunched",
     "LaunchFailed",
@@ -89,6 +91,8 @@ pub const TIMELINE_TYPES: [&str; 17] = [
     "DriftCleared",
     "DisruptionStarted",
     "DisruptionAbandoned",
+    // Not in SCENARIO.md's list either: why a node that could be disrupted is not (issue 6).
+    "DisruptionBlocked",
     "PodEvicted",
     "EvictionBlocked",
     "NodeClaimDeleted",
@@ -99,9 +103,6 @@ pub const TIMELINE_TYPES: [&str; 17] = [
     // Not in the list of SCENARIO.md, which allows more: when the plugin answers again.
     "PluginAvailable",
 ];
-
-/// Core's controllers the simulator does not run because core-svc does not have them yet.
-pub const MISSING_CONTROLLERS: [&str; 1] = ["disruption"];
 
 /// The provider the controllers get: the gRPC client of the in-process plugin, cut off during
 /// simulated outages.
@@ -184,6 +185,8 @@ enum AnyController {
     Expiration(ExpirationController<InMemoryCluster, SimProvider>),
     Termination(TerminationController<InMemoryCluster, SimProvider>),
     GarbageCollection(GarbageCollectionController<InMemoryCluster, SimProvider>),
+    Consolidatable(ConsolidatableController<InMemoryCluster, SimProvider>),
+    Disruption(Box<DisruptionController<InMemoryCluster, SimProvider>>),
 }
 
 impl AnyController {
@@ -197,6 +200,8 @@ impl AnyController {
             Self::Expiration(c) => c.name(),
             Self::Termination(c) => c.name(),
             Self::GarbageCollection(c) => c.name(),
+            Self::Consolidatable(c) => c.name(),
+            Self::Disruption(c) => c.name(),
         }
     }
 
@@ -210,6 +215,8 @@ impl AnyController {
             Self::Expiration(c) => c.reconcile().await,
             Self::Termination(c) => c.reconcile().await,
             Self::GarbageCollection(c) => c.reconcile().await,
+            Self::Consolidatable(c) => c.reconcile().await,
+            Self::Disruption(c) => c.reconcile().await,
         }
     }
 }
@@ -220,6 +227,11 @@ fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> 
         require_ready_node_class: handshake.capabilities.resolve_node_class,
         label_policy: label_policy.clone(),
         ..ProvisionerOptions::default()
+    };
+    let disruption = DisruptionOptions {
+        require_ready_node_class: handshake.capabilities.resolve_node_class,
+        label_policy: label_policy.clone(),
+        ..DisruptionOptions::default()
     };
     vec![
         AnyController::NodeClass(NodeClassController::new(ctx.clone())),
@@ -233,6 +245,11 @@ fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> 
         AnyController::Expiration(ExpirationController::new(ctx.clone())),
         AnyController::Termination(TerminationController::new(ctx.clone())),
         AnyController::GarbageCollection(GarbageCollectionController::new(ctx.clone())),
+        AnyController::Consolidatable(ConsolidatableController::new(ctx.clone())),
+        AnyController::Disruption(Box::new(DisruptionController::with_options(
+            ctx.clone(),
+            disruption,
+        ))),
     ]
 }
 

@@ -7,36 +7,16 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
+mod support;
+
 use std::collections::{BTreeMap, BTreeSet};
 
 use karpenter_api::nodepool::NODEPOOL_HASH_VERSION;
-use simulator::engine::{self, Quiet};
-use simulator::report::{FinalNodeClaim, Report, TimelineEvent};
-use simulator::scenario;
-
-fn example(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("scenarios")
-        .join(format!("{name}.yaml"));
-    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
-}
-
-fn run(text: &str) -> Report {
-    let scenario = scenario::parse(text).unwrap();
-    engine::run_blocking(scenario, &mut Quiet).unwrap()
-}
-
-fn events<'a>(report: &'a Report, type_: &'a str) -> Vec<&'a TimelineEvent> {
-    report.events_of(type_).collect()
-}
-
-fn claims_in(events: &[&TimelineEvent]) -> BTreeSet<String> {
-    events
-        .iter()
-        .filter_map(|e| e.field("nodeClaim"))
-        .map(str::to_owned)
-        .collect()
-}
+use simulator::report::{FinalNodeClaim, Report};
+use support::{
+    NEW_IMAGE, OLD_IMAGE, assert_drifted_after, assert_fleet_on, assert_replaced_before_deleted,
+    claims_of as claims_in, created_before, events, example, replacements_of, run,
+};
 
 fn condition<'a>(claim: &'a FinalNodeClaim, type_: &str) -> Option<(&'a str, &'a str)> {
     claim
@@ -139,51 +119,79 @@ fn scale_up_from_zero_launches_capacity_for_every_pod_in_every_zone() {
 }
 
 #[test]
-fn new_ami_drifts_what_the_old_image_launched_and_launches_the_new_one() {
+fn new_ami_drifts_what_the_old_image_launched_and_replaces_it_with_the_new_one() {
     let report = run(&example("new-ami"));
-    let claims = &report.final_state.node_claims;
-    let (old, new): (Vec<&FinalNodeClaim>, Vec<&FinalNodeClaim>) =
-        claims.iter().partition(|c| c.image_id == "ami-0a1");
+    let published = 720.0;
+    let scaled_up = 1500.0;
+    let launched = events(&report, "NodeClaimLaunched");
+    let (old, new): (Vec<_>, Vec<_>) = launched
+        .iter()
+        .partition(|e| e.field("imageID") == Some(OLD_IMAGE));
+    let old = claims_in(&old);
     assert!(
         !old.is_empty(),
         "capacity launched before the release at 12m"
     );
-    assert!(!new.is_empty(), "capacity launched for the scale-up at 25m");
-    assert!(new.iter().all(|c| c.image_id == "ami-0b2"), "{new:?}");
+    assert_eq!(old, created_before(&report, published));
+    assert!(
+        new.iter()
+            .all(|e| e.field("imageID") == Some(NEW_IMAGE) && e.t >= published),
+        "{new:?}"
+    );
 
     let drifted = events(&report, "NodeClaimDrifted");
+    assert_drifted_after(&report, &old, published);
     assert!(
-        drifted.iter().all(|e| e.t >= 720.0),
-        "nothing drifts before the image is published at 12m"
-    );
-    assert!(
-        drifted.iter().all(|e| e.t <= 720.0 + 6.0 * 60.0),
+        drifted.iter().all(|e| e.t <= published + 6.0 * 60.0),
         "drift is seen within a resolution and a drift period"
     );
-    assert!(
-        drifted
-            .iter()
-            .all(|e| e.field("reason") == Some("AMIDrift")),
-        "{drifted:?}"
-    );
-    let old_names: BTreeSet<String> = old.iter().map(|c| c.name.clone()).collect();
-    assert_eq!(claims_in(&drifted), old_names);
     assert!(events(&report, "DriftCleared").is_empty());
-    for claim in old {
-        assert_eq!(condition(claim, "Drifted"), Some(("True", "AMIDrift")));
+
+    // Each drifted NodeClaim is replaced on the new image, the replacement initialized
+    // before the old node is drained and deleted.
+    let mut replacements = BTreeSet::new();
+    for claim in &old {
+        replacements.extend(assert_replaced_before_deleted(&report, claim, NEW_IMAGE));
     }
-    for claim in new {
-        assert_eq!(condition(claim, "Drifted"), None, "{}", claim.name);
-    }
+    // Capacity launched for the scale-up at 25m boots the new image and never drifts.
+    let scale_up: BTreeSet<String> = report
+        .events_of("NodeClaimCreated")
+        .filter(|e| e.t >= scaled_up)
+        .filter_map(|e| e.field("nodeClaim"))
+        .map(str::to_owned)
+        .collect();
+    assert!(
+        !scale_up.is_empty(),
+        "capacity launched for the scale-up at 25m"
+    );
+    assert!(scale_up.is_disjoint(&claims_in(&drifted)));
+    let finals: BTreeSet<String> = report
+        .final_state
+        .node_claims
+        .iter()
+        .map(|c| c.name.clone())
+        .collect();
+    assert_eq!(
+        finals,
+        &replacements | &scale_up,
+        "the replacements and the scale-up"
+    );
+    assert_fleet_on(&report, NEW_IMAGE);
+    // The default budget, 10% of 2 to 4 nodes rounded up: one node at a time.
+    assert_eq!(
+        report.stats.max_disrupting_by_node_pool,
+        BTreeMap::from([("default".to_owned(), 1)])
+    );
 }
 
 #[test]
-fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template() {
+fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template_and_replaces_them() {
     let report = run(&example("nodepool-label-change"));
+    let changed = 480.0;
     let drifted = events(&report, "NodeClaimDrifted");
     assert!(!drifted.is_empty());
     assert!(
-        drifted.iter().all(|e| e.t >= 480.0),
+        drifted.iter().all(|e| e.t >= changed),
         "not before the change at 8m"
     );
     assert!(
@@ -191,26 +199,36 @@ fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template() {
             .iter()
             .all(|e| e.field("reason") == Some("NodePoolDrifted"))
     );
+    let old_template = created_before(&report, changed);
+    assert_eq!(claims_in(&drifted), old_template);
 
+    // Replaced one at a time from the new template (same image: only the NodePool changed).
+    let mut replacements = BTreeSet::new();
+    for claim in &old_template {
+        replacements.extend(assert_replaced_before_deleted(&report, claim, OLD_IMAGE));
+    }
     let pool = &report.final_state.node_pools[0];
     let pool_hash = &pool.annotations["karpenter.sh/nodepool-hash"];
-    for claim in &report.final_state.node_claims {
-        assert_eq!(
-            condition(claim, "Drifted"),
-            Some(("True", "NodePoolDrifted"))
-        );
-        assert_ne!(&claim.annotations["karpenter.sh/nodepool-hash"], pool_hash);
+    let claims = &report.final_state.node_claims;
+    assert_eq!(
+        claims
+            .iter()
+            .map(|c| c.name.clone())
+            .collect::<BTreeSet<_>>(),
+        replacements
+    );
+    for claim in claims {
+        assert_eq!(condition(claim, "Drifted"), None, "{}", claim.name);
+        assert_eq!(&claim.annotations["karpenter.sh/nodepool-hash"], pool_hash);
         assert_eq!(claim.labels.get("team").map(String::as_str), Some("web"));
         assert_eq!(
-            claim.labels.get("tier"),
-            None,
-            "launched from the old template"
+            claim.labels.get("tier").map(String::as_str),
+            Some("frontend"),
+            "launched from the new template"
         );
     }
-    assert_eq!(
-        claims_in(&drifted).len(),
-        report.final_state.node_claims.len()
-    );
+    assert_fleet_on(&report, OLD_IMAGE);
+    assert_eq!(report.stats.max_disrupting_by_node_pool["default"], 1);
 }
 
 #[test]
@@ -297,6 +315,48 @@ fn a_capacity_error_deletes_the_node_claim_and_a_later_one_launches_elsewhere() 
     );
     assert_eq!(report.stats.node_claims_created, 2);
     assert_eq!(report.stats.node_claims_deleted, 1);
+    assert!(report.final_state.pods.iter().all(|p| p.phase == "Running"));
+}
+
+#[test]
+fn consolidation_onto_an_offering_without_capacity_rolls_back_and_keeps_the_node() {
+    // The same cluster with consolidation: the spot offering without capacity is the cheaper
+    // replacement for the on-demand node, so consolidation keeps trying it.
+    let text = example("capacity-errors").replace(
+        "consolidationPolicy: WhenEmpty,",
+        "consolidationPolicy: WhenEmptyOrUnderutilized,",
+    );
+    let report = run(&text);
+    let launched = events(&report, "NodeClaimLaunched");
+    assert_eq!(launched.len(), 1, "{launched:?}");
+    let kept = launched[0].field("nodeClaim").unwrap();
+
+    let started = events(&report, "DisruptionStarted");
+    assert!(!started.is_empty(), "the cheaper spot offering is tried");
+    let abandoned = events(&report, "DisruptionAbandoned");
+    assert_eq!(abandoned.len(), started.len(), "every attempt rolled back");
+    let failed = claims_in(&events(&report, "LaunchFailed"));
+    let deleted = claims_in(&events(&report, "NodeClaimDeleted"));
+    for command in &started {
+        assert_eq!(command.field("reason"), Some("Underutilized"));
+        assert_eq!(command.field("candidates"), Some(kept));
+        let replacements = replacements_of(&report, command);
+        assert_eq!(replacements.len(), 1, "{command:?}");
+        assert!(failed.contains(&replacements[0]), "{replacements:?}");
+        assert!(deleted.contains(&replacements[0]), "{replacements:?}");
+    }
+    assert!(!deleted.contains(kept));
+    assert!(events(&report, "PodEvicted").is_empty());
+    let claims = &report.final_state.node_claims;
+    assert_eq!(claims.len(), 1);
+    assert_eq!(claims[0].name, kept);
+    assert_eq!(claims[0].capacity_type, "on-demand");
+    assert_eq!(
+        report.final_state.instances.len(),
+        1,
+        "failed launches left nothing"
+    );
+    assert_eq!(report.stats.orphaned_instances, 0);
     assert!(report.final_state.pods.iter().all(|p| p.phase == "Running"));
 }
 

@@ -871,6 +871,10 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 Progress::Failed(why) => {
                     if orchestrator.roll_back(command, snapshot, &why).await? {
                         wrote = true;
+                        // A replacement that failed (insufficient capacity, most often) made
+                        // the plugin mark offerings unavailable: plan the next attempt on a
+                        // fresh catalogue, not on the cached one that chose the failed offering.
+                        self.lock().catalogues.clear();
                         self.observe_failure(
                             command,
                             snapshot,
