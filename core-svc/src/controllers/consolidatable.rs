@@ -32,7 +32,6 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
-use core_domain::labels::LABEL_NODEPOOL;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -40,6 +39,7 @@ use karpenter_api::nodeclaim::{CONDITION_CONSOLIDATABLE, CONDITION_INITIALIZED};
 use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
 
 use super::hash::CONFLICT_RETRY;
+use super::nodeclaim::node_pool_of;
 use super::provisioning::selection::{
     is_daemon_set_pod, is_static_pod, is_terminal, is_terminating, pod_uid,
 };
@@ -260,12 +260,7 @@ pub fn plan(snapshot: &Snapshot, now: Timestamp, seen: &HashMap<String, SeenPods
             (recorded, held) => recorded.or(held),
         };
         plan.seen.insert(key.clone(), remembered);
-        let node_pool = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(LABEL_NODEPOOL))
-            .and_then(|name| snapshot.node_pool(name));
+        let node_pool = node_pool_of(node_claim).and_then(|name| snapshot.node_pool(name));
         let conditions = node_pool.and_then(|node_pool| {
             let verdict = verdict(node_claim, node_pool, last_pod_event, now);
             if let Verdict::NotYet { at } = verdict {

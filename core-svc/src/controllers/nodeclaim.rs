@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use core_domain::labels::LABEL_NODEPOOL;
 use core_domain::quantity::Quantity;
 use core_domain::requirements::NodeSelectorRequirement;
 use core_domain::resources::{Quantities, ResourceName};
@@ -137,6 +138,21 @@ pub fn provider_id_of(node_claim: &NodeClaim) -> &str {
         .status
         .as_ref()
         .map_or("", |status| status.provider_id.as_str())
+}
+
+/// The NodeClaim's name (empty when unset).
+pub fn name_of(node_claim: &NodeClaim) -> &str {
+    node_claim.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// The name of the NodePool the NodeClaim belongs to: its `karpenter.sh/nodepool` label.
+pub fn node_pool_of(node_claim: &NodeClaim) -> Option<&str> {
+    node_claim
+        .metadata
+        .labels
+        .as_ref()
+        .and_then(|labels| labels.get(LABEL_NODEPOOL))
+        .map(String::as_str)
 }
 
 /// Whether a NodeClaim, or its Node, carries [`TERMINATION_FINALIZER`].

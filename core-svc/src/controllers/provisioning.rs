@@ -29,13 +29,14 @@
 //! come from one decision); no metrics yet.
 
 pub mod batcher;
+pub mod catalogue;
 pub mod convert;
 pub mod input;
 pub mod nodeclaims;
 pub mod nominations;
 pub mod selection;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -43,9 +44,9 @@ use core_domain::labels::LabelPolicy;
 use core_domain::scheduler::{PreferencePolicy, SchedulingResults, solve};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
-use kube::core::DynamicObject;
 
 use self::batcher::{BatchState, Batcher, Cooldowns, later};
+use self::catalogue::CatalogueCache;
 use self::input::{Catalogue, Skipped, Sources};
 use self::nominations::{Nominations, Target, nomination_window};
 use self::selection::{UsableNodePool, pod_uid};
@@ -99,6 +100,7 @@ pub struct Provisioner<C, P> {
     ctx: Context<C, P>,
     options: ProvisionerOptions,
     state: Mutex<State>,
+    instance_types: CatalogueCache,
 }
 
 #[derive(Debug)]
@@ -106,34 +108,6 @@ struct State {
     batcher: Batcher,
     cooldowns: Cooldowns,
     nominations: Nominations,
-    catalogues: HashMap<String, CachedCatalogue>,
-}
-
-/// A NodePool's instance types and what they were fetched for.
-#[derive(Debug, Clone)]
-struct CachedCatalogue {
-    key: CatalogueKey,
-    fetched: Timestamp,
-    types: Catalogue,
-}
-
-/// What a catalogue depends on: the NodePool and its node class, at their generations.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct CatalogueKey {
-    node_pool: (Option<String>, Option<i64>),
-    node_class: Option<(Option<String>, Option<i64>)>,
-}
-
-impl CatalogueKey {
-    fn of(usable: &UsableNodePool<'_>) -> Self {
-        let meta = &usable.pool.metadata;
-        Self {
-            node_pool: (meta.uid.clone(), meta.generation),
-            node_class: usable
-                .node_class
-                .map(|class| (class.metadata.uid.clone(), class.metadata.generation)),
-        }
-    }
 }
 
 impl State {
@@ -178,9 +152,9 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             batcher: Batcher::new(settings.batch_idle, settings.batch_max),
             cooldowns: Cooldowns::new(),
             nominations: Nominations::new(nomination_window(settings.batch_max)),
-            catalogues: HashMap::new(),
         };
         Self {
+            instance_types: CatalogueCache::new(options.instance_types_ttl),
             ctx,
             options,
             state: Mutex::new(state),
@@ -235,9 +209,8 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                     None => batch.pods.push(*pod),
                 }
             }
-            state
-                .catalogues
-                .retain(|name, _| snapshot.node_pool(name).is_some());
+            self.instance_types
+                .retain(|name| snapshot.node_pool(name).is_some());
             batch
         };
         self.decide(&snapshot, now, &batch).await
@@ -258,12 +231,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             tracing::debug!(node_pool = %name_of(&pool.metadata), reason = %why, "NodePool not used");
         }
         let node_pools = self.catalogues(&usable, now).await;
-        let catalogues: HashMap<String, Catalogue> = self
-            .lock()
-            .catalogues
-            .iter()
-            .map(|(name, cached)| (name.clone(), cached.types.clone()))
-            .collect();
+        let catalogues = self.instance_types.all();
         let built = input::build(&Sources {
             snapshot,
             pods: &batch.pods,
@@ -324,7 +292,11 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let mut reported_unavailable = false;
         for pool in usable {
             let name = name_of(&pool.pool.metadata);
-            match self.catalogue(pool, now).await {
+            match self
+                .instance_types
+                .get(self.ctx.cloud.as_ref(), pool, now)
+                .await
+            {
                 Ok(types) => out.push((pool.pool, types)),
                 Err(error) => {
                     tracing::warn!(node_pool = %name, %error, "cannot get instance types; NodePool skipped this pass");
@@ -352,46 +324,6 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             }
         }
         out
-    }
-
-    async fn catalogue(
-        &self,
-        usable: &UsableNodePool<'_>,
-        now: Timestamp,
-    ) -> Result<Catalogue, CloudProviderError> {
-        let name = name_of(&usable.pool.metadata);
-        let key = CatalogueKey::of(usable);
-        let ttl = self.options.instance_types_ttl;
-        if let Some(cached) = self.lock().catalogues.get(&name).filter(|cached| {
-            cached.key == key && now >= cached.fetched && now < later(cached.fetched, ttl)
-        }) {
-            return Ok(cached.types.clone());
-        }
-        let node_pool = serde_json::to_value(usable.pool).map_err(|error| {
-            CloudProviderError::InvalidRequest(format!("NodePool {name} as JSON: {error}"))
-        })?;
-        let node_class = usable
-            .node_class
-            .map(|class: &DynamicObject| serde_json::to_value(class))
-            .transpose()
-            .map_err(|error| {
-                CloudProviderError::InvalidRequest(format!("node class as JSON: {error}"))
-            })?;
-        let types: Catalogue = self
-            .ctx
-            .cloud
-            .instance_types(&node_pool, node_class.as_ref())
-            .await?
-            .into();
-        self.lock().catalogues.insert(
-            name,
-            CachedCatalogue {
-                key,
-                fetched: now,
-                types: types.clone(),
-            },
-        );
-        Ok(types)
     }
 
     /// Creates the planned NodeClaims and says where each placed pod goes. Stops at the first

@@ -49,10 +49,11 @@ use karpenter_api::patterns::is_budget_nodes;
 use karpenter_api::{Budget, DisruptionReason, NodePool, condition};
 
 use super::candidates::{
-    disrupting, is_initialized, is_node_ready, node_claim_of, node_claims_by_provider_id,
-    node_name, node_pool_name,
+    disrupting, is_initialized, node_claim_of, node_claims_by_provider_id, node_name,
+    node_pool_name,
 };
 use crate::cluster::Snapshot;
+use crate::controllers::nodeclaim::is_node_ready;
 
 /// Every disruption reason, in their order.
 pub const REASONS: [DisruptionReason; 3] = [

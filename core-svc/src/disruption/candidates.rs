@@ -49,6 +49,7 @@ use kube::core::{Selector, SelectorExt};
 use super::cost;
 use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
 use crate::cluster::Snapshot;
+use crate::controllers::nodeclaim;
 use crate::controllers::termination::drain::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
     tolerates_disrupted_taint,
@@ -239,6 +240,12 @@ impl Candidate<'_> {
         self.node_pool.metadata.name.as_deref().unwrap_or_default()
     }
 
+    /// The NodeClaim's name: what a [`Command`](crate::controllers::disruption::Command)
+    /// names its candidates by.
+    pub fn node_claim_name(&self) -> &str {
+        nodeclaim::name_of(self.node_claim)
+    }
+
     /// Whether no pod that matters has to move (upstream v1.14 `IsEmpty`: DaemonSet and mirror
     /// pods, finished pods and pods of negligible cost do not count).
     pub fn is_empty(&self) -> bool {
@@ -304,16 +311,6 @@ fn claim_condition_true(node_claim: &NodeClaim, type_: &str) -> bool {
         .status
         .as_ref()
         .is_some_and(|status| condition::is_true(&status.conditions, type_))
-}
-
-/// Whether the Node's `Ready` condition is `True`.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
 }
 
 /// Whether the Node carries `karpenter.sh/disrupted:NoSchedule`.

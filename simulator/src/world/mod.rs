@@ -23,9 +23,14 @@ use std::time::Duration;
 
 use core_domain::labels::LabelPolicy;
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster};
+// The stand-ins judge pods and Nodes by the same rules as core's controllers.
+pub use core_svc::controllers::nodeclaim::is_node_ready;
+pub use core_svc::controllers::provisioning::selection::{
+    is_daemon_set_pod, is_terminal, is_terminating,
+};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::budgets;
 use crate::cloud::SimCloud;
@@ -136,16 +141,6 @@ pub fn bound_node(pod: &Pod) -> Option<&str> {
         .filter(|name| !name.is_empty())
 }
 
-/// Whether the pod is being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-/// Whether the pod finished (`Succeeded` or `Failed`).
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(phase(pod), Some("Succeeded" | "Failed"))
-}
-
 /// The pod's phase.
 pub fn phase(pod: &Pod) -> Option<&str> {
     pod.status
@@ -166,25 +161,4 @@ fn pod_condition<'a>(
 /// Whether the pod's Ready condition is True.
 pub fn is_pod_ready(pod: &Pod) -> bool {
     pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
-}
-
-/// Whether the Node's Ready condition is True.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .is_some_and(|conditions| {
-            conditions
-                .iter()
-                .any(|c| c.type_ == "Ready" && c.status == "True")
-        })
-}
-
-/// Whether a DaemonSet owns the pod.
-pub fn is_daemon_set_pod(pod: &Pod) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.kind == "DaemonSet")
 }

@@ -95,12 +95,7 @@ impl ConsolidationCandidate<'_, '_> {
 
     /// The NodeClaim's name.
     pub fn node_claim(&self) -> &str {
-        self.candidate
-            .node_claim
-            .metadata
-            .name
-            .as_deref()
-            .unwrap_or_default()
+        self.candidate.node_claim_name()
     }
 
     /// The NodePool's name.

@@ -56,15 +56,6 @@ pub fn order(a: &Candidate<'_>, b: &Candidate<'_>) -> Ordering {
         .then_with(|| a.name.cmp(b.name))
 }
 
-fn claim_name(candidate: &Candidate<'_>) -> String {
-    candidate
-        .node_claim
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_default()
-}
-
 impl Method for Drift {
     fn reason(&self) -> DisruptionReason {
         DisruptionReason::Drifted
@@ -95,7 +86,7 @@ impl Method for Drift {
                 DisruptionReason::Drifted,
                 empty
                     .iter()
-                    .map(|candidate| claim_name(candidate))
+                    .map(|candidate| candidate.node_claim_name().to_owned())
                     .collect(),
                 Vec::new(),
                 input.now,
@@ -127,7 +118,7 @@ impl Method for Drift {
             }
             outcome.commands.push(Command::new(
                 DisruptionReason::Drifted,
-                vec![claim_name(candidate)],
+                vec![candidate.node_claim_name().to_owned()],
                 simulation.new_node_claims,
                 input.now,
             ));

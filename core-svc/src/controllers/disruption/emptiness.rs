@@ -113,15 +113,6 @@ where
         .collect()
 }
 
-fn claim_name(candidate: &Candidate<'_>) -> String {
-    candidate
-        .node_claim
-        .metadata
-        .name
-        .clone()
-        .unwrap_or_default()
-}
-
 impl Method for Emptiness {
     fn reason(&self) -> DisruptionReason {
         DisruptionReason::Empty
@@ -140,7 +131,7 @@ impl Method for Emptiness {
                 DisruptionReason::Empty,
                 chosen
                     .iter()
-                    .map(|candidate| claim_name(candidate))
+                    .map(|candidate| candidate.node_claim_name().to_owned())
                     .collect(),
                 Vec::new(),
                 input.now,
@@ -191,7 +182,7 @@ pub fn validate(command: &Command, input: &MethodInput<'_>) -> Result<Command, R
         DisruptionReason::Empty,
         allowed
             .iter()
-            .map(|candidate| claim_name(candidate))
+            .map(|candidate| candidate.node_claim_name().to_owned())
             .collect(),
         Vec::new(),
         command.decided_at,

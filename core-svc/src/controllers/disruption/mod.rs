@@ -110,6 +110,8 @@ use self::orchestration::{
 };
 use self::simulate::{SimulationSources, Simulator};
 use self::single::SingleNodeConsolidation;
+use super::nodeclaim::is_node_ready;
+use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
 use super::provisioning::selection::{self, UsableNodePool};
 use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
@@ -117,7 +119,7 @@ use super::termination::{EVENT_DEDUPE_WINDOW, nodes_of};
 use super::{Context, Controller, ControllerError, Requeue, Settings};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, Snapshot};
-use crate::disruption::candidates::{disrupting, is_node_ready, node_pool_name};
+use crate::disruption::candidates::{disrupting, node_pool_name};
 use crate::disruption::{
     Blocked, BlockedReason, Candidate, CandidateSelector, DisruptionClass, Explainer, Explanation,
     Observation, Observed, budgets, do_not_disrupt,
@@ -420,12 +422,7 @@ impl<'a> Prepared<'a> {
             }
             let mut list = selector.candidates(class);
             list.retain(|candidate| {
-                let claim = candidate
-                    .node_claim
-                    .metadata
-                    .name
-                    .as_deref()
-                    .unwrap_or_default();
+                let claim = candidate.node_claim_name();
                 !in_flight.iter().any(|command| command.involves(claim))
                     && !held_back.contains(candidate.name)
             });
@@ -587,18 +584,6 @@ struct Held {
     decided_at: Timestamp,
 }
 
-/// An object's identity and generation: what a cached catalogue depends on.
-type Generation = (Option<String>, Option<i64>);
-
-/// A NodePool's instance types and what they were fetched for: the NodePool's and its node
-/// class's generations.
-#[derive(Debug, Clone)]
-struct CachedCatalogue {
-    key: (Generation, Option<Generation>),
-    fetched: Timestamp,
-    types: Catalogue,
-}
-
 #[derive(Debug, Default)]
 struct State {
     held: Option<Held>,
@@ -610,7 +595,6 @@ struct State {
     recorded: HashMap<(String, String), Timestamp>,
     /// Pods (`namespace/name`) whose invalid `do-not-disrupt` value was reported, with it.
     invalid_reported: HashMap<String, String>,
-    catalogues: HashMap<String, CachedCatalogue>,
 }
 
 /// The disruption controller (see the module documentation).
@@ -620,6 +604,7 @@ pub struct DisruptionController<C, P> {
     methods: Vec<Box<dyn Method>>,
     metrics: Option<Arc<Metrics>>,
     state: Mutex<State>,
+    instance_types: CatalogueCache,
 }
 
 impl<C, P> std::fmt::Debug for DisruptionController<C, P> {
@@ -656,6 +641,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         methods: Vec<Box<dyn Method>>,
     ) -> Self {
         Self {
+            instance_types: CatalogueCache::new(options.instance_types_ttl),
             ctx,
             options,
             methods,
@@ -874,7 +860,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                         // A replacement that failed (insufficient capacity, most often) made
                         // the plugin mark offerings unavailable: plan the next attempt on a
                         // fresh catalogue, not on the cached one that chose the failed offering.
-                        self.lock().catalogues.clear();
+                        self.instance_types.clear();
                         self.observe_failure(
                             command,
                             snapshot,
@@ -983,7 +969,11 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         let mut out = Vec::with_capacity(usable.len());
         for pool in usable {
             let name = pool.pool.metadata.name.clone().unwrap_or_default();
-            match self.catalogue(pool, now).await {
+            match self
+                .instance_types
+                .get(self.ctx.cloud.as_ref(), pool, now)
+                .await
+            {
                 Ok(types) => out.push((pool.pool, types)),
                 Err(
                     error @ (CloudProviderError::Unavailable(_)
@@ -1009,57 +999,6 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             }
         }
         Some(out)
-    }
-
-    async fn catalogue(
-        &self,
-        usable: &UsableNodePool<'_>,
-        now: Timestamp,
-    ) -> Result<Catalogue, CloudProviderError> {
-        let meta = &usable.pool.metadata;
-        let name = meta.name.clone().unwrap_or_default();
-        let key = (
-            (meta.uid.clone(), meta.generation),
-            usable
-                .node_class
-                .map(|class| (class.metadata.uid.clone(), class.metadata.generation)),
-        );
-        let ttl = self.options.instance_types_ttl;
-        if let Some(cached) = self.lock().catalogues.get(&name).filter(|cached| {
-            cached.key == key
-                && now >= cached.fetched
-                && cached
-                    .fetched
-                    .saturating_add(ttl)
-                    .is_ok_and(|until| now < until)
-        }) {
-            return Ok(cached.types.clone());
-        }
-        let node_pool = serde_json::to_value(usable.pool).map_err(|error| {
-            CloudProviderError::InvalidRequest(format!("NodePool {name} as JSON: {error}"))
-        })?;
-        let node_class = usable
-            .node_class
-            .map(serde_json::to_value)
-            .transpose()
-            .map_err(|error| {
-                CloudProviderError::InvalidRequest(format!("node class as JSON: {error}"))
-            })?;
-        let types: Catalogue = self
-            .ctx
-            .cloud
-            .instance_types(&node_pool, node_class.as_ref())
-            .await?
-            .into();
-        self.lock().catalogues.insert(
-            name,
-            CachedCatalogue {
-                key,
-                fetched: now,
-                types: types.clone(),
-            },
-        );
-        Ok(types)
     }
 
     fn report_allowed(&self, allowed: &BTreeMap<String, BTreeMap<DisruptionReason, u32>>) {

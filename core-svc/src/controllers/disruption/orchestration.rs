@@ -76,6 +76,7 @@ use super::Command;
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
 use crate::controllers::Context;
+use crate::controllers::nodeclaim::{name_of, node_pool_of};
 use crate::controllers::provisioning::nodeclaims;
 use crate::controllers::termination::drain::{
     self, DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan,
@@ -86,7 +87,6 @@ use crate::controllers::termination::{
 use crate::disruption::candidates::has_disrupted_taint;
 use crate::disruption::{CandidateSelector, Observation, Observed};
 use crate::events::{EventType, ObjectRef};
-use core_domain::labels::LABEL_NODEPOOL;
 use core_domain::scheduler::PlannedNodeClaim;
 
 /// On a replacement: the NodeClaims it replaces (the command's candidates), comma-separated,
@@ -218,10 +218,6 @@ fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
         .as_ref()
         .and_then(|annotations| annotations.get(key))
         .map(String::as_str)
-}
-
-fn name_of(claim: &NodeClaim) -> &str {
-    claim.metadata.name.as_deref().unwrap_or_default()
 }
 
 fn claim_condition<'c>(claim: &'c NodeClaim, type_: &str) -> Option<&'c karpenter_api::Condition> {
@@ -793,14 +789,7 @@ pub fn node_pools_of(snapshot: &Snapshot, node_claims: &[String]) -> String {
     let pools: BTreeSet<&str> = node_claims
         .iter()
         .filter_map(|name| snapshot.node_claim(name))
-        .filter_map(|claim| {
-            claim
-                .metadata
-                .labels
-                .as_ref()
-                .and_then(|labels| labels.get(LABEL_NODEPOOL))
-                .map(String::as_str)
-        })
+        .filter_map(node_pool_of)
         .collect();
     pools.into_iter().collect::<Vec<_>>().join(",")
 }

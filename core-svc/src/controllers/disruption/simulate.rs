@@ -507,19 +507,25 @@ mod tests {
         vec![pool("default", Value::Null)]
     }
 
-    #[test]
-    fn pods_that_fit_on_the_other_nodes_need_no_new_nodeclaim() {
-        let snapshot = snapshot(
-            default_pool(),
+    /// Nodes `node-a` and `node-b` of `default`, running `web` and `api` respectively, each
+    /// asking for `cpu`.
+    fn web_and_api(pools: Vec<NodePool>, cpu: &str) -> Snapshot {
+        snapshot(
+            pools,
             vec![
                 managed("a", "default", vec![]),
                 managed("b", "default", vec![]),
             ],
             vec![
-                pod("web", Some("node-a"), "1"),
-                pod("api", Some("node-b"), "1"),
+                pod("web", Some("node-a"), cpu),
+                pod("api", Some("node-b"), cpu),
             ],
-        );
+        )
+    }
+
+    #[test]
+    fn pods_that_fit_on_the_other_nodes_need_no_new_nodeclaim() {
+        let snapshot = web_and_api(default_pool(), "1");
         let [result] = <[_; 1]>::try_from(simulate_on(&snapshot, &[], &[&["node-a"]])).unwrap();
         assert!(result.all_scheduled);
         assert_eq!(result.pods, 1);
@@ -532,17 +538,7 @@ mod tests {
 
     #[test]
     fn pods_that_fit_nowhere_get_new_nodeclaims_and_the_input_is_restored_between_simulations() {
-        let snapshot = snapshot(
-            default_pool(),
-            vec![
-                managed("a", "default", vec![]),
-                managed("b", "default", vec![]),
-            ],
-            vec![
-                pod("web", Some("node-a"), "3"),
-                pod("api", Some("node-b"), "3"),
-            ],
-        );
+        let snapshot = web_and_api(default_pool(), "3");
         let results = simulate_on(&snapshot, &[], &[&["node-a"], &["node-b"], &["node-a"]]);
         for result in &results {
             assert!(result.all_scheduled);
@@ -574,17 +570,7 @@ mod tests {
             &pool("default", Value::Null),
             json!({ "spec": { "limits": { "cpu": "8" } } }),
         );
-        let snapshot = snapshot(
-            vec![limited],
-            vec![
-                managed("a", "default", vec![]),
-                managed("b", "default", vec![]),
-            ],
-            vec![
-                pod("web", Some("node-a"), "3"),
-                pod("api", Some("node-b"), "3"),
-            ],
-        );
+        let snapshot = web_and_api(vec![limited], "3");
         let result = &simulate_on(&snapshot, &[], &[&["node-a"]])[0];
         assert!(!result.all_scheduled);
         assert_eq!(result.unschedulable_pods(), ["default/web"]);

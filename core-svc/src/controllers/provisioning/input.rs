@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use core_domain::instance_type::InstanceType;
-use core_domain::labels::{LABEL_INSTANCE_TYPE, LABEL_NODEPOOL, LabelPolicy};
+use core_domain::labels::{LABEL_INSTANCE_TYPE, LabelPolicy};
 use core_domain::requirements::Operator;
 use core_domain::resources::{ResourceList, ResourceName};
 use core_domain::scheduler::{ExistingNode, NODES, PreferencePolicy, SchedulingInput};
@@ -31,6 +31,7 @@ use super::convert::{self, InvalidField};
 use super::nominations::Target;
 use super::selection::{is_daemon_set_pod, is_terminal, pod_uid};
 use crate::cluster::Snapshot;
+use crate::controllers::nodeclaim::{name_of, node_pool_of};
 
 /// A catalogue of instance types, shared.
 pub type Catalogue = Arc<[Arc<InstanceType>]>;
@@ -196,7 +197,7 @@ fn existing_capacity(
             .or_else(|| claim_of_provider_id.get(provider_id))
             .copied();
         if let Some(claim) = claim {
-            registered_claims.insert(claim_name(claim));
+            registered_claims.insert(name_of(claim));
         }
         let deleting = node.metadata.deletion_timestamp.is_some()
             || claim.is_some_and(|claim| claim.metadata.deletion_timestamp.is_some());
@@ -229,14 +230,14 @@ fn existing_capacity(
             }
         }
         let target = match claim {
-            Some(claim) => Target::NodeClaim(claim_name(claim).to_owned()),
+            Some(claim) => Target::NodeClaim(name_of(claim).to_owned()),
             None => Target::Node(name.to_owned()),
         };
         targets.insert(name.to_owned(), target);
         nodes.insert(name.to_owned(), existing);
     }
     for claim in live_claims {
-        let name = claim_name(claim);
+        let name = name_of(claim);
         if registered_claims.contains(name) || nodes.contains_key(name) {
             continue;
         }
@@ -347,19 +348,6 @@ fn claim_capacity(claim: &NodeClaim, catalogue: Option<&Catalogue>) -> ResourceL
     })
 }
 
-fn node_pool_of(claim: &NodeClaim) -> Option<&str> {
-    claim
-        .metadata
-        .labels
-        .as_ref()
-        .and_then(|labels| labels.get(LABEL_NODEPOOL))
-        .map(String::as_str)
-}
-
-fn claim_name(claim: &NodeClaim) -> &str {
-    claim.metadata.name.as_deref().unwrap_or_default()
-}
-
 fn qualified(pod: &Pod) -> String {
     qualified_meta(&pod.metadata)
 }
@@ -374,6 +362,7 @@ fn qualified_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 
 #[cfg(test)]
 mod tests {
+    use core_domain::labels::LABEL_NODEPOOL;
     use core_domain::scheduler::solve;
     use serde_json::{Value, json};
 
