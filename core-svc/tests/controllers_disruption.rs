@@ -27,6 +27,8 @@ use core_svc::controllers::disruption::orchestration::{
     ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REPLACES,
 };
 use core_svc::controllers::lifecycle::LifecycleController;
+use core_svc::controllers::provisioning::Provisioner;
+use core_svc::controllers::provisioning::nominations::{SharedNominations, nomination_window};
 use core_svc::controllers::termination::TerminationController;
 use core_svc::events::{Event, MemoryEvents};
 use jiff::Timestamp;
@@ -597,6 +599,104 @@ async fn given_a_drifted_node_when_disruption_runs_then_its_replacement_is_initi
     assert!(pods.iter().all(|pod| {
         pod.spec.as_ref().unwrap().node_name.as_deref() == Some(&format!("node-{replacement_name}"))
     }));
+    let replacement = world.claim(&replacement_name).await.unwrap();
+    let replacement_node = world
+        .cluster
+        .get::<Node>(None, &format!("node-{replacement_name}"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        disruption_annotations(replacement.metadata.annotations.as_ref()),
+        Vec::<String>::new(),
+        "the finished command leaves nothing on its replacement"
+    );
+    assert_eq!(
+        disruption_annotations(replacement_node.metadata.annotations.as_ref()),
+        Vec::<String>::new(),
+        "nor on the replacement's Node, where registration copied them"
+    );
+}
+
+/// The `karpenter.sh/disruption-*` annotation keys among `annotations`.
+fn disruption_annotations(annotations: Option<&BTreeMap<String, String>>) -> Vec<String> {
+    annotations
+        .into_iter()
+        .flatten()
+        .map(|(key, _)| key.clone())
+        .filter(|key| key.starts_with("karpenter.sh/disruption-"))
+        .collect()
+}
+
+#[tokio::test]
+async fn given_a_drifted_node_just_nominated_for_a_pending_pod_when_disruption_runs_then_it_waits_for_the_nomination_window()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("web", "1")], drifted()).await;
+    let ctx = world.harness_ctx.clone();
+    let window = nomination_window(ctx.settings.batch_max);
+    let shared = SharedNominations::new(window);
+    let provisioner = Provisioner::new(ctx.clone()).with_nominations(shared.clone());
+    world.disruption = DisruptionController::new(ctx).with_nominations(shared);
+    world.pod("queued", "1", json!({})).await;
+    world
+        .cluster
+        .merge_patch_status::<Pod>(
+            Some("default"),
+            "queued",
+            &json!({ "status": { "conditions": [{
+                "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            }] } }),
+        )
+        .await
+        .unwrap();
+
+    // The batch opens on the pod and closes once idle; node-a has room, so the pod is
+    // nominated to it.
+    for _ in 0..5 {
+        provisioner.reconcile().await.unwrap();
+        if !world.events("Nominated").is_empty() {
+            break;
+        }
+        world.clock.advance(secs(1));
+    }
+    let nominated = world.events("Nominated");
+    assert_eq!(nominated.len(), 1, "{nominated:?}");
+    assert_eq!(nominated[0].fields["nodeClaim"], "default-a");
+    let nominated_at = world.now();
+
+    world.disruption.reconcile().await.unwrap();
+
+    assert!(
+        world.events("DisruptionStarted").is_empty(),
+        "a node just nominated is no candidate"
+    );
+    let blocked = world.events("DisruptionBlocked");
+    assert!(
+        blocked
+            .iter()
+            .any(|e| e.object.name == "node-a" && e.message.contains("nominated")),
+        "{blocked:?}"
+    );
+
+    // The kube-scheduler binds the pod; once the window has passed, drift goes ahead.
+    world.schedule().await;
+    world.clock.advance(window - secs(1));
+    world.disruption.reconcile().await.unwrap();
+    assert!(
+        world.events("DisruptionStarted").is_empty(),
+        "still within the window"
+    );
+    world.clock.advance(secs(1));
+    assert_eq!(
+        world.now().duration_since(nominated_at),
+        jiff::SignedDuration::try_from(window).unwrap()
+    );
+    world.disruption.reconcile().await.unwrap();
+
+    let started = world.events("DisruptionStarted");
+    assert_eq!(started.len(), 1, "the window is over");
+    assert_eq!(started[0].fields["candidates"], "default-a");
 }
 
 #[tokio::test]

@@ -37,6 +37,7 @@ use core_svc::controllers::gc::GarbageCollectionController;
 use core_svc::controllers::hash::HashController;
 use core_svc::controllers::lifecycle::LifecycleController;
 use core_svc::controllers::nodeclass::{NodeClassController, merge_patch_between};
+use core_svc::controllers::provisioning::nominations::{SharedNominations, nomination_window};
 use core_svc::controllers::provisioning::{Provisioner, ProvisionerOptions};
 use core_svc::controllers::termination::TerminationController;
 use core_svc::controllers::{Context, Controller, ControllerError, Requeue, Settings};
@@ -222,7 +223,10 @@ impl AnyController {
 }
 
 /// Every controller core runs, in the order a step runs them: the one place that lists them.
+/// The provisioner and the disruption controller share one fresh set of nominations: in
+/// memory, so a restart of core forgets them, as it does in production.
 fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> Vec<AnyController> {
+    let nominations = SharedNominations::new(nomination_window(ctx.settings.batch_max));
     let provisioner = ProvisionerOptions {
         require_ready_node_class: handshake.capabilities.resolve_node_class,
         label_policy: label_policy.clone(),
@@ -236,20 +240,20 @@ fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> 
     vec![
         AnyController::NodeClass(NodeClassController::new(ctx.clone())),
         AnyController::Hash(HashController::new(ctx.clone())),
-        AnyController::Provisioning(Box::new(Provisioner::with_options(
-            ctx.clone(),
-            provisioner,
-        ))),
+        AnyController::Provisioning(Box::new(
+            Provisioner::with_options(ctx.clone(), provisioner)
+                .with_nominations(nominations.clone()),
+        )),
         AnyController::Lifecycle(LifecycleController::new(ctx.clone())),
         AnyController::Drift(DriftController::new(ctx.clone())),
         AnyController::Expiration(ExpirationController::new(ctx.clone())),
         AnyController::Termination(TerminationController::new(ctx.clone())),
         AnyController::GarbageCollection(GarbageCollectionController::new(ctx.clone())),
         AnyController::Consolidatable(ConsolidatableController::new(ctx.clone())),
-        AnyController::Disruption(Box::new(DisruptionController::with_options(
-            ctx.clone(),
-            disruption,
-        ))),
+        AnyController::Disruption(Box::new(
+            DisruptionController::with_options(ctx.clone(), disruption)
+                .with_nominations(nominations),
+        )),
     ]
 }
 

@@ -49,6 +49,29 @@ fn an_ami_upgrade_replaces_every_node_within_the_budget_and_the_pdb() {
         .map(|c| c.name.clone())
         .collect();
     assert_eq!(finals, replacements, "the fleet is its replacements");
+    let leftovers: Vec<(&str, &String)> = report
+        .final_state
+        .node_claims
+        .iter()
+        .map(|c| (c.name.as_str(), &c.annotations))
+        .chain(
+            report
+                .final_state
+                .nodes
+                .iter()
+                .map(|n| (n.name.as_str(), &n.annotations)),
+        )
+        .flat_map(|(name, annotations)| {
+            annotations
+                .keys()
+                .filter(|key| key.starts_with("karpenter.sh/disruption-"))
+                .map(move |key| (name, key))
+        })
+        .collect();
+    assert!(
+        leftovers.is_empty(),
+        "finished commands leave no annotations behind: {leftovers:?}"
+    );
 
     // 20% of the 8 to 10 nodes the NodePool has during the roll, rounded up: 2 at once.
     let disrupting = report.stats.max_disrupting_by_node_pool["default"];

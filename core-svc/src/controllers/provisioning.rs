@@ -17,7 +17,8 @@
 //!    [`core_domain::scheduler::solve`];
 //! 4. creates one NodeClaim per planned NodeClaim ([`nodeclaims::node_claim`], event
 //!    `NodeClaimCreated`), nominates the pods placed on it or on existing capacity (event
-//!    `Nominated`), and records `FailedScheduling` on each pod left out, once per batch.
+//!    `Nominated`; in [`SharedNominations`], which the disruption controller given the same
+//!    handle reads, so it leaves those nodes alone for the window), and records `FailedScheduling` on each pod left out, once per batch.
 //!
 //! Everything in memory (window, cooldowns, nominations, catalogues) may be lost: after a
 //! restart, the NodeClaims created before are in-flight capacity in the scheduler's input, so
@@ -48,7 +49,7 @@ use k8s_openapi::api::core::v1::Pod;
 use self::batcher::{BatchState, Batcher, Cooldowns, later};
 use self::catalogue::CatalogueCache;
 use self::input::{Catalogue, Skipped, Sources};
-use self::nominations::{Nominations, Target, nomination_window};
+use self::nominations::{Nominations, SharedNominations, Target, nomination_window};
 use self::selection::{UsableNodePool, pod_uid};
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
@@ -100,6 +101,8 @@ pub struct Provisioner<C, P> {
     ctx: Context<C, P>,
     options: ProvisionerOptions,
     state: Mutex<State>,
+    /// Locked after `state` when both are: the disruption controller reads them too.
+    nominations: SharedNominations,
     instance_types: CatalogueCache,
 }
 
@@ -107,15 +110,14 @@ pub struct Provisioner<C, P> {
 struct State {
     batcher: Batcher,
     cooldowns: Cooldowns,
-    nominations: Nominations,
 }
 
 impl State {
     /// When the next pass is due without a change: the first cooldown or nomination to end.
-    fn wake_up(&self, now: Timestamp) -> Requeue {
+    fn wake_up(&self, nominations: &Nominations, now: Timestamp) -> Requeue {
         [
             self.cooldowns.next_release(now),
-            self.nominations.next_expiry(now),
+            nominations.next_expiry(now),
         ]
         .into_iter()
         .flatten()
@@ -145,27 +147,43 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         Self::with_options(ctx, ProvisionerOptions::default())
     }
 
-    /// A provisioner with `options`.
+    /// A provisioner with `options`; its nominations are its own until
+    /// [`Provisioner::with_nominations`].
     pub fn with_options(ctx: Context<C, P>, options: ProvisionerOptions) -> Self {
         let settings = &ctx.settings;
         let state = State {
             batcher: Batcher::new(settings.batch_idle, settings.batch_max),
             cooldowns: Cooldowns::new(),
-            nominations: Nominations::new(nomination_window(settings.batch_max)),
         };
         Self {
             instance_types: CatalogueCache::new(options.instance_types_ttl),
+            nominations: SharedNominations::new(nomination_window(settings.batch_max)),
             ctx,
             options,
             state: Mutex::new(state),
         }
     }
 
+    /// Keeps the nominations in `shared` (replacing its own, which should be empty: call it
+    /// before the first pass), so the disruption controller given the same handle sees them.
+    /// The handle's window applies; create it with [`nomination_window`] of the settings'
+    /// `batch_max`.
+    #[must_use]
+    pub fn with_nominations(mut self, shared: SharedNominations) -> Self {
+        self.nominations = shared;
+        self
+    }
+
+    /// The handle to this provisioner's nominations.
+    pub fn shared_nominations(&self) -> SharedNominations {
+        self.nominations.clone()
+    }
+
     /// What the pod with UID `pod_uid` is nominated to, if its nomination holds (as of the
     /// last pass).
     pub fn nomination(&self, pod_uid: &str) -> Option<Target> {
-        self.lock()
-            .nominations
+        self.nominations
+            .lock()
             .get(pod_uid)
             .map(|nomination| nomination.target.clone())
     }
@@ -182,20 +200,21 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let waiting = selection::waiting_pods(&snapshot);
         let batch = {
             let mut state = self.lock();
+            let mut nominations = self.nominations.lock();
             let uids: Vec<String> = waiting.iter().map(|pod| pod_uid(pod)).collect();
             let live: HashSet<&str> = uids.iter().map(String::as_str).collect();
-            state.nominations.prune(&snapshot, &live, now);
+            nominations.prune(&snapshot, &live, now);
             state.cooldowns.prune(now, &live);
             let arrivals: Vec<&str> = uids
                 .iter()
                 .map(String::as_str)
-                .filter(|uid| state.nominations.get(uid).is_none())
+                .filter(|uid| nominations.get(uid).is_none())
                 .filter(|uid| !state.cooldowns.is_held(uid, now))
                 .collect();
             match state.batcher.observe(now, arrivals) {
-                BatchState::Empty => return Ok(state.wake_up(now)),
+                BatchState::Empty => return Ok(state.wake_up(&nominations, now)),
                 BatchState::Open { closes_in } => {
-                    return Ok(Requeue::After(closes_in).min(state.wake_up(now)));
+                    return Ok(Requeue::After(closes_in).min(state.wake_up(&nominations, now)));
                 }
                 BatchState::Closed => state.batcher.reset(),
             }
@@ -204,7 +223,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                 reserved: Vec::new(),
             };
             for (pod, uid) in waiting.iter().zip(&uids) {
-                match state.nominations.get(uid) {
+                match nominations.get(uid) {
                     Some(nomination) => batch.reserved.push((*pod, nomination.target.clone())),
                     None => batch.pods.push(*pod),
                 }
@@ -263,17 +282,19 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let applied = self.apply(&results, &built, &usable).await;
         self.report_unschedulable(&results);
         let mut state = self.lock();
+        let mut nominations = self.nominations.lock();
         for (uid, target) in applied.nominated {
-            state.nominations.nominate(&uid, target, now);
+            nominations.nominate(&uid, target, now);
         }
         let retry_at = later(now, self.ctx.settings.batch_max);
         for pod in &batch.pods {
             let uid = pod_uid(pod);
-            if state.nominations.get(&uid).is_none() {
+            if nominations.get(&uid).is_none() {
                 state.cooldowns.hold(&uid, retry_at);
             }
         }
-        let requeue = state.wake_up(now);
+        let requeue = state.wake_up(&nominations, now);
+        drop(nominations);
         drop(state);
         match applied.error {
             Some(error) => Err(error.into()),

@@ -73,8 +73,10 @@
 //!   the node's `DisruptionBlocked` says the drain timed out until the retry delay has passed,
 //!   ahead of whatever else holds it (often the very PodDisruptionBudget that stopped the
 //!   drain: [`explain_due`]);
-//! - the nominations of the provisioner are not consulted (it keeps them in memory): a node
-//!   just nominated for pending pods may be chosen, and those pods go elsewhere;
+//! - the provisioner's nominations (upstream keeps them on its cluster state) are read through
+//!   a [`SharedNominations`] handle given to both ([`DisruptionController::with_nominations`]);
+//!   without it (a fresh handle of its own) a node just nominated for pending pods may be
+//!   chosen, and those pods go elsewhere;
 //! - a node whose replacement failed, or whose drain timed out, is tried again after
 //!   [`DisruptionOptions::replacement_retry`] (upstream: the next pass);
 //! - the simulation places the pods already waiting before the candidates' pods
@@ -113,6 +115,7 @@ use self::single::SingleNodeConsolidation;
 use super::nodeclaim::is_node_ready;
 use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
+use super::provisioning::nominations::{SharedNominations, nomination_window};
 use super::provisioning::selection::{self, UsableNodePool};
 use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
 use super::termination::{EVENT_DEDUPE_WINDOW, nodes_of};
@@ -605,6 +608,7 @@ pub struct DisruptionController<C, P> {
     metrics: Option<Arc<Metrics>>,
     state: Mutex<State>,
     instance_types: CatalogueCache,
+    nominations: SharedNominations,
 }
 
 impl<C, P> std::fmt::Debug for DisruptionController<C, P> {
@@ -642,12 +646,23 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     ) -> Self {
         Self {
             instance_types: CatalogueCache::new(options.instance_types_ttl),
+            nominations: SharedNominations::new(nomination_window(ctx.settings.batch_max)),
             ctx,
             options,
             methods,
             metrics: None,
             state: Mutex::new(State::default()),
         }
+    }
+
+    /// Reads the nodes nominated for pending pods from `shared`, the handle the provisioner
+    /// writes them to ([`Provisioner::with_nominations`](super::provisioning::Provisioner::with_nominations)):
+    /// a node nominated within the window is no candidate. Without it, the controller's own
+    /// handle stays empty.
+    #[must_use]
+    pub fn with_nominations(mut self, shared: SharedNominations) -> Self {
+        self.nominations = shared;
+        self
     }
 
     /// Reports the allowed disruptions gauge into `metrics` each pass.
@@ -689,7 +704,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 )
             })
             .collect();
-        let nominated = BTreeSet::new();
+        let nominated = self.nominations.nominated_nodes(&snapshot, now);
         let observations: Vec<Observation> = {
             let mut state = self.lock();
             state

@@ -58,6 +58,11 @@
 //! A command is in flight while one of its candidate NodeClaims still exists: its replacements
 //! stay out of the candidates until then, so an initialized replacement is not consolidated
 //! away while the pods it is for are still being drained towards it.
+//!
+//! **Completion.** Once the last candidate is gone the command is no longer in flight, and
+//! its annotations on the replacements, and on their Nodes (registration copies a
+//! NodeClaim's annotations to its Node), are [`stale_marks`] that the next pass removes;
+//! so do the Node copies a rollback leaves behind.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -108,6 +113,17 @@ pub const ANNOTATION_DRAIN_STARTED_AT: &str = "karpenter.sh/disruption-drain-sta
 /// On a candidate being drained before its deletion: how long the drain may last, in whole
 /// seconds (`60s`), fixed when it began.
 pub const ANNOTATION_DRAIN_TIMEOUT: &str = "karpenter.sh/disruption-drain-timeout";
+
+/// Every annotation a command writes, on NodeClaims (and, through registration, their Nodes).
+pub const COMMAND_ANNOTATIONS: [&str; 7] = [
+    ANNOTATION_REPLACES,
+    ANNOTATION_COMMAND,
+    ANNOTATION_REASON,
+    ANNOTATION_STARTED_AT,
+    ANNOTATION_REPLACEMENTS,
+    ANNOTATION_DRAIN_STARTED_AT,
+    ANNOTATION_DRAIN_TIMEOUT,
+];
 
 /// The shortest drain timeout: a blocked eviction is retried up to [`DRAIN_RETRY_MAX`] apart,
 /// so a shorter timeout (pods with `terminationGracePeriodSeconds: 0`) could pass between two
@@ -209,6 +225,14 @@ impl InFlight {
             .filter(|claim| claim.metadata.deletion_timestamp.is_none())
             .collect()
     }
+}
+
+fn has_command_annotations(annotations: Option<&BTreeMap<String, String>>) -> bool {
+    annotations.is_some_and(|annotations| {
+        COMMAND_ANNOTATIONS
+            .iter()
+            .any(|key| annotations.contains_key(*key))
+    })
 }
 
 fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
@@ -393,15 +417,33 @@ pub enum StaleMark {
         /// The NodeClaim.
         node_claim: String,
     },
+    /// The NodeClaim carries [`COMMAND_ANNOTATIONS`] of a command no longer in flight (a
+    /// replacement whose candidates are all gone).
+    Annotations {
+        /// The NodeClaim.
+        node_claim: String,
+    },
+    /// The Node carries [`COMMAND_ANNOTATIONS`] (copied at registration) while its NodeClaim
+    /// is in no command in flight.
+    NodeAnnotations {
+        /// The Node.
+        node: String,
+    },
 }
 
 /// The disruption marks to remove: on Nodes and NodeClaims neither being deleted nor part of a
-/// command in flight (upstream's stale taint cleanup, §3.1). Pure.
+/// command in flight (upstream's stale taint cleanup, §3.1, and the annotations of finished
+/// commands). Pure.
 pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark> {
     let involved: BTreeSet<&str> = in_flight
         .iter()
         .flat_map(|command| command.candidates.iter().map(String::as_str))
         .collect();
+    let in_a_command = |claim: &NodeClaim| {
+        in_flight
+            .iter()
+            .any(|command| command.involves(name_of(claim)))
+    };
     let mut marks = Vec::new();
     for node in &snapshot.nodes {
         if node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(node) {
@@ -424,6 +466,27 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
         if claim_condition(claim, CONDITION_DISRUPTION_REASON).is_some() {
             marks.push(StaleMark::Condition {
                 node_claim: name_of(claim).to_owned(),
+            });
+        }
+        if has_command_annotations(claim.metadata.annotations.as_ref()) && !in_a_command(claim) {
+            marks.push(StaleMark::Annotations {
+                node_claim: name_of(claim).to_owned(),
+            });
+        }
+    }
+    for node in &snapshot.nodes {
+        if node.metadata.deletion_timestamp.is_some()
+            || !has_command_annotations(node.metadata.annotations.as_ref())
+        {
+            continue;
+        }
+        // A Node without its NodeClaim is on its way out: no write for it.
+        let Some(claim) = crate::controllers::termination::node_claim_of(snapshot, node) else {
+            continue;
+        };
+        if !in_a_command(claim) {
+            marks.push(StaleMark::NodeAnnotations {
+                node: node.metadata.name.clone().unwrap_or_default(),
             });
         }
     }
@@ -767,18 +830,10 @@ pub fn replacement_object(
     object
 }
 
-/// The merge patch removing a command's annotations from a NodeClaim.
+/// The merge patch removing a command's annotations from a NodeClaim or a Node.
 fn strip_annotations_patch() -> Value {
     let mut annotations = Map::new();
-    for key in [
-        ANNOTATION_REPLACES,
-        ANNOTATION_COMMAND,
-        ANNOTATION_REASON,
-        ANNOTATION_STARTED_AT,
-        ANNOTATION_REPLACEMENTS,
-        ANNOTATION_DRAIN_STARTED_AT,
-        ANNOTATION_DRAIN_TIMEOUT,
-    ] {
+    for key in COMMAND_ANNOTATIONS {
         annotations.insert(key.to_owned(), Value::Null);
     }
     json!({ "metadata": { "annotations": annotations } })
@@ -1266,6 +1321,23 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
                     self.clear_disruption_condition(claim).await?;
                 }
             }
+            StaleMark::Annotations { node_claim } => {
+                tracing::debug!(node_claim = %node_claim, "removing the annotations of a finished disruption command");
+                self.strip_annotations(node_claim).await?;
+            }
+            StaleMark::NodeAnnotations { node } => {
+                tracing::debug!(node = %node, "removing the annotations of a finished disruption command");
+                match self
+                    .ctx
+                    .cluster
+                    .merge_patch::<Node>(None, node, &strip_annotations_patch())
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(error) if error.is_not_found() => {}
+                    Err(error) => return Err(error),
+                }
+            }
         }
         Ok(())
     }
@@ -1748,6 +1820,55 @@ mod tests {
                     node_claim: "claim-d".into()
                 },
             ]
+        );
+    }
+
+    #[test]
+    fn given_a_finished_command_then_its_annotations_on_replacements_and_their_nodes_are_stale() {
+        // Registration copies the replacement's annotations to its Node.
+        let replacing = |suffix: &str, command: &Command| {
+            let (claim, mut node) = managed(suffix, "default", vec![]);
+            let annotations = replacement(suffix, command, vec![])
+                .metadata
+                .annotations
+                .unwrap();
+            node.metadata.annotations = Some(annotations.clone());
+            (
+                testing::patched(
+                    &claim,
+                    json!({ "metadata": { "annotations": annotations } }),
+                ),
+                node,
+            )
+        };
+        let finished = command(&["claim-gone"], 1);
+        let running = command(&["claim-b"], 1);
+        let (b_claim, b_node) = managed("b", "default", vec![]);
+        let snapshot = snapshot(
+            vec![pool("default", Value::Null)],
+            vec![
+                replacing("r", &finished),
+                (annotated(b_claim, &running), b_node),
+                replacing("s", &running),
+            ],
+            vec![],
+        );
+        let in_flight = in_flight(&snapshot);
+        assert_eq!(in_flight.len(), 1, "only the command with a candidate left");
+
+        let marks = stale_marks(&snapshot, &in_flight);
+
+        assert_eq!(
+            marks,
+            [
+                StaleMark::Annotations {
+                    node_claim: "claim-r".into()
+                },
+                StaleMark::NodeAnnotations {
+                    node: "node-r".into()
+                },
+            ],
+            "the running command's candidate and replacement keep theirs"
         );
     }
 

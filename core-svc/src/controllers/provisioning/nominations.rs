@@ -15,8 +15,13 @@
 //!   deleted.
 //!
 //! The window is upstream's: max(2 × batch_max, 10 s).
+//!
+//! [`SharedNominations`] is the handle the provisioner writes them through and the disruption
+//! controller reads them from: a node nominated within the window is no disruption candidate
+//! (KARPENTER-REFERENCE §3.2).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -25,6 +30,7 @@ use karpenter_api::nodeclaim::CONDITION_INITIALIZED;
 
 use super::batcher::{later, remaining};
 use crate::cluster::Snapshot;
+use crate::controllers::termination::nodes_of;
 
 /// The shortest nomination window.
 pub const MIN_NOMINATION_WINDOW: Duration = Duration::from_secs(10);
@@ -124,6 +130,40 @@ impl Nominations {
         });
     }
 
+    /// How long a time-bound nomination lasts.
+    pub fn window(&self) -> Duration {
+        self.window
+    }
+
+    /// The names of the Nodes some pod was nominated to within the window before `now`, a
+    /// NodeClaim target resolved to its Nodes in `snapshot` (by provider ID). Only the window
+    /// counts, not [`Nominations::prune`]'s other rules: a NodeClaim still launching is no
+    /// disruption candidate anyway, and the provisioner may not have pruned since.
+    pub fn nominated_nodes(&self, snapshot: &Snapshot, now: Timestamp) -> BTreeSet<String> {
+        let mut nodes = BTreeSet::new();
+        for nomination in self.by_pod.values() {
+            if now >= later(nomination.at, self.window) {
+                continue;
+            }
+            match &nomination.target {
+                Target::Node(name) => {
+                    nodes.insert(name.clone());
+                }
+                Target::NodeClaim(name) => {
+                    let Some(claim) = snapshot.node_claim(name) else {
+                        continue;
+                    };
+                    nodes.extend(
+                        nodes_of(snapshot, claim)
+                            .into_iter()
+                            .filter_map(|node| node.metadata.name.clone()),
+                    );
+                }
+            }
+        }
+        nodes
+    }
+
     /// How long until the first nomination bound by the window ends, if any.
     pub fn next_expiry(&self, now: Timestamp) -> Option<Duration> {
         self.by_pod
@@ -131,6 +171,35 @@ impl Nominations {
             .filter(|n| n.windowed)
             .filter_map(|n| remaining(now, later(n.at, self.window)))
             .min()
+    }
+}
+
+/// The provisioner's nominations behind a lock, for the provisioner to write and the
+/// disruption controller to read. Clones share the same nominations. In memory only, like
+/// [`Nominations`]: a restart starts from a fresh handle.
+#[derive(Debug, Clone)]
+pub struct SharedNominations {
+    inner: Arc<Mutex<Nominations>>,
+}
+
+impl SharedNominations {
+    /// No nominations; time-bound ones last `window` (see [`nomination_window`]).
+    pub fn new(window: Duration) -> Self {
+        Self {
+            inner: Arc::new(Mutex::new(Nominations::new(window))),
+        }
+    }
+
+    /// The nominations, locked.
+    pub fn lock(&self) -> MutexGuard<'_, Nominations> {
+        // Every change is a map insert or retain: a panic elsewhere cannot leave them
+        // half-written.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// See [`Nominations::nominated_nodes`].
+    pub fn nominated_nodes(&self, snapshot: &Snapshot, now: Timestamp) -> BTreeSet<String> {
+        self.lock().nominated_nodes(snapshot, now)
     }
 }
 
@@ -292,5 +361,43 @@ mod tests {
         );
         nominations.prune(&with_node, &waiting(), t(21));
         assert!(nominations.is_empty());
+    }
+
+    #[test]
+    fn given_shared_nominations_then_the_nodes_nominated_within_the_window_are_named() {
+        let shared = SharedNominations::new(Duration::from_secs(20));
+        let reader = shared.clone();
+        shared
+            .lock()
+            .nominate("pod-a", Target::NodeClaim("default-x".into()), t(0));
+        shared
+            .lock()
+            .nominate("pod-b", Target::Node("static-1".into()), t(5));
+        let launched = testing::node_claim(
+            "default-x",
+            json!({ "status": { "providerID": "fake:///zone/i-x" } }),
+        );
+        let snapshot = snapshot(
+            vec![launched],
+            vec![
+                testing::node(
+                    "node-x",
+                    json!({ "spec": { "providerID": "fake:///zone/i-x" } }),
+                ),
+                testing::node("static-1", json!({})),
+            ],
+        );
+
+        assert_eq!(
+            reader.nominated_nodes(&snapshot, t(19)),
+            BTreeSet::from(["node-x".to_owned(), "static-1".to_owned()]),
+            "a NodeClaim's nomination names its Node"
+        );
+        assert_eq!(
+            reader.nominated_nodes(&snapshot, t(20)),
+            BTreeSet::from(["static-1".to_owned()]),
+            "each nomination ends with its own window"
+        );
+        assert!(reader.nominated_nodes(&snapshot, t(25)).is_empty());
     }
 }
