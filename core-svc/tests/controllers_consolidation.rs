@@ -1049,17 +1049,7 @@ mod end_to_end {
         }
 
         async fn set_ready(&self, node: &str, allocatable: &Value) {
-            self.cluster
-                .merge_patch_status::<Node>(
-                    None,
-                    node,
-                    &json!({ "status": {
-                        "conditions": [{ "type": "Ready", "status": "True" }],
-                        "allocatable": allocatable,
-                    } }),
-                )
-                .await
-                .unwrap();
+            common::set_node_ready(&self.cluster, node, allocatable).await;
         }
 
         /// A pending pod `default/name` of the ReplicaSet named before its `-r<n>` suffix.
@@ -1146,38 +1136,10 @@ mod end_to_end {
 
         /// Joins a Node, Ready at once, for each launched NodeClaim without one.
         async fn kubelet(&self) {
-            let snapshot = self.cluster.snapshot().await.unwrap();
-            for claim in &snapshot.node_claims {
-                let Some(status) = &claim.status else {
-                    continue;
-                };
-                if status.provider_id.is_empty() || claim.metadata.deletion_timestamp.is_some() {
-                    continue;
-                }
-                let joined = snapshot.nodes.iter().any(|node| {
-                    node.spec
-                        .as_ref()
-                        .and_then(|spec| spec.provider_id.as_deref())
-                        == Some(status.provider_id.as_str())
-                });
-                if joined {
-                    continue;
-                }
-                let name = format!("node-{}", claim.metadata.name.as_deref().unwrap());
-                let node = common::node(
-                    &name,
-                    json!({
-                        "metadata": { "labels": { "kubernetes.io/hostname": name } },
-                        "spec": {
-                            "providerID": status.provider_id,
-                            "taints": [{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }],
-                        },
-                    }),
-                );
-                self.cluster.create(&node).await.unwrap();
-                let allocatable = serde_json::to_value(&status.allocatable).unwrap();
-                self.set_ready(&name, &allocatable).await;
-            }
+            common::join_launched_nodes(&self.cluster, |claim| {
+                serde_json::to_value(&claim.status.as_ref().unwrap().allocatable).unwrap()
+            })
+            .await;
         }
 
         /// The kubelet stops every pod being deleted; its ReplicaSet creates a pending one.
@@ -1192,7 +1154,7 @@ mod end_to_end {
                     .unwrap();
                 let replica_set = name.split("-r").next().unwrap().to_owned();
                 self.recreated += 1;
-                let cpu = format!("{}m", milli_cpu(&pod));
+                let cpu = format!("{}m", common::milli_cpu(&pod));
                 self.pod(&format!("{replica_set}-r{}", self.recreated), &cpu)
                     .await;
             }
@@ -1200,44 +1162,7 @@ mod end_to_end {
 
         /// Binds each pending pod to the first Ready, untainted node (by name) with CPU room.
         async fn schedule(&self) {
-            let snapshot = self.cluster.snapshot().await.unwrap();
-            let mut used: BTreeMap<String, i64> = BTreeMap::new();
-            for pod in &snapshot.pods {
-                if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                    *used.entry(node).or_default() += milli_cpu(pod);
-                }
-            }
-            for pod in &snapshot.pods {
-                if pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.node_name.as_ref())
-                    .is_some()
-                    || pod.metadata.deletion_timestamp.is_some()
-                {
-                    continue;
-                }
-                let request = milli_cpu(pod);
-                let target = snapshot.nodes.iter().find(|node| {
-                    let name = node.metadata.name.as_deref().unwrap();
-                    let untainted = node
-                        .spec
-                        .as_ref()
-                        .and_then(|s| s.taints.as_ref())
-                        .is_none_or(Vec::is_empty);
-                    untainted
-                        && node.metadata.deletion_timestamp.is_none()
-                        && is_ready(node)
-                        && used.get(name).copied().unwrap_or(0) + request <= node_milli_cpu(node)
-                });
-                if let Some(node) = target {
-                    let node = node.metadata.name.clone().unwrap();
-                    let name = pod.metadata.name.as_deref().unwrap();
-                    self.cluster.bind_pod("default", name, &node).unwrap();
-                    self.cluster.set_pod_ready("default", name, true).unwrap();
-                    *used.entry(node).or_default() += request;
-                }
-            }
+            common::schedule_pending(&self.cluster).await;
         }
     }
 
@@ -1247,39 +1172,6 @@ mod end_to_end {
             "memory": format!("{}Mi", size * 1024 - 10),
             "pods": "110",
         })
-    }
-
-    fn milli(quantity: &str) -> i64 {
-        match quantity.strip_suffix('m') {
-            Some(milli) => milli.parse().unwrap(),
-            None => quantity.parse::<i64>().unwrap() * 1000,
-        }
-    }
-
-    fn milli_cpu(pod: &Pod) -> i64 {
-        pod.spec.as_ref().unwrap().containers[0]
-            .resources
-            .as_ref()
-            .and_then(|r| r.requests.as_ref())
-            .and_then(|r| r.get("cpu"))
-            .map_or(0, |q| milli(&q.0))
-    }
-
-    fn node_milli_cpu(node: &Node) -> i64 {
-        node.status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .and_then(|a| a.get("cpu"))
-            .map_or(0, |q| milli(&q.0))
-    }
-
-    fn is_ready(node: &Node) -> bool {
-        node.status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .into_iter()
-            .flatten()
-            .any(|c| c.type_ == "Ready" && c.status == "True")
     }
 
     pub(super) fn is_tainted(node: &Node) -> bool {

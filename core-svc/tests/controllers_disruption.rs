@@ -224,17 +224,7 @@ impl World {
     }
 
     async fn set_ready(&self, node: &str, allocatable: &Value) {
-        self.cluster
-            .merge_patch_status::<Node>(
-                None,
-                node,
-                &json!({ "status": {
-                    "conditions": [{ "type": "Ready", "status": "True" }],
-                    "allocatable": allocatable,
-                } }),
-            )
-            .await
-            .unwrap();
+        common::set_node_ready(&self.cluster, node, allocatable).await;
     }
 
     /// A pending pod `default/name` of its own ReplicaSet requesting `cpu`.
@@ -331,41 +321,11 @@ impl World {
 
     /// Joins a Node for each launched NodeClaim without one, Ready at once.
     async fn kubelet(&self) {
-        let snapshot = self.cluster.snapshot().await.unwrap();
-        for claim in &snapshot.node_claims {
-            let Some(status) = &claim.status else {
-                continue;
-            };
-            if status.provider_id.is_empty() || claim.metadata.deletion_timestamp.is_some() {
-                continue;
-            }
-            let joined = snapshot.nodes.iter().any(|node| {
-                node.spec
-                    .as_ref()
-                    .and_then(|spec| spec.provider_id.as_deref())
-                    == Some(status.provider_id.as_str())
-            });
-            if joined {
-                continue;
-            }
-            let name = format!("node-{}", claim.metadata.name.as_deref().unwrap());
-            let node = common::node(
-                &name,
-                json!({
-                    "metadata": { "labels": { "kubernetes.io/hostname": name } },
-                    "spec": {
-                        "providerID": status.provider_id,
-                        "taints": [{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }],
-                    },
-                }),
-            );
-            self.cluster.create(&node).await.unwrap();
-            self.set_ready(
-                &name,
-                &json!({ "cpu": "3900m", "memory": "8Gi", "pods": "10" }),
-            )
-            .await;
-        }
+        common::join_launched_nodes(
+            &self.cluster,
+            |_| json!({ "cpu": "3900m", "memory": "8Gi", "pods": "10" }),
+        )
+        .await;
     }
 
     /// The kubelet stops every pod being deleted; its ReplicaSet creates a new pending one.
@@ -400,44 +360,7 @@ impl World {
     /// Binds each pending pod to the first node (by name) that is Ready, untainted and has CPU
     /// room, and makes it Ready.
     async fn schedule(&self) {
-        let snapshot = self.cluster.snapshot().await.unwrap();
-        let mut used: BTreeMap<String, i64> = BTreeMap::new();
-        for pod in &snapshot.pods {
-            if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
-                *used.entry(node).or_default() += milli_cpu(pod);
-            }
-        }
-        for pod in &snapshot.pods {
-            if pod
-                .spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_ref())
-                .is_some()
-                || pod.metadata.deletion_timestamp.is_some()
-            {
-                continue;
-            }
-            let request = milli_cpu(pod);
-            let target = snapshot.nodes.iter().find(|node| {
-                let name = node.metadata.name.as_deref().unwrap();
-                let untainted = node
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.taints.as_ref())
-                    .is_none_or(Vec::is_empty);
-                untainted
-                    && node.metadata.deletion_timestamp.is_none()
-                    && is_ready(node)
-                    && used.get(name).copied().unwrap_or(0) + request <= 3900
-            });
-            if let Some(node) = target {
-                let node = node.metadata.name.clone().unwrap();
-                let name = pod.metadata.name.as_deref().unwrap();
-                self.cluster.bind_pod("default", name, &node).unwrap();
-                self.cluster.set_pod_ready("default", name, true).unwrap();
-                *used.entry(node).or_default() += request;
-            }
-        }
+        common::schedule_pending(&self.cluster).await;
     }
 
     fn events(&self, reason: &str) -> Vec<Event> {
@@ -455,29 +378,6 @@ fn node_class_ref() -> core_svc::apis::NodeClassReference {
         json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" }),
     )
     .unwrap()
-}
-
-fn milli_cpu(pod: &Pod) -> i64 {
-    let cpu = pod.spec.as_ref().unwrap().containers[0]
-        .resources
-        .as_ref()
-        .and_then(|r| r.requests.as_ref())
-        .and_then(|r| r.get("cpu"))
-        .map(|q| q.0.clone())
-        .unwrap_or_default();
-    match cpu.strip_suffix('m') {
-        Some(milli) => milli.parse().unwrap(),
-        None => cpu.parse::<i64>().unwrap() * 1000,
-    }
-}
-
-fn is_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
 }
 
 fn is_tainted(node: &Node) -> bool {

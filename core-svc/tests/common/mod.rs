@@ -12,7 +12,7 @@ use std::sync::Arc;
 use core_svc::apis::{NodeClaim, NodePool};
 use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::FakeCloudProvider;
-use core_svc::cluster::InMemoryCluster;
+use core_svc::cluster::{Cluster as _, InMemoryCluster};
 use core_svc::controllers::{Context, Settings};
 use core_svc::events::MemoryEvents;
 use jiff::Timestamp;
@@ -176,4 +176,144 @@ pub(crate) fn pdb(namespace: &str, name: &str, spec: Value) -> PodDisruptionBudg
         "metadata": { "namespace": namespace, "name": name },
         "spec": spec,
     }))
+}
+
+// ---- Stand-ins for the kubelet and the kube-scheduler, for tests that run controllers end
+// to end. ----------------------------------------------------------------------------------
+
+/// A CPU quantity (`500m`, `2`) in millicores.
+pub(crate) fn milli(quantity: &str) -> i64 {
+    match quantity.strip_suffix('m') {
+        Some(milli) => milli.parse().unwrap(),
+        None => quantity.parse::<i64>().unwrap() * 1000,
+    }
+}
+
+/// What a pod's first container requests in CPU, in millicores (0 when nothing).
+pub(crate) fn milli_cpu(pod: &Pod) -> i64 {
+    pod.spec.as_ref().unwrap().containers[0]
+        .resources
+        .as_ref()
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("cpu"))
+        .map_or(0, |q| milli(&q.0))
+}
+
+/// A Node's allocatable CPU, in millicores (0 when unknown).
+pub(crate) fn node_milli_cpu(node: &Node) -> i64 {
+    node.status
+        .as_ref()
+        .and_then(|s| s.allocatable.as_ref())
+        .and_then(|a| a.get("cpu"))
+        .map_or(0, |q| milli(&q.0))
+}
+
+/// Whether a Node is `Ready=True`.
+pub(crate) fn is_node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .any(|c| c.type_ == "Ready" && c.status == "True")
+}
+
+/// The kubelet reporting a Node Ready with `allocatable`.
+pub(crate) async fn set_node_ready(cluster: &InMemoryCluster, node: &str, allocatable: &Value) {
+    cluster
+        .merge_patch_status::<Node>(
+            None,
+            node,
+            &json!({ "status": {
+                "conditions": [{ "type": "Ready", "status": "True" }],
+                "allocatable": allocatable,
+            } }),
+        )
+        .await
+        .unwrap();
+}
+
+/// The kubelet of each launched NodeClaim that has no Node yet (and is not being deleted):
+/// joins `node-<claim>` with its provider ID and the unregistered taint, Ready at once with
+/// the allocatable `allocatable` says for the NodeClaim.
+pub(crate) async fn join_launched_nodes(
+    cluster: &InMemoryCluster,
+    allocatable: impl Fn(&NodeClaim) -> Value,
+) {
+    let snapshot = cluster.snapshot().await.unwrap();
+    for claim in &snapshot.node_claims {
+        let Some(status) = &claim.status else {
+            continue;
+        };
+        if status.provider_id.is_empty() || claim.metadata.deletion_timestamp.is_some() {
+            continue;
+        }
+        let joined = snapshot.nodes.iter().any(|node| {
+            node.spec
+                .as_ref()
+                .and_then(|spec| spec.provider_id.as_deref())
+                == Some(status.provider_id.as_str())
+        });
+        if joined {
+            continue;
+        }
+        let name = format!("node-{}", claim.metadata.name.as_deref().unwrap());
+        let joining = self::node(
+            &name,
+            json!({
+                "metadata": { "labels": { "kubernetes.io/hostname": name } },
+                "spec": {
+                    "providerID": status.provider_id,
+                    "taints": [{ "key": "karpenter.sh/unregistered", "effect": "NoExecute" }],
+                },
+            }),
+        );
+        cluster.create(&joining).await.unwrap();
+        set_node_ready(cluster, &name, &allocatable(claim)).await;
+    }
+}
+
+/// The kube-scheduler: binds each pending pod (not being deleted) to the first node by name
+/// that is Ready, untainted, not being deleted and has CPU room (its allocatable CPU), and
+/// makes the pod Ready.
+pub(crate) async fn schedule_pending(cluster: &InMemoryCluster) {
+    let snapshot = cluster.snapshot().await.unwrap();
+    let mut used: std::collections::BTreeMap<String, i64> = std::collections::BTreeMap::new();
+    for pod in &snapshot.pods {
+        if let Some(node) = pod.spec.as_ref().and_then(|s| s.node_name.clone()) {
+            *used.entry(node).or_default() += milli_cpu(pod);
+        }
+    }
+    for pod in &snapshot.pods {
+        if pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_ref())
+            .is_some()
+            || pod.metadata.deletion_timestamp.is_some()
+        {
+            continue;
+        }
+        let request = milli_cpu(pod);
+        let target = snapshot.nodes.iter().find(|node| {
+            let name = node.metadata.name.as_deref().unwrap();
+            let untainted = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_none_or(Vec::is_empty);
+            untainted
+                && node.metadata.deletion_timestamp.is_none()
+                && is_node_ready(node)
+                && used.get(name).copied().unwrap_or(0) + request <= node_milli_cpu(node)
+        });
+        if let Some(node) = target {
+            let node = node.metadata.name.clone().unwrap();
+            let namespace = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let name = pod.metadata.name.as_deref().unwrap();
+            cluster.bind_pod(namespace, name, &node).unwrap();
+            cluster.set_pod_ready(namespace, name, true).unwrap();
+            *used.entry(node).or_default() += request;
+        }
+    }
 }
