@@ -15,8 +15,12 @@
 //! | `drift` | the `Drifted` condition of NodeClaims |
 //! | `provisioning` | batches pending pods, runs the scheduler, creates NodeClaims, nominates pods |
 //! | `lifecycle` | launches NodeClaims, registers and initializes their Nodes, times out launches and registrations |
-//! | `termination` | finalizers, the disrupted taint, the ordered drain, instance deletion, expiration |
+//! | `termination` | finalizers, the disrupted taint, the ordered drain, instance deletion |
+//! | `expiration` | deletes NodeClaims past their `expireAfter` (forceful, budget-free) |
 //! | `gc` | NodeClaims whose instance is gone, instances with no NodeClaim |
+//! | `consolidatable` | the `Consolidatable` condition and `lastPodEventTime` |
+//! | `disruption` | emptiness, drift replacement and consolidation, one command at a time within budgets |
+//! | `nodeclaim` | NodeClaim helpers the controllers share (conversions, conditions, names) |
 
 pub mod consolidatable;
 pub mod disruption;
