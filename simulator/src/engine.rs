@@ -6,12 +6,11 @@
 //! Every call is awaited in turn on one thread, so a scenario and its seed give the same
 //! report byte for byte.
 //!
-//! When a controller's pass is due: when the time its last pass asked for
-//! ([`Requeue::After`]) has come, or when anything in the cluster changed since its last pass
-//! began (its own writes included, as a watch would deliver them); a failed pass is retried
-//! after [`ERROR_RETRY`]. A change is seen through the cluster's resource versions: every write
-//! gives the object a new one from one counter, so the highest version and the object count
-//! move whenever anything does.
+//! Which controllers run, in what order and when each is due is core's own
+//! [`Manager`](core_svc::manager::Manager), the one `core-svc run` drives: a pass is due when
+//! the time its last pass asked for has come, or when anything in the cluster changed since its
+//! last pass began (its own writes included, as a watch would deliver them); a failed pass is
+//! retried after [`ERROR_RETRY`].
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -29,20 +28,10 @@ use core_svc::cloudprovider::CloudProvider;
 use core_svc::cluster::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, InMemoryCluster, Snapshot,
 };
-use core_svc::controllers::consolidatable::ConsolidatableController;
-use core_svc::controllers::disruption::{DisruptionController, DisruptionOptions};
-use core_svc::controllers::drift::DriftController;
-use core_svc::controllers::expiration::ExpirationController;
-use core_svc::controllers::gc::GarbageCollectionController;
-use core_svc::controllers::hash::HashController;
-use core_svc::controllers::lifecycle::LifecycleController;
-use core_svc::controllers::nodeclass::{NodeClassController, merge_patch_between};
-use core_svc::controllers::provisioning::nominations::{SharedNominations, nomination_window};
-use core_svc::controllers::provisioning::{Provisioner, ProvisionerOptions};
-use core_svc::controllers::termination::TerminationController;
-use core_svc::controllers::{Context, Controller, ControllerError, Requeue, Settings};
+use core_svc::controllers::nodeclass::merge_patch_between;
+use core_svc::controllers::{Context, Settings};
 use core_svc::events::{Event, MemoryEvents};
-use core_svc::plugin::Handshake;
+use core_svc::manager::{ControllerKind, Manager, ManagerOptions};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -71,7 +60,7 @@ use crate::world::{self, World};
 pub const STEP: Duration = Duration::from_secs(1);
 
 /// How soon a failed controller pass runs again.
-pub const ERROR_RETRY: Duration = Duration::from_secs(5);
+pub use core_svc::manager::ERROR_RETRY;
 
 /// The cluster's name, as the plugin tags what it launches.
 pub const CLUSTER_NAME: &str = "simulated";
@@ -175,137 +164,8 @@ pub enum RunError {
     Engine(#[from] EngineError),
 }
 
-/// One of core's controllers.
-#[derive(Debug)]
-enum AnyController {
-    NodeClass(NodeClassController<InMemoryCluster, SimProvider>),
-    Hash(HashController<InMemoryCluster, SimProvider>),
-    Provisioning(Box<Provisioner<InMemoryCluster, SimProvider>>),
-    Lifecycle(LifecycleController<InMemoryCluster, SimProvider>),
-    Drift(DriftController<InMemoryCluster, SimProvider>),
-    Expiration(ExpirationController<InMemoryCluster, SimProvider>),
-    Termination(TerminationController<InMemoryCluster, SimProvider>),
-    GarbageCollection(GarbageCollectionController<InMemoryCluster, SimProvider>),
-    Consolidatable(ConsolidatableController<InMemoryCluster, SimProvider>),
-    Disruption(Box<DisruptionController<InMemoryCluster, SimProvider>>),
-}
-
-impl AnyController {
-    fn name(&self) -> &'static str {
-        match self {
-            Self::NodeClass(c) => c.name(),
-            Self::Hash(c) => c.name(),
-            Self::Provisioning(c) => c.name(),
-            Self::Lifecycle(c) => c.name(),
-            Self::Drift(c) => c.name(),
-            Self::Expiration(c) => c.name(),
-            Self::Termination(c) => c.name(),
-            Self::GarbageCollection(c) => c.name(),
-            Self::Consolidatable(c) => c.name(),
-            Self::Disruption(c) => c.name(),
-        }
-    }
-
-    async fn reconcile(&self) -> Result<Requeue, ControllerError> {
-        match self {
-            Self::NodeClass(c) => c.reconcile().await,
-            Self::Hash(c) => c.reconcile().await,
-            Self::Provisioning(c) => c.reconcile().await,
-            Self::Lifecycle(c) => c.reconcile().await,
-            Self::Drift(c) => c.reconcile().await,
-            Self::Expiration(c) => c.reconcile().await,
-            Self::Termination(c) => c.reconcile().await,
-            Self::GarbageCollection(c) => c.reconcile().await,
-            Self::Consolidatable(c) => c.reconcile().await,
-            Self::Disruption(c) => c.reconcile().await,
-        }
-    }
-}
-
-/// Every controller core runs, in the order a step runs them: the one place that lists them.
-/// The provisioner and the disruption controller share one fresh set of nominations: in
-/// memory, so a restart of core forgets them, as it does in production.
-fn controllers(ctx: &Ctx, handshake: &Handshake, label_policy: &LabelPolicy) -> Vec<AnyController> {
-    let nominations = SharedNominations::new(nomination_window(ctx.settings.batch_max));
-    let provisioner = ProvisionerOptions {
-        require_ready_node_class: handshake.capabilities.resolve_node_class,
-        label_policy: label_policy.clone(),
-        ..ProvisionerOptions::default()
-    };
-    let disruption = DisruptionOptions {
-        require_ready_node_class: handshake.capabilities.resolve_node_class,
-        label_policy: label_policy.clone(),
-        ..DisruptionOptions::default()
-    };
-    vec![
-        AnyController::NodeClass(NodeClassController::new(ctx.clone())),
-        AnyController::Hash(HashController::new(ctx.clone())),
-        AnyController::Provisioning(Box::new(
-            Provisioner::with_options(ctx.clone(), provisioner)
-                .with_nominations(nominations.clone()),
-        )),
-        AnyController::Lifecycle(LifecycleController::new(ctx.clone())),
-        AnyController::Drift(DriftController::new(ctx.clone())),
-        AnyController::Expiration(ExpirationController::new(ctx.clone())),
-        AnyController::Termination(TerminationController::new(ctx.clone())),
-        AnyController::GarbageCollection(GarbageCollectionController::new(ctx.clone())),
-        AnyController::Consolidatable(ConsolidatableController::new(ctx.clone())),
-        AnyController::Disruption(Box::new(
-            DisruptionController::with_options(ctx.clone(), disruption)
-                .with_nominations(nominations),
-        )),
-    ]
-}
-
-/// A controller and when it runs next.
-#[derive(Debug)]
-struct Slot {
-    controller: AnyController,
-    /// When its last pass asked to run again.
-    due: Option<Timestamp>,
-    /// The cluster's state when its last pass began.
-    seen: Option<Fingerprint>,
-}
-
-/// core-svc: its connection to the plugin and its controllers, all of it in memory only.
-#[derive(Debug)]
-struct Core {
-    slots: Vec<Slot>,
-}
-
-/// The highest resource version and the number of objects: both move on every write.
-type Fingerprint = (u64, usize);
-
-fn fingerprint(snapshot: &Snapshot) -> Fingerprint {
-    fn version<K: kube::Resource>(object: &K) -> u64 {
-        object
-            .meta()
-            .resource_version
-            .as_deref()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(0)
-    }
-    let versions = snapshot
-        .node_pools
-        .iter()
-        .map(version)
-        .chain(snapshot.node_claims.iter().map(version))
-        .chain(snapshot.node_classes.iter().map(version))
-        .chain(snapshot.nodes.iter().map(version))
-        .chain(snapshot.pods.iter().map(version))
-        .chain(snapshot.pdbs.iter().map(version))
-        .chain(snapshot.daemon_sets.iter().map(version))
-        .chain(snapshot.priority_classes.iter().map(version));
-    let count = snapshot.node_pools.len()
-        + snapshot.node_claims.len()
-        + snapshot.node_classes.len()
-        + snapshot.nodes.len()
-        + snapshot.pods.len()
-        + snapshot.pdbs.len()
-        + snapshot.daemon_sets.len()
-        + snapshot.priority_classes.len();
-    (versions.max().unwrap_or(0), count)
-}
+/// core-svc: the controller manager core builds at start-up, all of it in memory only.
+type Core = Manager<InMemoryCluster, SimProvider>;
 
 /// A simulation in progress.
 #[derive(Debug)]
@@ -434,35 +294,27 @@ impl Simulation {
         self.world.step(now).await?;
         self.recorder
             .record(self.events.drain(), &self.outage, now, observer);
-        let mut before = self.cluster.snapshot().await?;
-        let mut seen = fingerprint(&before);
-        for slot in &mut self.core.slots {
-            let due = slot.due.is_some_and(|due| due <= now);
-            if !due && slot.seen == Some(seen) {
+        for kind in ControllerKind::ALL {
+            // The state before a pass that may evict, to check its evictions against the
+            // budgets; read only for those passes.
+            let before = if kind.evicts() && self.core.is_due(kind, now) {
+                Some(self.cluster.snapshot().await?)
+            } else {
+                None
+            };
+            if self.core.run_if_due(kind, now).await.is_none() {
                 continue;
             }
-            slot.seen = Some(seen);
-            let result = slot.controller.reconcile().await;
-            slot.due = match result {
-                Ok(Requeue::After(after)) => Some(later(now, after)),
-                Ok(Requeue::OnChange) => None,
-                Err(error) => {
-                    tracing::debug!(controller = slot.controller.name(), %error, "controller pass failed");
-                    Some(later(now, ERROR_RETRY))
-                }
-            };
             let evicted = self
                 .recorder
                 .record(self.events.drain(), &self.outage, now, observer);
-            let after = self.cluster.snapshot().await?;
-            if !evicted.is_empty() {
+            if let Some(before) = before.filter(|_| !evicted.is_empty()) {
                 let world = &self.world;
                 self.recorder
                     .check_budgets(&evicted, &before, &|pod| world.controller_of(pod));
             }
-            seen = fingerprint(&after);
-            before = after;
         }
+        let before = self.cluster.snapshot().await?;
         self.recorder.sample(&before, now);
         Ok(())
     }
@@ -525,7 +377,8 @@ impl Simulation {
                 );
             }
             Action::PluginOutage(length) => {
-                self.outage.start(later(now, *length));
+                self.outage
+                    .start(now.saturating_add(*length).unwrap_or(Timestamp::MAX));
                 self.recorder.outage_started(now, *length, observer);
             }
         }
@@ -721,10 +574,6 @@ impl Simulation {
     }
 }
 
-fn later(now: Timestamp, after: Duration) -> Timestamp {
-    now.saturating_add(after).unwrap_or(Timestamp::MAX)
-}
-
 fn from_json<T: DeserializeOwned>(value: &Value) -> Result<T, String> {
     serde_json::from_value(value.clone()).map_err(|error| error.to_string())
 }
@@ -748,15 +597,11 @@ async fn start_core(
         events: Arc::clone(events) as _,
         settings: Settings::default(),
     };
-    let slots = controllers(&ctx, &handshake, label_policy)
-        .into_iter()
-        .map(|controller| Slot {
-            controller,
-            due: None,
-            seen: None,
-        })
-        .collect();
-    Ok((Core { slots }, provider))
+    let options = ManagerOptions {
+        require_ready_node_class: handshake.capabilities.resolve_node_class,
+        label_policy: label_policy.clone(),
+    };
+    Ok((Manager::new(ctx, &options), provider))
 }
 
 /// Creates `object`, or replaces the one of its name (keeping its status where the kind has a

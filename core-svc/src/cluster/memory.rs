@@ -532,6 +532,11 @@ fn set_condition(pod: &mut Pod, type_: &str, status: bool, now: Timestamp) {
 }
 
 impl Cluster for InMemoryCluster {
+    /// The cluster-wide resourceVersion counter: every write and every removal moves it.
+    fn revision(&self) -> u64 {
+        self.lock().counters.resource_version
+    }
+
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         self.call(|state, _| {
             let tables = &state.tables;

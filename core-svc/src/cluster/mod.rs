@@ -25,6 +25,8 @@
 //!   `resourceVersion`.
 //! - `generation` starts at 1 and grows when anything outside `metadata` and `status` changes.
 
+pub mod apiserver;
+pub mod contract;
 mod memory;
 mod object;
 
@@ -41,6 +43,7 @@ use karpenter_api::{NodeClaim, NodeClassReference, NodePool};
 use kube::core::DynamicObject;
 use serde_json::{Map, Value};
 
+pub use apiserver::KubeCluster;
 pub use memory::InMemoryCluster;
 pub use object::ClusterObject;
 
@@ -390,6 +393,12 @@ impl DeleteOptions {
 pub trait Cluster: Send + Sync + std::fmt::Debug {
     /// Reads every object core decides on, at one instant.
     fn snapshot(&self) -> impl Future<Output = Result<Snapshot, ClusterError>> + Send;
+
+    /// A number that moves whenever anything a [`Snapshot`] holds changes (a write, a
+    /// deletion, a change seen by a watch), and stays put otherwise: the controller manager
+    /// compares it to decide whether a controller has anything new to look at, without reading
+    /// the cluster. Only equality is meaningful.
+    fn revision(&self) -> u64;
 
     /// Reads one object; `None` when it does not exist.
     fn get<K: ClusterObject>(

@@ -1,0 +1,797 @@
+//! [`KubeCluster`]: the cluster port over a real Kubernetes API server, with kube-rs.
+//!
+//! - **Reads** come from one reflector per kind (a list, then a watch, relisting after a `410
+//!   Gone` or a disconnect): a [`Snapshot`] is assembled from the reflectors' stores, never
+//!   from the API server, so a pass costs no request. A relist swaps a store's contents only
+//!   once the new list is complete (kube-runtime's `Init`/`InitDone`), so a watch fault never
+//!   makes objects look deleted. [`Cluster::get`] alone asks the API server, for a fresh read.
+//! - **Writes** go straight to the API server (merge patches, replaces carrying the
+//!   `resourceVersion` the caller read, `/status` for status), under field manager
+//!   `karpenter`. A 409 is answered as [`ClusterError::Conflict`] and never retried here: the
+//!   controller reads again on its next pass. What a write answers is kept in a write-through
+//!   overlay, so the next pass sees the adapter's own writes even before the watch delivers
+//!   them; an overlay entry goes as soon as the store holds that version or a newer one (or
+//!   after [`OVERLAY_TTL`], whichever comes first).
+//! - **Eviction** is a hand-built `policy/v1` Eviction POST ([`requests::eviction_body`]); a
+//!   429 is a budget saying no ([`ClusterError::TooManyRequests`]), and kube's client retries
+//!   nothing, so a POST is never repeated behind the caller's back.
+//! - [`Cluster::revision`] moves on every watch event and every write of the adapter; the
+//!   manager waits on [`KubeCluster::changed`].
+
+pub mod requests;
+
+use std::any::{Any, TypeId};
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use futures::StreamExt as _;
+use k8s_openapi::api::{
+    apps::v1::DaemonSet,
+    core::v1::{Node, Pod},
+    policy::v1::PodDisruptionBudget,
+    scheduling::v1::PriorityClass,
+};
+use karpenter_api::{NodeClaim, NodeClassReference, NodePool};
+use kube::Resource;
+use kube::api::{DynamicObject, GroupVersionKind};
+use kube::core::params::GetParams;
+use kube::core::{Request, Status};
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Api, Client};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+
+use self::requests::{Target, cluster_error, eviction_error};
+use super::{
+    Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot, sort_key,
+};
+use crate::cloudprovider::NodeClassKind;
+
+/// How long the adapter's own write may stand in for what the watch has not delivered yet.
+/// Watches deliver in milliseconds; this only bounds the damage of an overlay entry whose
+/// object was deleted by someone else before the watch caught up.
+pub const OVERLAY_TTL: Duration = Duration::from_secs(30);
+
+/// Why the adapter could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A node class kind the plugin serves is not served by the API server (its CRD is
+    /// missing).
+    #[error(
+        "the API server does not serve {group}/{version} {kind} (is its CRD installed?): {source}"
+    )]
+    NodeClassKind {
+        /// The group.
+        group: String,
+        /// The version.
+        version: String,
+        /// The kind.
+        kind: String,
+        /// What discovery answered.
+        source: kube::Error,
+    },
+}
+
+/// The cluster port over a Kubernetes API server. Clones share the reflectors.
+#[derive(Clone)]
+pub struct KubeCluster {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    client: Client,
+    typed: HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+    node_classes: Vec<Reflected<DynamicObject>>,
+    changes: Arc<Changes>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}
+
+impl fmt::Debug for KubeCluster {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeCluster")
+            .field("revision", &self.shared.changes.revision())
+            .field("node_class_kinds", &self.shared.node_classes.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The revision counter and the wake-up of whoever waits for a change.
+#[derive(Debug, Default)]
+struct Changes {
+    revision: AtomicU64,
+    notify: Notify,
+}
+
+impl Changes {
+    fn bump(&self) {
+        self.revision.fetch_add(1, Ordering::Relaxed);
+        self.notify.notify_waiters();
+    }
+
+    fn revision(&self) -> u64 {
+        self.revision.load(Ordering::Relaxed)
+    }
+}
+
+/// One kind's reflector store and the adapter's writes the store may not show yet.
+struct Reflected<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    store: Store<K>,
+    dyntype: K::DynamicType,
+    overlay: Mutex<BTreeMap<(String, String), Overlaid<K>>>,
+}
+
+enum Overlaid<K> {
+    /// The object as the adapter's write answered it.
+    Written { object: Arc<K>, at: Instant },
+    /// Deleted by the adapter: the object of this UID is gone even if the store still has it.
+    Deleted { uid: Option<String>, at: Instant },
+}
+
+/// Whether the store's `stored` version already includes the overlay's `written` one.
+/// resourceVersions are opaque, but every API server in use hands out etcd revisions
+/// (integers); when either is not an integer, only equality counts.
+fn caught_up(stored: Option<&str>, written: Option<&str>) -> bool {
+    match (stored, written) {
+        (Some(stored), Some(written)) => {
+            stored == written
+                || matches!((stored.parse::<u64>(), written.parse::<u64>()), (Ok(s), Ok(w)) if s >= w)
+        }
+        _ => false,
+    }
+}
+
+fn key_of<K: Resource>(object: &K) -> (String, String) {
+    let (namespace, name) = sort_key(object);
+    (namespace.to_owned(), name.to_owned())
+}
+
+impl<K> Reflected<K>
+where
+    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+{
+    fn new(store: Store<K>, dyntype: K::DynamicType) -> Self {
+        Self {
+            store,
+            dyntype,
+            overlay: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    /// The store's objects with the overlay laid over them, in (namespace, name) order;
+    /// overlay entries the store has caught up with are dropped.
+    fn view(&self, now: Instant) -> Vec<K> {
+        let mut objects: BTreeMap<(String, String), Arc<K>> = self
+            .store
+            .state()
+            .into_iter()
+            .map(|object| (key_of(object.as_ref()), object))
+            .collect();
+        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
+        overlay.retain(|key, entry| {
+            let stored = objects.get(key);
+            match entry {
+                Overlaid::Written { at, .. } | Overlaid::Deleted { at, .. }
+                    if now.saturating_duration_since(*at) > OVERLAY_TTL =>
+                {
+                    false
+                }
+                Overlaid::Written { object, .. } => {
+                    let current = stored.and_then(|s| s.meta().resource_version.as_deref());
+                    if caught_up(current, object.meta().resource_version.as_deref()) {
+                        return false;
+                    }
+                    objects.insert(key.clone(), Arc::clone(object));
+                    true
+                }
+                Overlaid::Deleted { uid, .. } => {
+                    let Some(stored_object) = stored else {
+                        return false;
+                    };
+                    let same = uid.is_none() || stored_object.meta().uid == *uid;
+                    if same {
+                        objects.remove(key);
+                    }
+                    same
+                }
+            }
+        });
+        objects
+            .into_values()
+            .map(|object| (*object).clone())
+            .collect()
+    }
+
+    fn written(&self, object: &K) {
+        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
+        overlay.insert(
+            key_of(object),
+            Overlaid::Written {
+                object: Arc::new(object.clone()),
+                at: Instant::now(),
+            },
+        );
+    }
+
+    fn deleted(&self, namespace: &str, name: &str, uid: Option<String>) {
+        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
+        overlay.insert(
+            (namespace.to_owned(), name.to_owned()),
+            Overlaid::Deleted {
+                uid,
+                at: Instant::now(),
+            },
+        );
+    }
+
+    /// Starts the list-and-watch of `api` into a new store; every event bumps `changes`.
+    fn start(
+        api: Api<K>,
+        dyntype: K::DynamicType,
+        label: String,
+        changes: &Arc<Changes>,
+    ) -> (Self, JoinHandle<()>) {
+        let writer = reflector::store::Writer::new(dyntype.clone());
+        let store = writer.as_reader();
+        let stream = reflector::reflector(
+            writer,
+            watcher(api, watcher::Config::default()).default_backoff(),
+        );
+        let changes = Arc::clone(changes);
+        let task = tokio::spawn(async move {
+            let mut stream = std::pin::pin!(stream);
+            while let Some(event) = stream.next().await {
+                match event {
+                    Ok(_) => changes.bump(),
+                    // The watcher relists on its own (with backoff); the store keeps what it
+                    // had meanwhile.
+                    Err(error) => {
+                        tracing::warn!(kind = %label, %error, "watch failed; relisting");
+                    }
+                }
+            }
+        });
+        (Self::new(store, dyntype), task)
+    }
+}
+
+/// The kube client for `config`, as the adapter needs it: without kube's default retry layer,
+/// which repeats any request answered 429, 503 or 504 up to 15 times with backoff of up to
+/// 1,000 s, POSTs included. An eviction a PodDisruptionBudget refuses (429) must come back to
+/// the drain at once as "blocked", and a write that failed must come back to its controller,
+/// which reads again before deciding anew; neither may be replayed behind its back.
+pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
+    config.default_retry = false;
+    Client::try_from(config)
+}
+
+impl KubeCluster {
+    /// Starts one reflector per kind core reads, and one per node class kind in `node_classes`
+    /// (resolved through discovery), on a client made by [`client`]. Returns at once; [`KubeCluster::wait_synced`] waits for
+    /// the first lists.
+    pub async fn start(client: Client, node_classes: &[NodeClassKind]) -> Result<Self, StartError> {
+        let changes = Arc::new(Changes::default());
+        let mut tasks = Vec::new();
+        let mut typed: HashMap<TypeId, Box<dyn Any + Send + Sync>> = HashMap::new();
+        fn add<K: ClusterObject>(
+            client: &Client,
+            changes: &Arc<Changes>,
+            typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
+            tasks: &mut Vec<JoinHandle<()>>,
+        ) {
+            let (reflected, task) =
+                Reflected::<K>::start(Api::all(client.clone()), (), K::KIND.to_owned(), changes);
+            typed.insert(TypeId::of::<K>(), Box::new(reflected));
+            tasks.push(task);
+        }
+        add::<NodePool>(&client, &changes, &mut typed, &mut tasks);
+        add::<NodeClaim>(&client, &changes, &mut typed, &mut tasks);
+        add::<Node>(&client, &changes, &mut typed, &mut tasks);
+        add::<Pod>(&client, &changes, &mut typed, &mut tasks);
+        add::<PodDisruptionBudget>(&client, &changes, &mut typed, &mut tasks);
+        add::<DaemonSet>(&client, &changes, &mut typed, &mut tasks);
+        add::<PriorityClass>(&client, &changes, &mut typed, &mut tasks);
+        let mut reflected_classes = Vec::new();
+        for kind in node_classes {
+            let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
+            let (resource, _) =
+                kube::discovery::pinned_kind(&client, &gvk)
+                    .await
+                    .map_err(|source| StartError::NodeClassKind {
+                        group: kind.group.clone(),
+                        version: kind.version.clone(),
+                        kind: kind.kind.clone(),
+                        source,
+                    })?;
+            let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
+            let (reflected, task) = Reflected::start(api, resource, kind.kind.clone(), &changes);
+            reflected_classes.push(reflected);
+            tasks.push(task);
+        }
+        Ok(Self {
+            shared: Arc::new(Shared {
+                client,
+                typed,
+                node_classes: reflected_classes,
+                changes,
+                tasks,
+            }),
+        })
+    }
+
+    /// Waits until every reflector has its first complete list.
+    pub async fn wait_synced(&self) {
+        async fn ready<K: ClusterObject>(cluster: &KubeCluster) {
+            // A dropped writer means the task ended, which only happens at shutdown.
+            let _ = cluster.reflected::<K>().store.wait_until_ready().await;
+        }
+        ready::<NodePool>(self).await;
+        ready::<NodeClaim>(self).await;
+        ready::<Node>(self).await;
+        ready::<Pod>(self).await;
+        ready::<PodDisruptionBudget>(self).await;
+        ready::<DaemonSet>(self).await;
+        ready::<PriorityClass>(self).await;
+        for reflected in &self.shared.node_classes {
+            let _ = reflected.store.wait_until_ready().await;
+        }
+    }
+
+    /// Resolves at the next change (a watch event or one of the adapter's writes).
+    pub async fn changed(&self) {
+        self.shared.changes.notify.notified().await;
+    }
+
+    /// The kube client the adapter uses (for Leases and Events, which are not the port's).
+    pub fn client(&self) -> &Client {
+        &self.shared.client
+    }
+
+    fn reflected<K: ClusterObject>(&self) -> &Reflected<K> {
+        match self
+            .shared
+            .typed
+            .get(&TypeId::of::<K>())
+            .and_then(|reflected| reflected.downcast_ref())
+        {
+            Some(reflected) => reflected,
+            // `start` creates one per kind of the sealed ClusterObject.
+            None => unreachable!("no reflector for {}", K::KIND),
+        }
+    }
+
+    fn node_class_reflector(
+        &self,
+        reference: &NodeClassReference,
+    ) -> Result<&Reflected<DynamicObject>, ClusterError> {
+        self.shared
+            .node_classes
+            .iter()
+            .find(|reflected| {
+                reflected.dyntype.group == reference.group
+                    && reflected.dyntype.kind == reference.kind
+            })
+            .ok_or_else(|| ClusterError::NotFound {
+                kind: reference.kind.clone(),
+                namespace: None,
+                name: reference.name.clone(),
+            })
+    }
+
+    async fn send<T: DeserializeOwned>(
+        &self,
+        target: Target<'_>,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<T, ClusterError> {
+        let request = request.map_err(|error| {
+            ClusterError::invalid(target.kind, target.name, "", error.to_string())
+        })?;
+        let answer = self
+            .shared
+            .client
+            .request::<T>(request)
+            .await
+            .map_err(|error| cluster_error(target, error));
+        if answer.is_ok() {
+            self.shared.changes.bump();
+        }
+        answer
+    }
+
+    async fn send_delete<T: DeserializeOwned>(
+        &self,
+        target: Target<'_>,
+        request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
+    ) -> Result<either::Either<T, Status>, ClusterError> {
+        let request = request.map_err(|error| {
+            ClusterError::invalid(target.kind, target.name, "", error.to_string())
+        })?;
+        let answer = self
+            .shared
+            .client
+            .request_status::<T>(request)
+            .await
+            .map_err(|error| cluster_error(target, error))?;
+        self.shared.changes.bump();
+        Ok(answer)
+    }
+}
+
+fn body<K: Serialize>(
+    target: Target<'_>,
+    object: &K,
+    api_version: &str,
+    kind: &str,
+) -> Result<Vec<u8>, ClusterError> {
+    let mut value = serde_json::to_value(object)
+        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))?;
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "apiVersion".to_owned(),
+            Value::String(api_version.to_owned()),
+        );
+        map.insert("kind".to_owned(), Value::String(kind.to_owned()));
+    }
+    serde_json::to_vec(&value)
+        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))
+}
+
+fn typed_target<'a, K: ClusterObject>(namespace: Option<&'a str>, name: &'a str) -> Target<'a> {
+    Target {
+        kind: K::KIND,
+        namespace,
+        name,
+    }
+}
+
+fn typed_request<K: ClusterObject>(namespace: Option<&str>) -> Request {
+    Request::new(K::url_path(&(), namespace))
+}
+
+fn namespace_for<K: ClusterObject>(object: &K) -> Option<&str> {
+    K::NAMESPACED.then(|| sort_key(object).0)
+}
+
+impl Cluster for KubeCluster {
+    async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
+        let now = Instant::now();
+        Ok(Snapshot {
+            node_pools: self.reflected::<NodePool>().view(now),
+            node_claims: self.reflected::<NodeClaim>().view(now),
+            node_classes: self
+                .shared
+                .node_classes
+                .iter()
+                .flat_map(|reflected| reflected.view(now))
+                .collect::<Vec<_>>(),
+            nodes: self.reflected::<Node>().view(now),
+            pods: self.reflected::<Pod>().view(now),
+            pdbs: self.reflected::<PodDisruptionBudget>().view(now),
+            daemon_sets: self.reflected::<DaemonSet>().view(now),
+            priority_classes: self.reflected::<PriorityClass>().view(now),
+        })
+        .map(|mut snapshot| {
+            // Each list is in key order already; node classes of several kinds are merged.
+            snapshot
+                .node_classes
+                .sort_by(|a, b| super::node_class_key(a).cmp(&super::node_class_key(b)));
+            snapshot
+        })
+    }
+
+    fn revision(&self) -> u64 {
+        self.shared.changes.revision()
+    }
+
+    async fn get<K: ClusterObject>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<Option<K>, ClusterError> {
+        let target = typed_target::<K>(namespace, name);
+        let request = typed_request::<K>(namespace).get(name, &GetParams::default());
+        let request = request.map_err(|error| {
+            ClusterError::invalid(target.kind, target.name, "", error.to_string())
+        })?;
+        match self.shared.client.request::<K>(request).await {
+            Ok(object) => Ok(Some(object)),
+            Err(error) => match cluster_error(target, error) {
+                ClusterError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn create<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
+        let namespace = namespace_for(object);
+        let name = sort_key(object).1;
+        let target = typed_target::<K>(namespace, name);
+        let data = body(target, object, &K::api_version(&()), K::KIND)?;
+        let created: K = self
+            .send(
+                target,
+                typed_request::<K>(namespace).create(&requests::post_params(), data),
+            )
+            .await?;
+        self.reflected::<K>().written(&created);
+        Ok(created)
+    }
+
+    async fn replace<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
+        let namespace = namespace_for(object);
+        let name = sort_key(object).1;
+        let target = typed_target::<K>(namespace, name);
+        let data = body(target, object, &K::api_version(&()), K::KIND)?;
+        let replaced: K = self
+            .send(
+                target,
+                typed_request::<K>(namespace).replace(name, &requests::post_params(), data),
+            )
+            .await?;
+        self.reflected::<K>().written(&replaced);
+        Ok(replaced)
+    }
+
+    async fn replace_status<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
+        let namespace = namespace_for(object);
+        let name = sort_key(object).1;
+        let target = typed_target::<K>(namespace, name);
+        let data = body(target, object, &K::api_version(&()), K::KIND)?;
+        let replaced: K = self
+            .send(
+                target,
+                typed_request::<K>(namespace).replace_subresource(
+                    "status",
+                    name,
+                    &requests::post_params(),
+                    data,
+                ),
+            )
+            .await?;
+        self.reflected::<K>().written(&replaced);
+        Ok(replaced)
+    }
+
+    async fn merge_patch<K: ClusterObject>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<K, ClusterError> {
+        let target = typed_target::<K>(namespace, name);
+        let patched: K = self
+            .send(
+                target,
+                typed_request::<K>(namespace).patch(
+                    name,
+                    &requests::patch_params(),
+                    &kube::api::Patch::Merge(patch),
+                ),
+            )
+            .await?;
+        self.reflected::<K>().written(&patched);
+        Ok(patched)
+    }
+
+    async fn merge_patch_status<K: ClusterObject>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Value,
+    ) -> Result<K, ClusterError> {
+        let target = typed_target::<K>(namespace, name);
+        let patched: K = self
+            .send(
+                target,
+                typed_request::<K>(namespace).patch_subresource(
+                    "status",
+                    name,
+                    &requests::patch_params(),
+                    &kube::api::Patch::Merge(patch),
+                ),
+            )
+            .await?;
+        self.reflected::<K>().written(&patched);
+        Ok(patched)
+    }
+
+    async fn delete<K: ClusterObject>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        options: DeleteOptions,
+    ) -> Result<(), ClusterError> {
+        let target = typed_target::<K>(namespace, name);
+        let request =
+            typed_request::<K>(namespace).delete(name, &requests::delete_params(&options));
+        let reflected = self.reflected::<K>();
+        match self.send_delete::<K>(target, request).await {
+            Ok(either::Either::Left(still_there)) => reflected.written(&still_there),
+            Ok(either::Either::Right(status)) => reflected.deleted(
+                namespace.unwrap_or_default(),
+                name,
+                status.details.map(|details| details.uid),
+            ),
+            // Deleting what is already gone is what the caller wanted.
+            Err(ClusterError::NotFound { .. }) => {
+                reflected.deleted(namespace.unwrap_or_default(), name, None);
+            }
+            Err(other) => return Err(other),
+        }
+        Ok(())
+    }
+
+    async fn evict(
+        &self,
+        namespace: &str,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> Result<(), ClusterError> {
+        let request = requests::eviction_request(namespace, name, preconditions)
+            .map_err(|error| ClusterError::invalid("Pod", name, "", error.to_string()))?;
+        self.shared
+            .client
+            .request_text(request)
+            .await
+            .map_err(|error| eviction_error(namespace, name, error))?;
+        self.shared.changes.bump();
+        Ok(())
+    }
+
+    async fn get_node_class(
+        &self,
+        reference: &NodeClassReference,
+    ) -> Result<Option<DynamicObject>, ClusterError> {
+        let reflected = self.node_class_reflector(reference)?;
+        let target = node_class_target(reference);
+        let request = Request::new(DynamicObject::url_path(&reflected.dyntype, None))
+            .get(&reference.name, &GetParams::default())
+            .map_err(|error| {
+                ClusterError::invalid(target.kind, target.name, "", error.to_string())
+            })?;
+        match self.shared.client.request::<DynamicObject>(request).await {
+            Ok(object) => Ok(Some(object)),
+            Err(error) => match cluster_error(target, error) {
+                ClusterError::NotFound { .. } => Ok(None),
+                other => Err(other),
+            },
+        }
+    }
+
+    async fn create_node_class(
+        &self,
+        object: &DynamicObject,
+    ) -> Result<DynamicObject, ClusterError> {
+        let (group, kind) = match &object.types {
+            Some(types) => (super::api_group(&types.api_version), types.kind.as_str()),
+            None => ("", ""),
+        };
+        let name = object.metadata.name.as_deref().unwrap_or_default();
+        let reference = NodeClassReference {
+            group: group.to_owned(),
+            kind: kind.to_owned(),
+            name: name.to_owned(),
+        };
+        let reflected = self.node_class_reflector(&reference)?;
+        let target = node_class_target(&reference);
+        let resource = &reflected.dyntype;
+        let data = body(target, object, &resource.api_version, &resource.kind)?;
+        let created: DynamicObject = self
+            .send(
+                target,
+                Request::new(DynamicObject::url_path(resource, None))
+                    .create(&requests::post_params(), data),
+            )
+            .await?;
+        reflected.written(&created);
+        Ok(created)
+    }
+
+    async fn merge_patch_node_class(
+        &self,
+        reference: &NodeClassReference,
+        patch: &Value,
+    ) -> Result<DynamicObject, ClusterError> {
+        let reflected = self.node_class_reflector(reference)?;
+        let patched: DynamicObject = self
+            .send(
+                node_class_target(reference),
+                Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch(
+                    &reference.name,
+                    &requests::patch_params(),
+                    &kube::api::Patch::Merge(patch),
+                ),
+            )
+            .await?;
+        reflected.written(&patched);
+        Ok(patched)
+    }
+
+    async fn merge_patch_node_class_status(
+        &self,
+        reference: &NodeClassReference,
+        patch: &Value,
+    ) -> Result<DynamicObject, ClusterError> {
+        let reflected = self.node_class_reflector(reference)?;
+        let patched: DynamicObject = self
+            .send(
+                node_class_target(reference),
+                Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch_subresource(
+                    "status",
+                    &reference.name,
+                    &requests::patch_params(),
+                    &kube::api::Patch::Merge(patch),
+                ),
+            )
+            .await?;
+        reflected.written(&patched);
+        Ok(patched)
+    }
+
+    async fn delete_node_class(
+        &self,
+        reference: &NodeClassReference,
+        options: DeleteOptions,
+    ) -> Result<(), ClusterError> {
+        let reflected = self.node_class_reflector(reference)?;
+        let request = Request::new(DynamicObject::url_path(&reflected.dyntype, None))
+            .delete(&reference.name, &requests::delete_params(&options));
+        match self
+            .send_delete::<DynamicObject>(node_class_target(reference), request)
+            .await
+        {
+            Ok(either::Either::Left(still_there)) => reflected.written(&still_there),
+            Ok(either::Either::Right(status)) => reflected.deleted(
+                "",
+                &reference.name,
+                status.details.map(|details| details.uid),
+            ),
+            Err(ClusterError::NotFound { .. }) => reflected.deleted("", &reference.name, None),
+            Err(other) => return Err(other),
+        }
+        Ok(())
+    }
+}
+
+fn node_class_target(reference: &NodeClassReference) -> Target<'_> {
+    Target {
+        kind: &reference.kind,
+        namespace: None,
+        name: &reference.name,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_resource_versions_then_the_store_has_caught_up_when_equal_or_newer() {
+        assert!(caught_up(Some("12"), Some("12")));
+        assert!(caught_up(Some("13"), Some("12")));
+        assert!(!caught_up(Some("11"), Some("12")));
+        assert!(!caught_up(None, Some("12")));
+        // Opaque versions: only equality counts.
+        assert!(caught_up(Some("abc"), Some("abc")));
+        assert!(!caught_up(Some("abd"), Some("abc")));
+    }
+}

@@ -1,0 +1,382 @@
+//! The controller manager: the one list of controllers core runs, and when each runs.
+//!
+//! `core-svc run` drives it on the system clock against the API server; the simulator drives
+//! the very same manager on its virtual clock against the in-memory cluster. Neither keeps a
+//! list of controllers of its own.
+//!
+//! A controller's pass is due when the time its last pass asked for ([`Requeue::After`]) has
+//! come, or when anything in the cluster changed since its last pass began (its own writes
+//! included, as a watch would deliver them). A change is seen through
+//! [`Cluster::revision`], which moves on every change the cluster sees; a failed pass is
+//! retried after [`ERROR_RETRY`]. Controllers run one at a time, in the order of
+//! [`ControllerKind::ALL`]: a pass sees every write of the passes before it.
+
+use std::time::Duration;
+
+use jiff::Timestamp;
+use karpenter_api::LabelPolicy;
+
+use crate::cloudprovider::CloudProvider;
+use crate::cluster::Cluster;
+use crate::controllers::consolidatable::ConsolidatableController;
+use crate::controllers::disruption::{DisruptionController, DisruptionOptions};
+use crate::controllers::drift::DriftController;
+use crate::controllers::expiration::ExpirationController;
+use crate::controllers::gc::GarbageCollectionController;
+use crate::controllers::hash::HashController;
+use crate::controllers::lifecycle::LifecycleController;
+use crate::controllers::nodeclass::NodeClassController;
+use crate::controllers::provisioning::nominations::{SharedNominations, nomination_window};
+use crate::controllers::provisioning::{Provisioner, ProvisionerOptions};
+use crate::controllers::termination::TerminationController;
+use crate::controllers::{Context, Controller, ControllerError, Requeue};
+
+/// How soon a failed controller pass runs again.
+pub const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// Every controller core runs, in the order the manager runs them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum ControllerKind {
+    /// Node class status, readiness and static hash (`nodeclass`).
+    NodeClass,
+    /// The NodePool template hash (`nodepool.hash`).
+    Hash,
+    /// Pending pods to NodeClaims (`provisioner`).
+    Provisioning,
+    /// Launch, registration, initialization (`nodeclaim.lifecycle`).
+    Lifecycle,
+    /// The `Drifted` condition (`nodeclaim.disruption.drift`).
+    Drift,
+    /// `expireAfter` (`nodeclaim.expiration`).
+    Expiration,
+    /// Drain and instance deletion (`node.termination`).
+    Termination,
+    /// NodeClaims without instances and instances without NodeClaims (`nodeclaim.garbagecollection`).
+    GarbageCollection,
+    /// The `Consolidatable` condition (`nodeclaim.disruption`).
+    Consolidatable,
+    /// Emptiness, drift and consolidation (`disruption`).
+    Disruption,
+}
+
+impl ControllerKind {
+    /// The controllers in the order a round runs them: node classes and hashes first (what the
+    /// others read), provisioning before the lifecycle that launches what it created,
+    /// disruption last (it acts on everything the others settled).
+    pub const ALL: [Self; 10] = [
+        Self::NodeClass,
+        Self::Hash,
+        Self::Provisioning,
+        Self::Lifecycle,
+        Self::Drift,
+        Self::Expiration,
+        Self::Termination,
+        Self::GarbageCollection,
+        Self::Consolidatable,
+        Self::Disruption,
+    ];
+
+    /// Whether a pass of this controller may evict pods (what the simulator checks against
+    /// the budgets).
+    pub fn evicts(self) -> bool {
+        matches!(self, Self::Termination | Self::Disruption)
+    }
+}
+
+/// What the manager needs to know beyond the [`Context`].
+#[derive(Debug, Clone, Default)]
+pub struct ManagerOptions {
+    /// The plugin resolves node classes (`ResolveNodeClass`): NodePools wait for their node
+    /// class to be Ready before anything is launched or replaced for them.
+    pub require_ready_node_class: bool,
+    /// The label domains core and the plugin restrict.
+    pub label_policy: LabelPolicy,
+}
+
+/// One of core's controllers, over the cluster `C` and the provider `P`.
+#[derive(Debug)]
+enum AnyController<C, P> {
+    NodeClass(NodeClassController<C, P>),
+    Hash(HashController<C, P>),
+    Provisioning(Box<Provisioner<C, P>>),
+    Lifecycle(LifecycleController<C, P>),
+    Drift(DriftController<C, P>),
+    Expiration(ExpirationController<C, P>),
+    Termination(TerminationController<C, P>),
+    GarbageCollection(GarbageCollectionController<C, P>),
+    Consolidatable(ConsolidatableController<C, P>),
+    Disruption(Box<DisruptionController<C, P>>),
+}
+
+macro_rules! each_controller {
+    ($self:expr, $c:ident => $body:expr) => {
+        match $self {
+            AnyController::NodeClass($c) => $body,
+            AnyController::Hash($c) => $body,
+            AnyController::Provisioning($c) => $body,
+            AnyController::Lifecycle($c) => $body,
+            AnyController::Drift($c) => $body,
+            AnyController::Expiration($c) => $body,
+            AnyController::Termination($c) => $body,
+            AnyController::GarbageCollection($c) => $body,
+            AnyController::Consolidatable($c) => $body,
+            AnyController::Disruption($c) => $body,
+        }
+    };
+}
+
+impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
+    fn build(
+        kind: ControllerKind,
+        ctx: &Context<C, P>,
+        options: &ManagerOptions,
+        nominations: &SharedNominations,
+    ) -> Self {
+        match kind {
+            ControllerKind::NodeClass => Self::NodeClass(NodeClassController::new(ctx.clone())),
+            ControllerKind::Hash => Self::Hash(HashController::new(ctx.clone())),
+            ControllerKind::Provisioning => Self::Provisioning(Box::new(
+                Provisioner::with_options(
+                    ctx.clone(),
+                    ProvisionerOptions {
+                        require_ready_node_class: options.require_ready_node_class,
+                        label_policy: options.label_policy.clone(),
+                        ..ProvisionerOptions::default()
+                    },
+                )
+                .with_nominations(nominations.clone()),
+            )),
+            ControllerKind::Lifecycle => Self::Lifecycle(LifecycleController::new(ctx.clone())),
+            ControllerKind::Drift => Self::Drift(DriftController::new(ctx.clone())),
+            ControllerKind::Expiration => Self::Expiration(ExpirationController::new(ctx.clone())),
+            ControllerKind::Termination => {
+                Self::Termination(TerminationController::new(ctx.clone()))
+            }
+            ControllerKind::GarbageCollection => {
+                Self::GarbageCollection(GarbageCollectionController::new(ctx.clone()))
+            }
+            ControllerKind::Consolidatable => {
+                Self::Consolidatable(ConsolidatableController::new(ctx.clone()))
+            }
+            ControllerKind::Disruption => Self::Disruption(Box::new(
+                DisruptionController::with_options(
+                    ctx.clone(),
+                    DisruptionOptions {
+                        require_ready_node_class: options.require_ready_node_class,
+                        label_policy: options.label_policy.clone(),
+                        ..DisruptionOptions::default()
+                    },
+                )
+                .with_nominations(nominations.clone()),
+            )),
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        each_controller!(self, c => c.name())
+    }
+
+    async fn reconcile(&self) -> Result<Requeue, ControllerError> {
+        each_controller!(self, c => c.reconcile().await)
+    }
+}
+
+/// A controller and when it runs next.
+#[derive(Debug)]
+struct Slot<C, P> {
+    kind: ControllerKind,
+    controller: AnyController<C, P>,
+    /// When its last pass asked to run again; `None`: only on a change.
+    due: Option<Timestamp>,
+    /// The cluster's revision when its last pass began; `None` before the first pass.
+    seen: Option<u64>,
+}
+
+/// What one pass did.
+#[derive(Debug)]
+pub struct Pass {
+    /// Which controller ran.
+    pub kind: ControllerKind,
+    /// Its name, upstream's (`disruption`, `node.termination`, ...).
+    pub name: &'static str,
+    /// What it answered.
+    pub result: Result<Requeue, ControllerError>,
+}
+
+/// Every controller of core, each with its schedule. Build one per process start (or per
+/// simulated restart): the controllers keep in-memory state (batches, nominations, drift
+/// timers) that a restart loses, as upstream's do.
+#[derive(Debug)]
+pub struct Manager<C, P> {
+    ctx: Context<C, P>,
+    slots: Vec<Slot<C, P>>,
+}
+
+impl<C: Cluster, P: CloudProvider> Manager<C, P> {
+    /// The controllers of [`ControllerKind::ALL`] over `ctx`. The provisioner and the
+    /// disruption controller share one fresh set of nominations, in memory.
+    pub fn new(ctx: Context<C, P>, options: &ManagerOptions) -> Self {
+        let nominations = SharedNominations::new(nomination_window(ctx.settings.batch_max));
+        let slots = ControllerKind::ALL
+            .into_iter()
+            .map(|kind| Slot {
+                kind,
+                controller: AnyController::build(kind, &ctx, options, &nominations),
+                due: None,
+                seen: None,
+            })
+            .collect();
+        Self { ctx, slots }
+    }
+
+    /// The controllers, in the order they run.
+    pub fn kinds(&self) -> impl Iterator<Item = ControllerKind> + '_ {
+        self.slots.iter().map(|slot| slot.kind)
+    }
+
+    /// Whether `kind` is due at `now`, given the cluster's current revision.
+    pub fn is_due(&self, kind: ControllerKind, now: Timestamp) -> bool {
+        let revision = self.ctx.cluster.revision();
+        self.slots
+            .iter()
+            .find(|slot| slot.kind == kind)
+            .is_some_and(|slot| slot_is_due(slot, now, revision))
+    }
+
+    /// Runs `kind`'s pass when it is due at `now`; `None` when it was not.
+    pub async fn run_if_due(&mut self, kind: ControllerKind, now: Timestamp) -> Option<Pass> {
+        let revision = self.ctx.cluster.revision();
+        let slot = self.slots.iter_mut().find(|slot| slot.kind == kind)?;
+        if !slot_is_due(slot, now, revision) {
+            return None;
+        }
+        slot.seen = Some(revision);
+        let result = slot.controller.reconcile().await;
+        slot.due = match &result {
+            Ok(Requeue::After(after)) => Some(later(now, *after)),
+            Ok(Requeue::OnChange) => None,
+            Err(error) => {
+                tracing::debug!(controller = slot.controller.name(), %error, "controller pass failed; retrying");
+                Some(later(now, ERROR_RETRY))
+            }
+        };
+        Some(Pass {
+            kind,
+            name: slot.controller.name(),
+            result,
+        })
+    }
+
+    /// Runs every due controller once, in order; answers the passes that ran.
+    pub async fn run_due(&mut self, now: Timestamp) -> Vec<Pass> {
+        let mut passes = Vec::new();
+        for kind in ControllerKind::ALL {
+            if let Some(pass) = self.run_if_due(kind, now).await {
+                passes.push(pass);
+            }
+        }
+        passes
+    }
+
+    /// The earliest time a controller asked to run again, if any did. A change in the
+    /// cluster makes controllers due before it.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.slots.iter().filter_map(|slot| slot.due).min()
+    }
+}
+
+fn slot_is_due<C, P>(slot: &Slot<C, P>, now: Timestamp, revision: u64) -> bool {
+    slot.due.is_some_and(|due| due <= now) || slot.seen != Some(revision)
+}
+
+/// `now + after`, saturating at the end of time.
+fn later(now: Timestamp, after: Duration) -> Timestamp {
+    now.saturating_add(after).unwrap_or(Timestamp::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::clock::{Clock, FakeClock};
+    use crate::cloudprovider::fake::FakeCloudProvider;
+    use crate::cluster::{Cluster, InMemoryCluster};
+    use crate::controllers::Settings;
+    use crate::controllers::testing::{at, node_pool};
+    use crate::events::MemoryEvents;
+
+    fn manager() -> (
+        Manager<InMemoryCluster, FakeCloudProvider>,
+        Arc<InMemoryCluster>,
+        Arc<FakeClock>,
+    ) {
+        let clock = Arc::new(FakeClock::new(at(0)));
+        let cluster = Arc::new(InMemoryCluster::new(
+            Arc::clone(&clock) as Arc<dyn Clock>,
+            7,
+        ));
+        let ctx = Context {
+            cluster: Arc::clone(&cluster),
+            cloud: Arc::new(FakeCloudProvider::new()),
+            clock: Arc::clone(&clock) as Arc<dyn Clock>,
+            events: Arc::new(MemoryEvents::new()),
+            settings: Settings::default(),
+        };
+        (
+            Manager::new(ctx, &ManagerOptions::default()),
+            cluster,
+            clock,
+        )
+    }
+
+    fn ran(passes: &[Pass]) -> Vec<ControllerKind> {
+        passes.iter().map(|pass| pass.kind).collect()
+    }
+
+    #[tokio::test]
+    async fn given_a_new_manager_then_every_controller_runs_once_in_order() {
+        let (mut manager, _, clock) = manager();
+        let passes = manager.run_due(clock.now()).await;
+        assert_eq!(ran(&passes), ControllerKind::ALL.to_vec());
+        assert_eq!(manager.kinds().collect::<Vec<_>>(), ControllerKind::ALL);
+    }
+
+    #[tokio::test]
+    async fn given_nothing_changed_then_only_controllers_whose_time_came_run_again() {
+        let (mut manager, _, clock) = manager();
+        manager.run_due(clock.now()).await;
+        // Same instant, no change: nobody is due.
+        assert!(manager.run_due(clock.now()).await.is_empty());
+        let next = manager
+            .next_due()
+            .expect("periodic controllers ask to run again");
+        clock.set(next);
+        let passes = manager.run_due(clock.now()).await;
+        assert!(!passes.is_empty());
+        assert!(
+            passes.len() < ControllerKind::ALL.len(),
+            "{:?}",
+            ran(&passes)
+        );
+    }
+
+    #[tokio::test]
+    async fn given_a_change_in_the_cluster_then_every_controller_runs_again() {
+        let (mut manager, cluster, clock) = manager();
+        manager.run_due(clock.now()).await;
+        cluster
+            .create(&node_pool("default", json!({})))
+            .await
+            .expect("a valid NodePool");
+        assert!(manager.is_due(ControllerKind::Disruption, clock.now()));
+        let passes = manager.run_due(clock.now()).await;
+        assert_eq!(
+            passes.first().map(|p| p.kind),
+            Some(ControllerKind::NodeClass)
+        );
+        assert!(passes.iter().any(|p| p.kind == ControllerKind::Disruption));
+    }
+}

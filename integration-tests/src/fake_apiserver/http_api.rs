@@ -1,0 +1,710 @@
+//! The HTTP front door: paths, methods, bodies and status codes as the API server's.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{Query, State as AxumState};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use core_svc::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions};
+use serde_json::{Value, json};
+
+use super::resources::{self, Backend, Op, Resource};
+use super::store::{PlainCall, State, stamp};
+
+type Shared = Arc<State>;
+
+/// How often an idle watch gets a bookmark.
+const BOOKMARK_EVERY: Duration = Duration::from_secs(1);
+
+pub(crate) fn router(state: Shared) -> Router {
+    Router::new().fallback(handle).with_state(state)
+}
+
+fn status_body(code: u16, reason: &str, message: &str, causes: Vec<Value>) -> Value {
+    let mut body = json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": if code < 300 { "Success" } else { "Failure" },
+        "message": message,
+        "reason": reason,
+        "code": code,
+    });
+    if !causes.is_empty()
+        && let Value::Object(map) = &mut body
+    {
+        map.insert("details".to_owned(), json!({"causes": causes}));
+    }
+    body
+}
+
+fn respond(code: u16, body: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+fn error_response(error: &ClusterError) -> Response {
+    let message = error.to_string();
+    let (code, reason, causes) = match error {
+        ClusterError::NotFound { .. } => (404, "NotFound", Vec::new()),
+        ClusterError::AlreadyExists { .. } => (409, "AlreadyExists", Vec::new()),
+        ClusterError::Conflict { .. } => (409, "Conflict", Vec::new()),
+        ClusterError::TooManyRequests { budget, reason, .. } => (
+            429,
+            "TooManyRequests",
+            vec![json!({
+                "reason": "DisruptionBudget",
+                "message": format!("The disruption budget {budget} does not allow it: {reason}"),
+            })],
+        ),
+        ClusterError::MultipleDisruptionBudgets { .. } => (
+            500,
+            "InternalError",
+            Vec::new(),
+        ),
+        ClusterError::Invalid { causes, .. } => (
+            422,
+            "Invalid",
+            causes
+                .iter()
+                .map(|cause| {
+                    json!({"reason": "FieldValueInvalid", "field": cause.field, "message": cause.message})
+                })
+                .collect(),
+        ),
+        ClusterError::Unavailable(_) => (503, "ServiceUnavailable", Vec::new()),
+    };
+    let message = if matches!(error, ClusterError::MultipleDisruptionBudgets { .. }) {
+        format!(
+            "This pod has more than one PodDisruptionBudget, which the eviction subresource does not support. ({message})"
+        )
+    } else {
+        message
+    };
+    respond(code, &status_body(code, reason, &message, causes))
+}
+
+fn bad_request(message: &str) -> Response {
+    respond(400, &status_body(400, "BadRequest", message, Vec::new()))
+}
+
+fn not_found(message: &str) -> Response {
+    respond(404, &status_body(404, "NotFound", message, Vec::new()))
+}
+
+/// A parsed resource path.
+#[derive(Debug)]
+struct Target {
+    index: usize,
+    namespace: Option<String>,
+    name: Option<String>,
+    subresource: Option<String>,
+}
+
+async fn handle(
+    AxumState(state): AxumState<Shared>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    Query(query): Query<HashMap<String, String>>,
+    body: Bytes,
+) -> Response {
+    let segments: Vec<&str> = uri
+        .path()
+        .split('/')
+        .filter(|segment| !segment.is_empty())
+        .collect();
+    let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
+        ["version"] => {
+            return respond(
+                200,
+                &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-fake", "platform": "linux/amd64"}),
+            );
+        }
+        ["healthz" | "readyz" | "livez"] => return (StatusCode::OK, "ok").into_response(),
+        ["api"] => {
+            return respond(
+                200,
+                &json!({"kind": "APIVersions", "versions": ["v1"], "serverAddressByClientCIDRs": []}),
+            );
+        }
+        ["apis"] => return respond(200, &group_list(&state.resources)),
+        ["api", "v1", rest @ ..] => ("", "v1", rest),
+        ["apis", group, version, rest @ ..] => (group, version, rest),
+        _ => return not_found(&format!("the server could not find {}", uri.path())),
+    };
+    if rest.is_empty() {
+        return resource_list(&state.resources, group, version);
+    }
+    let (namespace, rest) = match rest {
+        ["namespaces", namespace, rest @ ..] if !rest.is_empty() => (Some(*namespace), rest),
+        _ => (None, rest),
+    };
+    let (plural, name, subresource) = match rest {
+        [plural] => (*plural, None, None),
+        [plural, name] => (*plural, Some(*name), None),
+        [plural, name, sub] => (*plural, Some(*name), Some(*sub)),
+        _ => return not_found(&format!("the server could not find {}", uri.path())),
+    };
+    let Some(index) = state.resources.iter().position(|resource| {
+        resource.group == group && resource.version == version && resource.plural == plural
+    }) else {
+        return not_found(&format!(
+            "the server could not find the requested resource ({group}/{version} {plural})"
+        ));
+    };
+    let target = Target {
+        index,
+        namespace: namespace.map(str::to_owned),
+        name: name.map(str::to_owned),
+        subresource: subresource.map(str::to_owned),
+    };
+    let response = dispatch(&state, method.clone(), target, &headers, &query, &body).await;
+    // Every write is published to the watches before its answer goes out.
+    if method != Method::GET {
+        state.sync().await;
+    }
+    response
+}
+
+fn group_list(resources: &[Resource]) -> Value {
+    let mut groups: Vec<(String, String)> = resources
+        .iter()
+        .filter(|resource| !resource.group.is_empty())
+        .map(|resource| (resource.group.clone(), resource.version.clone()))
+        .collect();
+    groups.dedup();
+    groups.sort();
+    groups.dedup();
+    let groups: Vec<Value> = groups
+        .into_iter()
+        .map(|(group, version)| {
+            let gv = format!("{group}/{version}");
+            json!({
+                "name": group,
+                "versions": [{"groupVersion": gv, "version": version}],
+                "preferredVersion": {"groupVersion": gv, "version": version},
+            })
+        })
+        .collect();
+    json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+}
+
+fn resource_list(resources: &[Resource], group: &str, version: &str) -> Response {
+    let mut entries = Vec::new();
+    for resource in resources
+        .iter()
+        .filter(|resource| resource.group == group && resource.version == version)
+    {
+        entries.push(json!({
+            "name": resource.plural,
+            "singularName": resource.kind.to_lowercase(),
+            "namespaced": resource.namespaced,
+            "kind": resource.kind,
+            "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+        }));
+        for sub in resource.subresources {
+            let (kind, verbs) = if *sub == "eviction" {
+                ("Eviction", json!(["create"]))
+            } else {
+                (resource.kind.as_str(), json!(["get", "patch", "update"]))
+            };
+            entries.push(json!({
+                "name": format!("{}/{sub}", resource.plural),
+                "singularName": "",
+                "namespaced": resource.namespaced,
+                "kind": kind,
+                "verbs": verbs,
+            }));
+        }
+    }
+    if entries.is_empty() {
+        return not_found(&format!("no resources in {group}/{version}"));
+    }
+    let group_version = if group.is_empty() {
+        version.to_owned()
+    } else {
+        format!("{group}/{version}")
+    };
+    respond(
+        200,
+        &json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": group_version, "resources": entries}),
+    )
+}
+
+fn parse_body(body: &Bytes) -> Result<Value, String> {
+    serde_json::from_slice(body)
+        .map_err(|error| format!("the request body is not valid JSON: {error}"))
+}
+
+async fn dispatch(
+    state: &Shared,
+    method: Method,
+    target: Target,
+    headers: &HeaderMap,
+    query: &HashMap<String, String>,
+    body: &Bytes,
+) -> Response {
+    let Some(resource) = state.resources.get(target.index).cloned() else {
+        return not_found("no such resource");
+    };
+    if resource.namespaced != target.namespace.is_some() && target.name.is_some() {
+        return not_found(&format!(
+            "{} is {}",
+            resource.plural,
+            if resource.namespaced {
+                "namespaced"
+            } else {
+                "cluster-scoped"
+            }
+        ));
+    }
+    let namespace = target.namespace.as_deref();
+    let Some(name) = target.name.clone() else {
+        return match method {
+            Method::GET if is_watch(query) => watch(state, target.index, namespace, query),
+            Method::GET => {
+                let (items, version) = state.list(target.index, namespace).await;
+                respond(
+                    200,
+                    &json!({
+                        "kind": format!("{}List", resource.kind),
+                        "apiVersion": resource.api_version(),
+                        "metadata": {"resourceVersion": version.to_string()},
+                        "items": items,
+                    }),
+                )
+            }
+            Method::POST => {
+                let mut object = match parse_body(body) {
+                    Ok(object) => object,
+                    Err(message) => return bad_request(&message),
+                };
+                if let (Some(namespace), Some(metadata)) = (
+                    namespace,
+                    object.get_mut("metadata").and_then(Value::as_object_mut),
+                ) {
+                    metadata
+                        .entry("namespace")
+                        .or_insert_with(|| Value::String(namespace.to_owned()));
+                }
+                let object_name = object
+                    .pointer("/metadata/name")
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_owned();
+                created(
+                    state,
+                    &resource,
+                    target.index,
+                    namespace,
+                    &object_name,
+                    object,
+                )
+                .await
+            }
+            _ => respond(
+                405,
+                &status_body(
+                    405,
+                    "MethodNotAllowed",
+                    "method not allowed on a collection",
+                    Vec::new(),
+                ),
+            ),
+        };
+    };
+    let subresource = target.subresource.as_deref();
+    if let Some(sub) = subresource
+        && !resource.subresources.contains(&sub)
+    {
+        return not_found(&format!("{} has no subresource {sub}", resource.plural));
+    }
+    if subresource == Some("eviction") {
+        if method != Method::POST {
+            return bad_request("the eviction subresource takes POST only");
+        }
+        return evict(state, namespace.unwrap_or_default(), &name, body).await;
+    }
+    let status = subresource == Some("status");
+    if resource.backend == Backend::Plain {
+        let call = match method {
+            Method::GET => PlainCall::Get,
+            Method::PUT => match parse_body(body) {
+                Ok(object) => PlainCall::Replace(object),
+                Err(message) => return bad_request(&message),
+            },
+            Method::PATCH => {
+                let patch = match parse_body(body) {
+                    Ok(patch) => patch,
+                    Err(message) => return bad_request(&message),
+                };
+                return match state.plain_call(
+                    target.index,
+                    namespace,
+                    &name,
+                    PlainCall::MergePatch(&patch),
+                ) {
+                    Ok(object) => respond(200, &object.unwrap_or(Value::Null)),
+                    Err(error) => error_response(&error),
+                };
+            }
+            Method::DELETE => PlainCall::Delete,
+            _ => return bad_request("unsupported method"),
+        };
+        return match state.plain_call(target.index, namespace, &name, call) {
+            Ok(Some(object)) => respond(200, &object),
+            Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
+            Err(error) => error_response(&error),
+        };
+    }
+    let answer = match method {
+        Method::GET => resources::call(&state.cluster, &resource, namespace, &name, Op::Get).await,
+        Method::PUT => {
+            let object = match parse_body(body) {
+                Ok(object) => object,
+                Err(message) => return bad_request(&message),
+            };
+            let op = if status {
+                Op::ReplaceStatus(object)
+            } else {
+                Op::Replace(object)
+            };
+            resources::call(&state.cluster, &resource, namespace, &name, op).await
+        }
+        Method::PATCH => {
+            let patch = match parse_body(body) {
+                Ok(patch) => patch,
+                Err(message) => return bad_request(&message),
+            };
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            patch_call(
+                state,
+                &resource,
+                namespace,
+                &name,
+                status,
+                content_type,
+                &patch,
+            )
+            .await
+        }
+        Method::DELETE => {
+            let options = if body.is_empty() {
+                Value::Null
+            } else {
+                match parse_body(body) {
+                    Ok(options) => options,
+                    Err(message) => return bad_request(&message),
+                }
+            };
+            let options = delete_options(&options, query);
+            match resources::call(
+                &state.cluster,
+                &resource,
+                namespace,
+                &name,
+                Op::Delete(options),
+            )
+            .await
+            {
+                Ok(None) => {
+                    return respond(
+                        200,
+                        &json!({
+                            "kind": "Status", "apiVersion": "v1", "metadata": {},
+                            "status": "Success",
+                            "details": {"name": name, "kind": resource.plural},
+                        }),
+                    );
+                }
+                other => other,
+            }
+        }
+        _ => return bad_request("unsupported method"),
+    };
+    match answer {
+        Ok(Some(mut object)) => {
+            stamp(&resource, &mut object, None);
+            respond(200, &object)
+        }
+        Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn created(
+    state: &Shared,
+    resource: &Resource,
+    index: usize,
+    namespace: Option<&str>,
+    name: &str,
+    object: Value,
+) -> Response {
+    let answer = if resource.backend == Backend::Plain {
+        state.plain_call(index, namespace, name, PlainCall::Create(object))
+    } else {
+        resources::call(
+            &state.cluster,
+            resource,
+            namespace,
+            name,
+            Op::Create(object),
+        )
+        .await
+    };
+    match answer {
+        Ok(Some(mut object)) => {
+            stamp(resource, &mut object, None);
+            respond(201, &object)
+        }
+        Ok(None) => respond(201, &status_body(201, "", "", Vec::new())),
+        Err(error) => error_response(&error),
+    }
+}
+
+async fn patch_call(
+    state: &Shared,
+    resource: &Resource,
+    namespace: Option<&str>,
+    name: &str,
+    status: bool,
+    content_type: &str,
+    patch: &Value,
+) -> resources::Answer {
+    let media = content_type.split(';').next().unwrap_or_default().trim();
+    match media {
+        // Strategic merge patches are merge patches for every field this server stores
+        // (its lists are replaced whole, as a merge patch does).
+        "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            let op = if status {
+                Op::MergePatchStatus(patch)
+            } else {
+                Op::MergePatch(patch)
+            };
+            resources::call(&state.cluster, resource, namespace, name, op).await
+        }
+        "application/json-patch+json" => {
+            let current =
+                resources::call(&state.cluster, resource, namespace, name, Op::Get).await?;
+            let mut object = current.unwrap_or(Value::Null);
+            let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+                .map_err(|e| ClusterError::invalid(&resource.kind, name, "", e.to_string()))?;
+            json_patch::patch(&mut object, &operations)
+                .map_err(|e| ClusterError::invalid(&resource.kind, name, "", e.to_string()))?;
+            // Applied to the version just read: a concurrent write in between is a conflict.
+            let op = if status {
+                Op::ReplaceStatus(object)
+            } else {
+                Op::Replace(object)
+            };
+            resources::call(&state.cluster, resource, namespace, name, op).await
+        }
+        other => Err(ClusterError::invalid(
+            &resource.kind,
+            name,
+            "",
+            format!(
+                "unsupported patch type {other:?} (merge, strategic merge and JSON patches are)"
+            ),
+        )),
+    }
+}
+
+fn delete_options(body: &Value, query: &HashMap<String, String>) -> DeleteOptions {
+    let grace_period_seconds = body
+        .get("gracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .or_else(|| query.get("gracePeriodSeconds").and_then(|v| v.parse().ok()));
+    DeleteOptions {
+        grace_period_seconds,
+        preconditions: preconditions(body.get("preconditions")),
+    }
+}
+
+fn preconditions(value: Option<&Value>) -> Preconditions {
+    let field = |name: &str| {
+        value
+            .and_then(|v| v.get(name))
+            .and_then(Value::as_str)
+            .map(str::to_owned)
+    };
+    Preconditions {
+        uid: field("uid"),
+        resource_version: field("resourceVersion"),
+    }
+}
+
+async fn evict(state: &Shared, namespace: &str, name: &str, body: &Bytes) -> Response {
+    state
+        .evictions
+        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let eviction = match parse_body(body) {
+        Ok(eviction) => eviction,
+        Err(message) => return bad_request(&message),
+    };
+    if eviction.get("kind").and_then(Value::as_str) != Some("Eviction") {
+        return bad_request("the body of an eviction must be an Eviction (policy/v1)");
+    }
+    let preconditions = preconditions(eviction.pointer("/deleteOptions/preconditions"));
+    match state.cluster.evict(namespace, name, &preconditions).await {
+        Ok(()) => respond(201, &status_body(201, "", "", Vec::new())),
+        Err(error) => error_response(&error),
+    }
+}
+
+fn is_watch(query: &HashMap<String, String>) -> bool {
+    matches!(query.get("watch").map(String::as_str), Some("true" | "1"))
+}
+
+fn watch(
+    state: &Shared,
+    index: usize,
+    namespace: Option<&str>,
+    query: &HashMap<String, String>,
+) -> Response {
+    let from: u64 = query
+        .get("resourceVersion")
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|v| v.parse().ok())
+        .map_or(Duration::from_secs(300), Duration::from_secs);
+    let bookmarks = matches!(
+        query.get("allowWatchBookmarks").map(String::as_str),
+        Some("true")
+    );
+    let kind = state
+        .resources
+        .get(index)
+        .map(|resource| (resource.kind.clone(), resource.api_version()))
+        .unwrap_or_default();
+    let namespace = namespace.map(str::to_owned);
+    let receiver = state.subscribe();
+    let deadline = tokio::time::Instant::now() + timeout;
+    let stream_state = WatchStream {
+        state: Arc::clone(state),
+        index,
+        namespace,
+        from,
+        receiver,
+        deadline,
+        bookmarks,
+        kind,
+        done: false,
+    };
+    let stream = futures::stream::unfold(stream_state, |mut watch| async move {
+        let chunk = watch.next_chunk().await?;
+        Some((Ok::<Bytes, std::io::Error>(chunk), watch))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+struct WatchStream {
+    state: Shared,
+    index: usize,
+    namespace: Option<String>,
+    from: u64,
+    receiver: tokio::sync::watch::Receiver<u64>,
+    deadline: tokio::time::Instant,
+    bookmarks: bool,
+    kind: (String, String),
+    done: bool,
+}
+
+impl WatchStream {
+    /// The next lines to send, or `None` when the watch ends.
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        loop {
+            if self.done || tokio::time::Instant::now() >= self.deadline {
+                return None;
+            }
+            let mut lines = Vec::new();
+            {
+                let history = self.state.history();
+                let compacted = history.compacted.get(&self.index).copied().unwrap_or(0);
+                if self.from < compacted {
+                    self.done = true;
+                    let status = status_body(
+                        410,
+                        "Expired",
+                        &format!("too old resource version: {} ({compacted})", self.from),
+                        Vec::new(),
+                    );
+                    lines.push(json!({"type": "ERROR", "object": status}));
+                } else {
+                    let from = self.from;
+                    for event in history.events.iter().filter(|event| {
+                        event.resource == self.index
+                            && event.resource_version > from
+                            && self
+                                .namespace
+                                .as_deref()
+                                .is_none_or(|namespace| namespace == event.namespace)
+                    }) {
+                        lines.push(json!({"type": event.type_, "object": event.object}));
+                        self.from = self.from.max(event.resource_version);
+                    }
+                }
+            }
+            if !lines.is_empty() {
+                let mut chunk = Vec::new();
+                for line in lines {
+                    chunk.extend(line.to_string().into_bytes());
+                    chunk.push(b'\n');
+                }
+                return Some(Bytes::from(chunk));
+            }
+            let wait = tokio::time::timeout_at(
+                self.deadline
+                    .min(tokio::time::Instant::now() + BOOKMARK_EVERY),
+                self.receiver.changed(),
+            )
+            .await;
+            match wait {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) => return None,
+                Err(_) if self.bookmarks => {
+                    let latest = self
+                        .state
+                        .history()
+                        .latest
+                        .get(&self.index)
+                        .copied()
+                        .unwrap_or(0)
+                        .max(self.from);
+                    self.from = latest;
+                    let bookmark = json!({
+                        "type": "BOOKMARK",
+                        "object": {
+                            "kind": self.kind.0,
+                            "apiVersion": self.kind.1,
+                            "metadata": {"resourceVersion": latest.to_string()},
+                        },
+                    });
+                    let mut chunk = bookmark.to_string().into_bytes();
+                    chunk.push(b'\n');
+                    return Some(Bytes::from(chunk));
+                }
+                Err(_) => {}
+            }
+        }
+    }
+}

@@ -1,0 +1,129 @@
+//! A fake Kubernetes API server: the wire protocol over [`InMemoryCluster`].
+//!
+//! One semantics, two front doors: the objects core decides on (NodePools, NodeClaims, node
+//! classes, Nodes, Pods, PDBs, DaemonSets, PriorityClasses) live in an [`InMemoryCluster`],
+//! whose Kubernetes semantics (resourceVersion conflicts, status subresources, finalizers,
+//! graceful pod deletion, generateName, the eviction subresource under PDBs, admission) its
+//! own tests pin down; this server only puts HTTP in front of it, so a test can drive the same
+//! store in process (the kubelet and scheduler stand-ins) and over the wire (core-svc through
+//! kube-rs). Leases (`coordination.k8s.io/v1`) and Events (`events.k8s.io/v1`) live in a plain
+//! store of its own with the same optimistic concurrency.
+//!
+//! What it serves: discovery (`/api`, `/apis`, each group-version's resource list), list and
+//! watch with `resourceVersion` (bookmarks; `410 Gone` for a version older than its history),
+//! get, create, replace, merge and JSON patches, `/status`, delete with `DeleteOptions`, and
+//! the `policy/v1` eviction subresource. Errors are `Status` objects with the API server's
+//! codes and reasons.
+//!
+//! Watches are fed by diffing: after every request (and on [`FakeApiServer::sync`], which the
+//! in-process stand-ins call after their writes), the server compares the cluster with what it
+//! last saw, object by object and resourceVersion by resourceVersion, and appends one
+//! `ADDED`/`MODIFIED`/`DELETED` event per difference to a bounded history.
+
+mod http_api;
+mod resources;
+mod store;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use core_svc::cluster::InMemoryCluster;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+
+pub use resources::NodeClassResource;
+
+/// A running fake API server.
+#[derive(Debug)]
+pub struct FakeApiServer {
+    address: SocketAddr,
+    state: Arc<store::State>,
+    task: JoinHandle<()>,
+}
+
+impl Drop for FakeApiServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl FakeApiServer {
+    /// Serves `cluster` on `listen` (port 0 picks a free one), with the node class kinds
+    /// `node_classes` registered.
+    pub async fn start(
+        listen: SocketAddr,
+        cluster: InMemoryCluster,
+        node_classes: Vec<NodeClassResource>,
+    ) -> std::io::Result<Self> {
+        let listener = TcpListener::bind(listen).await?;
+        let address = listener.local_addr()?;
+        let state = Arc::new(store::State::new(cluster, node_classes));
+        let app = http_api::router(Arc::clone(&state));
+        let task = tokio::spawn(async move {
+            if let Err(error) = axum::serve(listener, app).await {
+                tracing::error!(%error, "fake API server stopped");
+            }
+        });
+        Ok(Self {
+            address,
+            state,
+            task,
+        })
+    }
+
+    /// `http://ADDRESS`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.address)
+    }
+
+    /// Publishes changes made to the cluster in process (not through HTTP) to the watches.
+    pub async fn sync(&self) {
+        self.state.sync().await;
+    }
+
+    /// A kubeconfig pointing at this server (no credentials: it checks none).
+    pub fn kubeconfig(&self) -> String {
+        kubeconfig(&self.url())
+    }
+
+    /// How many watch events the server has published so far.
+    pub fn events_published(&self) -> u64 {
+        self.state.events_published()
+    }
+
+    /// How many eviction requests the server has received.
+    pub fn evictions(&self) -> u64 {
+        self.state
+            .evictions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Drops the watch history, so every watch resuming from an older version gets `410 Gone`
+    /// and must relist (what an API server does after etcd compaction).
+    pub fn compact(&self) {
+        self.state.compact();
+    }
+}
+
+/// A kubeconfig for an API server at `url`, with no credentials.
+pub fn kubeconfig(url: &str) -> String {
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: fake
+  cluster:
+    server: {url}
+contexts:
+- name: fake
+  context:
+    cluster: fake
+    user: fake
+    namespace: default
+current-context: fake
+users:
+- name: fake
+  user: {{}}
+"
+    )
+}
