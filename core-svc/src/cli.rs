@@ -1,13 +1,29 @@
 //! The command line of `core-svc`.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
 use provider_sdk::Endpoint;
 use provider_sdk::logging::LogFormat;
 use provider_sdk::tls::ClientTls;
+use tokio::sync::watch;
 
+use crate::clock::{Clock, SystemClock};
+use crate::cloudprovider::grpc::{CallMetrics, GrpcCloudProvider};
+use crate::cloudprovider::{CloudProvider, NodeClassKind};
+use crate::cluster::apiserver::events::ApiServerEvents;
+use crate::cluster::{Cluster, KubeCluster, apiserver};
+use crate::controllers::nodeclaim::{launched_of, request_of};
+use crate::controllers::{Context, Settings};
+use crate::http::Readiness;
+use crate::inspect::{PluginDrift, inspect};
+use crate::leader::{Elector, LEASE_NAME, Timings};
+use crate::manager::{Manager, ManagerOptions};
+use crate::metrics::{MeteredEvents, Metrics};
 use crate::plugin::{Deadlines, Handshake, PluginConnection, handshake, probe};
 
 /// core-svc, the control plane of a Karpenter-compatible node autoscaler (karpenter.sh/v1
@@ -28,12 +44,94 @@ pub struct Args {
 /// The commands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Run the control plane: connect to the plugin, wait until it is ready, and keep
-    /// watching its readiness until SIGTERM.
-    Run(PluginArgs),
+    /// Run the control plane against the cluster: wait for the plugin, sync the caches, win
+    /// the leader election, then run every controller until SIGTERM. Serves /metrics and the
+    /// probes meanwhile.
+    Run(RunArgs),
     /// Ask the plugin who it is, what it supports and whether it is ready, print the answer
     /// and exit (0 when ready, 1 otherwise).
     PluginInfo(PluginArgs),
+    /// Say why a node is (not) being disrupted: its drift status and the plugin's IsDrifted
+    /// answer, whether it is a disruption candidate, what holds it back, what happens next.
+    Explain(ExplainArgs),
+}
+
+/// How to reach the API server.
+#[derive(Debug, clap::Args)]
+pub struct KubeArgs {
+    /// A kubeconfig file; without it, the in-cluster service account, then `KUBECONFIG`, then
+    /// ~/.kube/config (kube's standard inference).
+    #[arg(long, env = "CORE_KUBECONFIG")]
+    pub kubeconfig: Option<PathBuf>,
+}
+
+impl KubeArgs {
+    async fn client(&self) -> anyhow::Result<kube::Client> {
+        let config = match &self.kubeconfig {
+            Some(path) => {
+                let kubeconfig = kube::config::Kubeconfig::read_from(path)
+                    .with_context(|| format!("reading the kubeconfig {}", path.display()))?;
+                kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+                    .await
+                    .with_context(|| format!("the kubeconfig {}", path.display()))?
+            }
+            None => kube::Config::infer()
+                .await
+                .context("no cluster configuration (in-cluster, KUBECONFIG or ~/.kube/config)")?,
+        };
+        Ok(apiserver::client(config)?)
+    }
+}
+
+/// `core-svc run`.
+#[derive(Debug, clap::Args)]
+pub struct RunArgs {
+    /// The plugin.
+    #[command(flatten)]
+    pub plugin: PluginArgs,
+    /// The API server.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// Where /metrics is served.
+    #[arg(long, env = "METRICS_ADDRESS", default_value = "0.0.0.0:8080")]
+    pub metrics_address: SocketAddr,
+    /// Where /healthz and /readyz are served.
+    #[arg(long, env = "HEALTH_PROBE_ADDRESS", default_value = "0.0.0.0:8081")]
+    pub health_probe_address: SocketAddr,
+    /// The namespace of the leader election Lease (the pod's own).
+    #[arg(long, env = "SYSTEM_NAMESPACE", default_value = "kube-system")]
+    pub namespace: String,
+    /// This replica's name in the Lease; the pod's name.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+    /// Run the controllers without a Lease (one replica only).
+    #[arg(long, env = "DISABLE_LEADER_ELECTION")]
+    pub disable_leader_election: bool,
+}
+
+/// Output formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Output {
+    /// For people.
+    Text,
+    /// One JSON object.
+    Json,
+}
+
+/// `core-svc explain`.
+#[derive(Debug, clap::Args)]
+pub struct ExplainArgs {
+    /// A Node's or a NodeClaim's name.
+    pub name: String,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Output::Text)]
+    pub output: Output,
+    /// The API server.
+    #[command(flatten)]
+    pub kube: KubeArgs,
+    /// The plugin, asked for its IsDrifted answer (left out when it cannot be reached).
+    #[command(flatten)]
+    pub plugin: PluginArgs,
 }
 
 /// How to reach the plugin.
@@ -96,8 +194,9 @@ pub async fn run(args: Args) -> ExitCode {
         return ExitCode::FAILURE;
     }
     let result = match args.command {
-        Command::Run(plugin) => run_control_plane(plugin).await,
+        Command::Run(run) => run_control_plane(run).await,
         Command::PluginInfo(plugin) => plugin_info(plugin).await,
+        Command::Explain(explain) => explain_node(explain).await,
     };
     match result {
         Ok(code) => code,
@@ -122,51 +221,253 @@ async fn plugin_info(plugin: PluginArgs) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn run_control_plane(plugin: PluginArgs) -> anyhow::Result<ExitCode> {
-    let connection = plugin.connection()?;
-    tracing::info!(endpoint = %connection.endpoint, version = env!("CARGO_PKG_VERSION"), "core-svc starting");
+async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
+    let connection = args.plugin.connection()?;
+    let identity = match &args.identity {
+        Some(identity) => identity.clone(),
+        None => hostname(),
+    };
+    tracing::info!(endpoint = %connection.endpoint, %identity, version = env!("CARGO_PKG_VERSION"), "core-svc starting");
+    let call_metrics = Arc::new(CallMetrics::new());
+    let metrics = Arc::new(Metrics::new(Some(Arc::clone(&call_metrics))));
+    let (readiness, ready) = watch::channel(Readiness::NotReady(
+        "waiting for the plugin's handshake".to_owned(),
+    ));
+    let http = tokio::spawn(crate::http::serve(
+        args.metrics_address,
+        args.health_probe_address,
+        Arc::clone(&metrics),
+        ready,
+    ));
     let shutdown = provider_sdk::serve::shutdown_signal();
     tokio::pin!(shutdown);
-    let mut last_state: Option<PluginState> = None;
+
+    // Nothing acts on the cloud or the cluster before the plugin is known and ready.
+    let handshake = tokio::select! {
+        () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+        handshake = wait_for_plugin(&connection) => handshake,
+        failed = &mut Box::pin(http_failed(http)) => return Err(failed),
+    };
+    let client = args.kube.client().await?;
+    let kinds: Vec<NodeClassKind> = handshake
+        .node_classes
+        .iter()
+        .map(|kind| NodeClassKind {
+            group: kind.group.clone(),
+            version: kind.version.clone(),
+            kind: kind.kind.clone(),
+        })
+        .collect();
+    let cluster = Arc::new(KubeCluster::start(client.clone(), &kinds).await?);
+    readiness.send_replace(Readiness::NotReady("caches syncing".to_owned()));
+    tokio::select! {
+        () = &mut shutdown => return Ok(ExitCode::SUCCESS),
+        () = cluster.wait_synced() => {}
+    }
+    readiness.send_replace(Readiness::Ready);
+    tracing::info!("caches synced");
+    tokio::spawn(watch_plugin(
+        connection.clone(),
+        describe(&handshake),
+        readiness,
+    ));
+
+    let (events, _events_task) = ApiServerEvents::start(client.clone(), identity.clone());
+    let events = Arc::new(MeteredEvents::new(events, Arc::clone(&metrics)));
+    let provider =
+        Arc::new(GrpcCloudProvider::new(&connection, &handshake).with_metrics(call_metrics));
+    let ctx = Context {
+        cluster: Arc::clone(&cluster),
+        cloud: provider,
+        clock: Arc::new(SystemClock) as Arc<dyn Clock>,
+        events,
+        settings: Settings::default(),
+    };
+    let options = ManagerOptions {
+        require_ready_node_class: handshake.capabilities.resolve_node_class,
+        label_policy: crate::apis::LabelPolicy::core(),
+    };
+
+    let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    let (mut leading, election) = if args.disable_leader_election {
+        (watch::channel(true).1, None)
+    } else {
+        let elector = Elector::new(
+            client,
+            &args.namespace,
+            LEASE_NAME,
+            &identity,
+            Timings::default(),
+        );
+        let leading = elector.leading();
+        let election = tokio::spawn(elector.run(async move {
+            let _ = election_stopped.await;
+        }));
+        (leading, Some(election))
+    };
     loop {
-        // Nothing acts on the cloud while the plugin is unreachable or not ready: the state
-        // is reported, and the next probe tries again. Once the plugin is known and ready, a
-        // probe is enough; anything else starts over with a full handshake (the plugin may
-        // have been replaced by another version meanwhile).
-        let state = match &last_state {
-            Some(PluginState::Ready(description)) => match probe(&connection).await {
-                Ok(Ok(())) => PluginState::Ready(description.clone()),
-                Ok(Err(why)) => PluginState::NotReady(why),
-                Err(e) => PluginState::Unavailable(e.to_string()),
-            },
-            _ => match handshake(&connection).await {
-                Ok(handshake) => match &handshake.ready {
-                    Ok(()) => PluginState::Ready(describe(&handshake)),
-                    Err(why) => PluginState::NotReady(why.clone()),
-                },
-                Err(e) => PluginState::Unavailable(e.to_string()),
-            },
-        };
-        if last_state.as_ref() != Some(&state) {
-            match &state {
-                PluginState::Ready(plugin) => {
-                    tracing::info!(endpoint = %connection.endpoint, %plugin, "plugin ready");
-                }
-                PluginState::NotReady(why) | PluginState::Unavailable(why) => tracing::warn!(
-                    endpoint = %connection.endpoint,
-                    plugin = %state.label(),
-                    reason = %why,
-                    "plugin not usable; making no cloud decisions"
-                ),
-            }
-            last_state = Some(state);
-        }
         tokio::select! {
             () = &mut shutdown => break,
-            () = tokio::time::sleep(PROBE_INTERVAL) => {}
+            led = leading.wait_for(|leading| *leading) => if led.is_err() { break },
+        }
+        // A new term starts with fresh controllers, as a restart would: nothing a former term
+        // kept in memory (batches, nominations) outlives the lease it was decided under.
+        let mut manager = Manager::new(ctx.clone(), &options);
+        tracing::info!("leading: running the controllers");
+        tokio::select! {
+            () = &mut shutdown => break,
+            lost = leading.wait_for(|leading| !*leading) => {
+                tracing::warn!("lost the leader lease: controllers stopped");
+                if lost.is_err() { break }
+            }
+            () = manager.drive(cluster.subscribe()) => {}
         }
     }
+    let _ = stop_election.send(());
+    if let Some(election) = election {
+        let _ = election.await;
+    }
     tracing::info!("core-svc stopped");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The pod's name as the kernel knows it (the hostname), the Lease identity by default.
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|name| name.trim().to_owned())
+        .ok()
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| format!("core-svc-{}", std::process::id()))
+}
+
+async fn http_failed(http: tokio::task::JoinHandle<std::io::Result<()>>) -> anyhow::Error {
+    match http.await {
+        Ok(Ok(())) => anyhow::anyhow!("the metrics and probe server stopped"),
+        Ok(Err(error)) => anyhow::Error::new(error).context("serving metrics and probes"),
+        Err(error) => anyhow::Error::new(error).context("the metrics and probe server"),
+    }
+}
+
+/// Handshakes until the plugin answers ready, reporting each change of its state.
+async fn wait_for_plugin(connection: &PluginConnection) -> Handshake {
+    let mut last: Option<PluginState> = None;
+    loop {
+        let state = match handshake(connection).await {
+            Ok(handshake) if handshake.ready.is_ok() => return handshake,
+            Ok(handshake) => PluginState::NotReady(handshake.ready.err().unwrap_or_default()),
+            Err(e) => PluginState::Unavailable(e.to_string()),
+        };
+        if last.as_ref() != Some(&state) {
+            report(connection, &state);
+            last = Some(state);
+        }
+        tokio::time::sleep(PROBE_INTERVAL).await;
+    }
+}
+
+/// Probes the plugin for ever, turning readiness off while it is not ready.
+async fn watch_plugin(
+    connection: PluginConnection,
+    description: String,
+    readiness: watch::Sender<Readiness>,
+) {
+    let mut last = PluginState::Ready(description.clone());
+    report(&connection, &last);
+    loop {
+        tokio::time::sleep(PROBE_INTERVAL).await;
+        let state = match probe(&connection).await {
+            Ok(Ok(())) => PluginState::Ready(description.clone()),
+            Ok(Err(why)) => PluginState::NotReady(why),
+            Err(e) => PluginState::Unavailable(e.to_string()),
+        };
+        if state != last {
+            report(&connection, &state);
+            readiness.send_replace(match &state {
+                PluginState::Ready(_) => Readiness::Ready,
+                other => Readiness::NotReady(format!("plugin {}", other.label())),
+            });
+            last = state;
+        }
+    }
+}
+
+fn report(connection: &PluginConnection, state: &PluginState) {
+    match state {
+        PluginState::Ready(plugin) => {
+            tracing::info!(endpoint = %connection.endpoint, %plugin, "plugin ready");
+        }
+        PluginState::NotReady(why) | PluginState::Unavailable(why) => tracing::warn!(
+            endpoint = %connection.endpoint,
+            plugin = %state.label(),
+            reason = %why,
+            "plugin not usable; making no cloud decisions"
+        ),
+    }
+}
+
+async fn explain_node(args: ExplainArgs) -> anyhow::Result<ExitCode> {
+    let client = args.kube.client().await?;
+    // The plugin names the node class kinds; without it, none are read (drift by the plugin
+    // is then not asked either).
+    let connection = args.plugin.connection()?;
+    let plugin = match handshake(&connection).await {
+        Ok(handshake) => Some(handshake),
+        Err(error) => {
+            tracing::warn!(%error, "the plugin cannot be reached; explaining without it");
+            None
+        }
+    };
+    let kinds: Vec<NodeClassKind> = plugin
+        .iter()
+        .flat_map(|handshake| handshake.node_classes.iter())
+        .map(|kind| NodeClassKind {
+            group: kind.group.clone(),
+            version: kind.version.clone(),
+            kind: kind.kind.clone(),
+        })
+        .collect();
+    let cluster = KubeCluster::start(client, &kinds).await?;
+    tokio::time::timeout(Duration::from_secs(60), cluster.wait_synced())
+        .await
+        .context("the caches did not sync within 60 s")?;
+    let snapshot = cluster.snapshot().await?;
+    let (node_claim, _) = crate::inspect::resolve(&snapshot, &args.name)?;
+    let plugin_drift = match (plugin, node_claim) {
+        (None, _) => PluginDrift::NotAsked {
+            why: "the plugin cannot be reached".to_owned(),
+        },
+        (Some(_), None) => PluginDrift::NotAsked {
+            why: "the node has no NodeClaim".to_owned(),
+        },
+        (Some(handshake), Some(claim)) => {
+            let provider = GrpcCloudProvider::new(&connection, &handshake);
+            match (
+                launched_of(claim),
+                request_of(claim),
+                snapshot.node_class_for(&claim.spec.node_class_ref),
+            ) {
+                (None, _, _) => PluginDrift::NotAsked {
+                    why: "the NodeClaim is not launched".to_owned(),
+                },
+                (_, Err(error), _) => PluginDrift::NotAsked {
+                    why: error.to_string(),
+                },
+                (_, _, None) => PluginDrift::NotAsked {
+                    why: "its node class does not exist".to_owned(),
+                },
+                (Some(launched), Ok(request), Some(class)) => {
+                    let class = serde_json::to_value(class)?;
+                    PluginDrift::from_answer(provider.is_drifted(&request, &launched, &class).await)
+                }
+            }
+        }
+    };
+    let report = inspect(&snapshot, SystemClock.now(), &args.name, plugin_drift)?;
+    #[allow(clippy::print_stdout, reason = "this command's output is its answer")]
+    match args.output {
+        Output::Text => println!("{report}"),
+        Output::Json => println!("{}", serde_json::to_string_pretty(&report)?),
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -10,6 +10,9 @@
 //!   with Kubernetes semantics, eviction) and its in-memory implementation.
 //! - [`cloudprovider`]: the port core's controllers use to reach a cloud ([`cloudprovider::CloudProvider`]),
 //!   its gRPC adapter over the plugin connection and an in-process fake for tests.
+//! - [`http`]: the metrics and probe endpoints of `core-svc run`.
+//! - [`inspect`]: what `core-svc explain` says about one node (drift, blocker, what is next).
+//! - [`leader`]: leader election on a Lease, client-go's protocol.
 //! - [`manager`]: the one list of controllers and when each runs, driven by `core-svc run`
 //!   and by the simulator alike.
 //! - [`pdb`]: a PodDisruptionBudget's arithmetic (how many disruptions it allows now), shared
@@ -25,6 +28,9 @@ pub mod cluster;
 pub mod controllers;
 pub mod disruption;
 pub mod events;
+pub mod http;
+pub mod inspect;
+pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod pdb;

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use jiff::Timestamp;
 use karpenter_api::LabelPolicy;
+use tokio::sync::watch;
 
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::Cluster;
@@ -33,6 +34,13 @@ use crate::controllers::{Context, Controller, ControllerError, Requeue};
 
 /// How soon a failed controller pass runs again.
 pub const ERROR_RETRY: Duration = Duration::from_secs(5);
+
+/// The shortest time between two rounds of [`Manager::drive`]: a round's own writes make every
+/// controller due again, and a second a round is the simulator's step too.
+pub const ROUND_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The longest [`Manager::drive`] waits with nothing due and no change seen.
+pub const MAX_IDLE: Duration = Duration::from_secs(60);
 
 /// Every controller core runs, in the order the manager runs them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -282,6 +290,41 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
     /// cluster makes controllers due before it.
     pub fn next_due(&self) -> Option<Timestamp> {
         self.slots.iter().filter_map(|slot| slot.due).min()
+    }
+}
+
+impl<C: Cluster, P: CloudProvider> Manager<C, P> {
+    /// Runs rounds for ever, on the context's clock: every due controller, then a wait until
+    /// the next is due or the cluster changes (`changes`, the cluster's revision as it moves),
+    /// at least [`ROUND_INTERVAL`] after the round began. Drop the future to stop: a pass cut
+    /// short is idempotent and is simply run again by the next manager.
+    pub async fn drive(&mut self, mut changes: watch::Receiver<u64>) {
+        loop {
+            let started = tokio::time::Instant::now();
+            changes.borrow_and_update();
+            let now = self.ctx.clock.now();
+            for pass in self.run_due(now).await {
+                if let Err(error) = &pass.result {
+                    tracing::warn!(controller = pass.name, %error, "controller pass failed; retrying");
+                }
+            }
+            let idle = self
+                .next_due()
+                .map_or(MAX_IDLE, |due| {
+                    Duration::try_from(due.duration_since(now)).unwrap_or(Duration::ZERO)
+                })
+                .clamp(ROUND_INTERVAL, MAX_IDLE);
+            tokio::time::sleep_until(started + ROUND_INTERVAL).await;
+            tokio::select! {
+                changed = changes.changed() => {
+                    if changed.is_err() {
+                        // The cluster is gone (shutdown): only time makes anything due now.
+                        tokio::time::sleep_until(started + idle).await;
+                    }
+                }
+                () = tokio::time::sleep_until(started + idle) => {}
+            }
+        }
     }
 }
 

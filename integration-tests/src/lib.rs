@@ -67,6 +67,31 @@ impl ChildGuard {
         ChildGuard { child: Some(child) }
     }
 
+    /// Spawns `command` with stdout and stderr appended to `log` (for long-running processes
+    /// whose output would fill a pipe nobody reads), which a failing test can print.
+    pub fn spawn_logging_to(command: &mut Command, log: &Path) -> Self {
+        let open = || {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(log)
+                .unwrap_or_else(|e| panic!("opening {}: {e}", log.display()))
+        };
+        let child = command
+            .stdout(Stdio::from(open()))
+            .stderr(Stdio::from(open()))
+            .spawn()
+            .unwrap_or_else(|e| panic!("starting {command:?}: {e}"));
+        ChildGuard { child: Some(child) }
+    }
+
+    /// Whether the process is still running.
+    pub fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .is_some_and(|child| matches!(child.try_wait(), Ok(None)))
+    }
+
     /// The process ID.
     pub fn id(&self) -> u32 {
         self.child.as_ref().map(Child::id).unwrap_or_default()
@@ -143,6 +168,21 @@ pub fn wait_for_port(port: u16, timeout: Duration, process: &mut ChildGuard) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Starts the example Python plugin (`examples/python-plugin`) serving on `socket`, and waits
+/// until the socket exists.
+pub fn start_python_plugin(socket: &Path) -> ChildGuard {
+    let script =
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python-plugin/plugin.py");
+    let mut process = ChildGuard::spawn(
+        Command::new(tool("python3", "TOOLS_PYTHON"))
+            .arg(script)
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display())),
+    );
+    wait_for_path(socket, Duration::from_secs(60), &mut process);
+    process
 }
 
 /// Starts `aws-plugin` serving on `socket`, with a fixed region and no metadata service, and

@@ -46,6 +46,7 @@ async fn eventually(
     check: impl Fn(&core_svc::cluster::Snapshot) -> bool,
 ) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let mut changes = cluster.subscribe();
     loop {
         let snapshot = cluster.snapshot().await.expect("snapshot");
         if check(&snapshot) {
@@ -55,10 +56,8 @@ async fn eventually(
             tokio::time::Instant::now() < deadline,
             "never happened: {what}"
         );
-        tokio::select! {
-            () = cluster.changed() => {}
-            () = tokio::time::sleep(Duration::from_millis(50)) => {}
-        }
+        // Each change wakes the check; the deadline bounds the wait.
+        let _ = tokio::time::timeout_at(deadline, changes.changed()).await;
     }
 }
 

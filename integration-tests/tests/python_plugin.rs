@@ -6,11 +6,9 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::Duration;
 
-use integration_tests::{ChildGuard, run_ok, tool, wait_for_path, workspace_binary};
+use integration_tests::{run_ok, start_python_plugin, workspace_binary};
 use provider_sdk::Endpoint;
 use provider_sdk::v1::cloud_provider_service_client::CloudProviderServiceClient;
 use provider_sdk::v1::{
@@ -18,19 +16,6 @@ use provider_sdk::v1::{
     Operator, Requirement,
 };
 use tokio_stream::StreamExt as _;
-
-fn start_python_plugin(socket: &Path) -> ChildGuard {
-    let script =
-        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../examples/python-plugin/plugin.py");
-    let mut process = ChildGuard::spawn(
-        Command::new(tool("python3", "TOOLS_PYTHON"))
-            .arg(script)
-            .arg("--endpoint")
-            .arg(format!("unix://{}", socket.display())),
-    );
-    wait_for_path(socket, Duration::from_secs(60), &mut process);
-    process
-}
 
 #[test]
 fn core_svc_handshakes_with_a_python_plugin() {

@@ -99,6 +99,13 @@ impl<C: Timer> GrpcCloudProvider<C> {
         self
     }
 
+    /// The same provider counting its calls into `metrics` (shared with an exporter that
+    /// exists before the plugin's handshake does).
+    pub fn with_metrics(mut self, metrics: Arc<CallMetrics>) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     /// The counters of attempts and retries, for a metrics exporter.
     pub fn metrics(&self) -> &Arc<CallMetrics> {
         &self.metrics

@@ -21,6 +21,7 @@
 //! `ADDED`/`MODIFIED`/`DELETED` event per difference to a bounded history.
 
 mod http_api;
+pub mod kwok;
 mod resources;
 mod store;
 
@@ -74,6 +75,11 @@ impl FakeApiServer {
     /// `http://ADDRESS`.
     pub fn url(&self) -> String {
         format!("http://{}", self.address)
+    }
+
+    /// The in-memory cluster behind the server (the in-process front door).
+    pub fn cluster(&self) -> &InMemoryCluster {
+        &self.state.cluster
     }
 
     /// Publishes changes made to the cluster in process (not through HTTP) to the watches.

@@ -16,14 +16,14 @@
 //!   429 is a budget saying no ([`ClusterError::TooManyRequests`]), and kube's client retries
 //!   nothing, so a POST is never repeated behind the caller's back.
 //! - [`Cluster::revision`] moves on every watch event and every write of the adapter; the
-//!   manager waits on [`KubeCluster::changed`].
+//!   manager waits on [`KubeCluster::subscribe`].
 
+pub mod events;
 pub mod requests;
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -45,7 +45,7 @@ use kube::{Api, Client};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
@@ -111,21 +111,25 @@ impl fmt::Debug for KubeCluster {
     }
 }
 
-/// The revision counter and the wake-up of whoever waits for a change.
-#[derive(Debug, Default)]
+/// The revision counter, as a watch channel: a receiver never misses that it moved.
+#[derive(Debug)]
 struct Changes {
-    revision: AtomicU64,
-    notify: Notify,
+    revision: watch::Sender<u64>,
 }
 
 impl Changes {
+    fn new() -> Self {
+        Self {
+            revision: watch::Sender::new(0),
+        }
+    }
+
     fn bump(&self) {
-        self.revision.fetch_add(1, Ordering::Relaxed);
-        self.notify.notify_waiters();
+        self.revision.send_modify(|revision| *revision += 1);
     }
 
     fn revision(&self) -> u64 {
-        self.revision.load(Ordering::Relaxed)
+        *self.revision.borrow()
     }
 }
 
@@ -289,7 +293,7 @@ impl KubeCluster {
     /// (resolved through discovery), on a client made by [`client`]. Returns at once; [`KubeCluster::wait_synced`] waits for
     /// the first lists.
     pub async fn start(client: Client, node_classes: &[NodeClassKind]) -> Result<Self, StartError> {
-        let changes = Arc::new(Changes::default());
+        let changes = Arc::new(Changes::new());
         let mut tasks = Vec::new();
         let mut typed: HashMap<TypeId, Box<dyn Any + Send + Sync>> = HashMap::new();
         fn add<K: ClusterObject>(
@@ -356,9 +360,10 @@ impl KubeCluster {
         }
     }
 
-    /// Resolves at the next change (a watch event or one of the adapter's writes).
-    pub async fn changed(&self) {
-        self.shared.changes.notify.notified().await;
+    /// The revision as it moves (every watch event, every write of the adapter): what the
+    /// manager waits on between rounds.
+    pub fn subscribe(&self) -> watch::Receiver<u64> {
+        self.shared.changes.revision.subscribe()
     }
 
     /// The kube client the adapter uses (for Leases and Events, which are not the port's).

@@ -1,0 +1,106 @@
+//! `fake-apiserver`: a Kubernetes API server for tests and demos, over core's in-memory
+//! cluster, with KWOK-like kubelet and scheduler stand-ins. Writes a kubeconfig for it, then
+//! serves until SIGTERM or Ctrl-C.
+//!
+//! ```sh
+//! fake-apiserver --listen 127.0.0.1:6443 --kubeconfig-out /tmp/fake.kubeconfig
+//! ```
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Parser as _;
+use core_svc::clock::SystemClock;
+use core_svc::cluster::InMemoryCluster;
+use integration_tests::fake_apiserver::kwok::Kwok;
+use integration_tests::fake_apiserver::{FakeApiServer, NodeClassResource};
+use provider_sdk::logging::LogFormat;
+
+/// A fake Kubernetes API server with KWOK-like stand-ins for the kubelet and the scheduler.
+#[derive(Debug, clap::Parser)]
+#[command(name = "fake-apiserver")]
+struct Args {
+    /// Where to listen (port 0 picks a free one; the kubeconfig says which).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Where to write a kubeconfig for the server.
+    #[arg(long)]
+    kubeconfig_out: PathBuf,
+    /// A node class kind to serve, as GROUP/VERSION/KIND/PLURAL (repeatable); EC2NodeClass
+    /// when none is given.
+    #[arg(long = "node-class")]
+    node_classes: Vec<String>,
+    /// How long after a NodeClaim has a provider ID its Node registers.
+    #[arg(long, default_value_t = 1)]
+    registration_delay_seconds: u64,
+    /// Seed of generated names and UIDs.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Log format: text or json.
+    #[arg(long, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+}
+
+fn node_class(text: &str) -> anyhow::Result<NodeClassResource> {
+    let parts: Vec<&str> = text.split('/').collect();
+    let [group, version, kind, plural] = parts.as_slice() else {
+        anyhow::bail!("--node-class {text:?}: expected GROUP/VERSION/KIND/PLURAL");
+    };
+    Ok(NodeClassResource {
+        group: (*group).to_owned(),
+        version: (*version).to_owned(),
+        kind: (*kind).to_owned(),
+        plural: (*plural).to_owned(),
+    })
+}
+
+async fn run(args: Args) -> anyhow::Result<()> {
+    provider_sdk::logging::init(args.log_format)?;
+    let node_classes = if args.node_classes.is_empty() {
+        vec![NodeClassResource::ec2_node_class()]
+    } else {
+        args.node_classes
+            .iter()
+            .map(|text| node_class(text))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let cluster = InMemoryCluster::new(Arc::new(SystemClock), args.seed);
+    let server = FakeApiServer::start(args.listen, cluster, node_classes)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    std::fs::write(&args.kubeconfig_out, server.kubeconfig())
+        .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
+    tracing::info!(url = %server.url(), kubeconfig = %args.kubeconfig_out.display(), "fake API server ready");
+    let mut kwok = Kwok::new(Duration::from_secs(args.registration_delay_seconds));
+    let shutdown = provider_sdk::serve::shutdown_signal();
+    tokio::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            () = tokio::time::sleep(Duration::from_millis(200)) => {
+                kwok.step(&server).await;
+            }
+        }
+    }
+    tracing::info!("fake API server stopped");
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    match run(Args::parse()).await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!(error = format!("{error:#}"), "fake-apiserver failed");
+            #[allow(clippy::print_stderr, reason = "the logger may not be up")]
+            {
+                eprintln!("fake-apiserver: {error:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
