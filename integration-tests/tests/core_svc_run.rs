@@ -160,7 +160,7 @@ async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a
     )
     .await
     .expect("a config");
-    let client = kube::Client::try_from(config).expect("a client");
+    let client = core_svc::cluster::apiserver::client(config).expect("a client");
     let post = PostParams::default();
     let class = ApiResource::from_gvk_with_plural(
         &GroupVersionKind::gvk("example.dev", "v1", "ExampleNodeClass"),

@@ -283,7 +283,13 @@ where
 /// 1,000 s, POSTs included. An eviction a PodDisruptionBudget refuses (429) must come back to
 /// the drain at once as "blocked", and a write that failed must come back to its controller,
 /// which reads again before deciding anew; neither may be replayed behind its back.
+///
+/// It also makes ring rustls' process-wide crypto provider when none is installed yet: in a
+/// build where another crate turns on rustls' `aws-lc-rs` as well (the AWS SDK in the same
+/// workspace), rustls cannot choose one by itself and kube's TLS set-up would panic.
 pub fn client(mut config: kube::Config) -> Result<Client, kube::Error> {
+    // Err only means a provider is installed already, which is all that is needed.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     config.default_retry = false;
     Client::try_from(config)
 }
