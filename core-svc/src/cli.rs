@@ -249,16 +249,8 @@ async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
         failed = &mut Box::pin(http_failed(http)) => return Err(failed),
     };
     let client = args.kube.client().await?;
-    let kinds: Vec<NodeClassKind> = handshake
-        .node_classes
-        .iter()
-        .map(|kind| NodeClassKind {
-            group: kind.group.clone(),
-            version: kind.version.clone(),
-            kind: kind.kind.clone(),
-        })
-        .collect();
-    let cluster = Arc::new(KubeCluster::start(client.clone(), &kinds).await?);
+    let cluster =
+        Arc::new(KubeCluster::start(client.clone(), &handshake.node_class_kinds()).await?);
     readiness.send_replace(Readiness::NotReady("caches syncing".to_owned()));
     tokio::select! {
         () = &mut shutdown => return Ok(ExitCode::SUCCESS),
@@ -419,12 +411,7 @@ async fn explain_node(args: ExplainArgs) -> anyhow::Result<ExitCode> {
     };
     let kinds: Vec<NodeClassKind> = plugin
         .iter()
-        .flat_map(|handshake| handshake.node_classes.iter())
-        .map(|kind| NodeClassKind {
-            group: kind.group.clone(),
-            version: kind.version.clone(),
-            kind: kind.kind.clone(),
-        })
+        .flat_map(Handshake::node_class_kinds)
         .collect();
     let cluster = KubeCluster::start(client, &kinds).await?;
     tokio::time::timeout(Duration::from_secs(60), cluster.wait_synced())

@@ -62,15 +62,7 @@ impl GrpcCloudProvider<TokioTimer> {
             client: connection.cloud_provider.clone(),
             deadlines: connection.deadlines,
             name: handshake.info.name.clone(),
-            node_classes: handshake
-                .node_classes
-                .iter()
-                .map(|kind| NodeClassKind {
-                    group: kind.group.clone(),
-                    version: kind.version.clone(),
-                    kind: kind.kind.clone(),
-                })
-                .collect(),
+            node_classes: handshake.node_class_kinds(),
             retry: RetryPolicy::DEFAULT,
             timer: TokioTimer,
             metrics: Arc::new(CallMetrics::new()),

@@ -46,6 +46,18 @@ pub async fn run_all<C: Cluster>(cluster: &C) {
     invalid_objects_name_the_field(cluster).await;
     finalizers_hold_deletion(cluster).await;
     eviction_honours_budgets(cluster).await;
+    unknown_node_class_kinds_read_as_absent(cluster).await;
+}
+
+/// A node class of a kind nobody serves does not exist: `None`, not an error.
+pub async fn unknown_node_class_kinds_read_as_absent<C: Cluster>(cluster: &C) {
+    let reference = karpenter_api::NodeClassReference {
+        group: "nobody.example".to_owned(),
+        kind: "NoNodeClass".to_owned(),
+        name: "default".to_owned(),
+    };
+    let read = cluster.get_node_class(&reference).await;
+    assert!(matches!(read, Ok(None)), "{read:?}");
 }
 
 /// Create answers the stored object; a merge patch carrying a stale resourceVersion

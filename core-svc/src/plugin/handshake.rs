@@ -23,6 +23,20 @@ pub struct Handshake {
     pub ready: Result<(), String>,
 }
 
+impl Handshake {
+    /// The node class kinds in core's own type, the first the default.
+    pub fn node_class_kinds(&self) -> Vec<crate::cloudprovider::NodeClassKind> {
+        self.node_classes
+            .iter()
+            .map(|kind| crate::cloudprovider::NodeClassKind {
+                group: kind.group.clone(),
+                version: kind.version.clone(),
+                kind: kind.kind.clone(),
+            })
+            .collect()
+    }
+}
+
 /// The plugin's identity.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PluginInfo {

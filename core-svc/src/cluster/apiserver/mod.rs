@@ -408,11 +408,17 @@ impl KubeCluster {
             })
     }
 
-    async fn send<T: DeserializeOwned>(
+    /// Sends a write and keeps what it answers in `reflected`'s overlay.
+    async fn write<T>(
         &self,
+        reflected: &Reflected<T>,
         target: Target<'_>,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
-    ) -> Result<T, ClusterError> {
+    ) -> Result<T, ClusterError>
+    where
+        T: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+        T::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    {
         let request = request.map_err(|error| {
             ClusterError::invalid(target.kind, target.name, "", error.to_string())
         })?;
@@ -422,8 +428,9 @@ impl KubeCluster {
             .request::<T>(request)
             .await
             .map_err(|error| cluster_error(target, error));
-        if answer.is_ok() {
+        if let Ok(written) = &answer {
             self.shared.changes.bump();
+            reflected.written(written);
         }
         answer
     }
@@ -537,14 +544,12 @@ impl Cluster for KubeCluster {
         let name = sort_key(object).1;
         let target = typed_target::<K>(namespace, name);
         let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        let created: K = self
-            .send(
-                target,
-                typed_request::<K>(namespace).create(&requests::post_params(), data),
-            )
-            .await?;
-        self.reflected::<K>().written(&created);
-        Ok(created)
+        self.write(
+            self.reflected::<K>(),
+            target,
+            typed_request::<K>(namespace).create(&requests::post_params(), data),
+        )
+        .await
     }
 
     async fn replace<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
@@ -552,14 +557,12 @@ impl Cluster for KubeCluster {
         let name = sort_key(object).1;
         let target = typed_target::<K>(namespace, name);
         let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        let replaced: K = self
-            .send(
-                target,
-                typed_request::<K>(namespace).replace(name, &requests::post_params(), data),
-            )
-            .await?;
-        self.reflected::<K>().written(&replaced);
-        Ok(replaced)
+        self.write(
+            self.reflected::<K>(),
+            target,
+            typed_request::<K>(namespace).replace(name, &requests::post_params(), data),
+        )
+        .await
     }
 
     async fn replace_status<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
@@ -567,19 +570,17 @@ impl Cluster for KubeCluster {
         let name = sort_key(object).1;
         let target = typed_target::<K>(namespace, name);
         let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        let replaced: K = self
-            .send(
-                target,
-                typed_request::<K>(namespace).replace_subresource(
-                    "status",
-                    name,
-                    &requests::post_params(),
-                    data,
-                ),
-            )
-            .await?;
-        self.reflected::<K>().written(&replaced);
-        Ok(replaced)
+        self.write(
+            self.reflected::<K>(),
+            target,
+            typed_request::<K>(namespace).replace_subresource(
+                "status",
+                name,
+                &requests::post_params(),
+                data,
+            ),
+        )
+        .await
     }
 
     async fn merge_patch<K: ClusterObject>(
@@ -589,18 +590,16 @@ impl Cluster for KubeCluster {
         patch: &Value,
     ) -> Result<K, ClusterError> {
         let target = typed_target::<K>(namespace, name);
-        let patched: K = self
-            .send(
-                target,
-                typed_request::<K>(namespace).patch(
-                    name,
-                    &requests::patch_params(),
-                    &kube::api::Patch::Merge(patch),
-                ),
-            )
-            .await?;
-        self.reflected::<K>().written(&patched);
-        Ok(patched)
+        self.write(
+            self.reflected::<K>(),
+            target,
+            typed_request::<K>(namespace).patch(
+                name,
+                &requests::patch_params(),
+                &kube::api::Patch::Merge(patch),
+            ),
+        )
+        .await
     }
 
     async fn merge_patch_status<K: ClusterObject>(
@@ -610,19 +609,17 @@ impl Cluster for KubeCluster {
         patch: &Value,
     ) -> Result<K, ClusterError> {
         let target = typed_target::<K>(namespace, name);
-        let patched: K = self
-            .send(
-                target,
-                typed_request::<K>(namespace).patch_subresource(
-                    "status",
-                    name,
-                    &requests::patch_params(),
-                    &kube::api::Patch::Merge(patch),
-                ),
-            )
-            .await?;
-        self.reflected::<K>().written(&patched);
-        Ok(patched)
+        self.write(
+            self.reflected::<K>(),
+            target,
+            typed_request::<K>(namespace).patch_subresource(
+                "status",
+                name,
+                &requests::patch_params(),
+                &kube::api::Patch::Merge(patch),
+            ),
+        )
+        .await
     }
 
     async fn delete<K: ClusterObject>(
@@ -672,7 +669,10 @@ impl Cluster for KubeCluster {
         &self,
         reference: &NodeClassReference,
     ) -> Result<Option<DynamicObject>, ClusterError> {
-        let reflected = self.node_class_reflector(reference)?;
+        // A kind the plugin does not serve has no objects, as in the in-memory cluster.
+        let Ok(reflected) = self.node_class_reflector(reference) else {
+            return Ok(None);
+        };
         let target = node_class_target(reference);
         let request = Request::new(DynamicObject::url_path(&reflected.dyntype, None))
             .get(&reference.name, &GetParams::default())
@@ -706,15 +706,13 @@ impl Cluster for KubeCluster {
         let target = node_class_target(&reference);
         let resource = &reflected.dyntype;
         let data = body(target, object, &resource.api_version, &resource.kind)?;
-        let created: DynamicObject = self
-            .send(
-                target,
-                Request::new(DynamicObject::url_path(resource, None))
-                    .create(&requests::post_params(), data),
-            )
-            .await?;
-        reflected.written(&created);
-        Ok(created)
+        self.write(
+            reflected,
+            target,
+            Request::new(DynamicObject::url_path(resource, None))
+                .create(&requests::post_params(), data),
+        )
+        .await
     }
 
     async fn merge_patch_node_class(
@@ -723,18 +721,16 @@ impl Cluster for KubeCluster {
         patch: &Value,
     ) -> Result<DynamicObject, ClusterError> {
         let reflected = self.node_class_reflector(reference)?;
-        let patched: DynamicObject = self
-            .send(
-                node_class_target(reference),
-                Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch(
-                    &reference.name,
-                    &requests::patch_params(),
-                    &kube::api::Patch::Merge(patch),
-                ),
-            )
-            .await?;
-        reflected.written(&patched);
-        Ok(patched)
+        self.write(
+            reflected,
+            node_class_target(reference),
+            Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch(
+                &reference.name,
+                &requests::patch_params(),
+                &kube::api::Patch::Merge(patch),
+            ),
+        )
+        .await
     }
 
     async fn merge_patch_node_class_status(
@@ -743,19 +739,17 @@ impl Cluster for KubeCluster {
         patch: &Value,
     ) -> Result<DynamicObject, ClusterError> {
         let reflected = self.node_class_reflector(reference)?;
-        let patched: DynamicObject = self
-            .send(
-                node_class_target(reference),
-                Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch_subresource(
-                    "status",
-                    &reference.name,
-                    &requests::patch_params(),
-                    &kube::api::Patch::Merge(patch),
-                ),
-            )
-            .await?;
-        reflected.written(&patched);
-        Ok(patched)
+        self.write(
+            reflected,
+            node_class_target(reference),
+            Request::new(DynamicObject::url_path(&reflected.dyntype, None)).patch_subresource(
+                "status",
+                &reference.name,
+                &requests::patch_params(),
+                &kube::api::Patch::Merge(patch),
+            ),
+        )
+        .await
     }
 
     async fn delete_node_class(
