@@ -139,6 +139,12 @@ pub enum LeaseError {
         /// What kube answered.
         source: kube::Error,
     },
+    /// The API server did not answer within the retry period.
+    #[error("lease {name}: no answer within the retry period")]
+    TimedOut {
+        /// The Lease.
+        name: String,
+    },
 }
 
 /// Competes for the Lease and publishes whether this replica leads.
@@ -201,7 +207,17 @@ impl Elector {
     /// One attempt to acquire or renew; updates [`Elector::leading`].
     pub async fn round(&mut self) {
         let now = Instant::now();
-        let attempt = self.try_acquire_or_renew(now).await;
+        // A round that hangs on a slow API server must not keep a leader leading: past the
+        // retry period it counts as a failed renewal (client-go bounds it the same way).
+        let attempt =
+            match tokio::time::timeout(self.timings.retry_period, self.try_acquire_or_renew(now))
+                .await
+            {
+                Ok(attempt) => attempt,
+                Err(_) => Err(LeaseError::TimedOut {
+                    name: self.name.clone(),
+                }),
+            };
         let was_leading = *self.leading.borrow();
         let leading = match attempt {
             Ok(true) => {

@@ -7,7 +7,7 @@
 //! report byte for byte.
 //!
 //! Which controllers run, in what order and when each is due is core's own
-//! [`Manager`](core_svc::manager::Manager), the one `core-svc run` drives: a pass is due when
+//! [`Manager`], the one `core-svc run` drives: a pass is due when
 //! the time its last pass asked for has come, or when anything in the cluster changed since its
 //! last pass began (its own writes included, as a watch would deliver them); a failed pass is
 //! retried after [`ERROR_RETRY`].
