@@ -138,6 +138,14 @@ async fn handle(
             );
         }
         ["apis"] => return respond(200, &group_list(&state.resources)),
+        ["openapi", "v2"] => return respond(200, &swagger(&state.resources)),
+        ["openapi", "v3"] => return respond(200, &openapi_index(&state.resources)),
+        ["openapi", "v3", "api", version] => {
+            return respond(200, &openapi_schemas(&state.resources, "", version));
+        }
+        ["openapi", "v3", "apis", group, version] => {
+            return respond(200, &openapi_schemas(&state.resources, group, version));
+        }
         ["api", "v1", rest @ ..] => ("", "v1", rest),
         ["apis", group, version, rest @ ..] => (group, version, rest),
         _ => return not_found(&format!("the server could not find {}", uri.path())),
@@ -174,6 +182,102 @@ async fn handle(
         state.sync().await;
     }
     response
+}
+
+/// The OpenAPI v3 index kubectl reads before it validates or applies: one document per
+/// group-version.
+fn openapi_index(resources: &[Resource]) -> Value {
+    let mut paths = serde_json::Map::new();
+    for resource in resources {
+        let path = if resource.group.is_empty() {
+            format!("api/{}", resource.version)
+        } else {
+            format!("apis/{}/{}", resource.group, resource.version)
+        };
+        paths.insert(
+            path.clone(),
+            json!({"serverRelativeURL": format!("/openapi/v3/{path}")}),
+        );
+    }
+    json!({"paths": paths})
+}
+
+/// The OpenAPI v2 document kubectl falls back to: every kind, as [`openapi_schemas`] has it.
+fn swagger(resources: &[Resource]) -> Value {
+    let mut definitions = serde_json::Map::new();
+    for resource in resources {
+        let document = openapi_schemas(resources, &resource.group, &resource.version);
+        if let Some(Value::Object(schemas)) = document.pointer("/components/schemas") {
+            definitions.extend(schemas.clone());
+        }
+    }
+    json!({
+        "swagger": "2.0",
+        "info": {"title": "fake-apiserver", "version": "v1.33.0"},
+        "paths": {},
+        "definitions": definitions,
+    })
+}
+
+/// A group-version's OpenAPI v3 document: each kind an object that keeps unknown fields (the
+/// server's own admission checks what it stores), tagged with its group, version and kind.
+fn openapi_schemas(resources: &[Resource], group: &str, version: &str) -> Value {
+    let mut schemas = serde_json::Map::new();
+    for resource in resources
+        .iter()
+        .filter(|resource| resource.group == group && resource.version == version)
+    {
+        let name = if group.is_empty() {
+            format!("io.k8s.api.core.{version}.{}", resource.kind)
+        } else {
+            format!("{group}.{version}.{}", resource.kind)
+        };
+        schemas.insert(
+            name,
+            json!({
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "x-kubernetes-group-version-kind": [
+                    {"group": group, "version": version, "kind": resource.kind}
+                ],
+            }),
+        );
+    }
+    // Every write takes `fieldValidation` (it is ignored: admission checks what is stored):
+    // kubectl looks for it on the kind's operations to validate on the server's side instead
+    // of downloading the protobuf OpenAPI v2 document.
+    let mut paths = serde_json::Map::new();
+    for resource in resources
+        .iter()
+        .filter(|resource| resource.group == group && resource.version == version)
+    {
+        let prefix = if group.is_empty() {
+            format!("/api/{version}")
+        } else {
+            format!("/apis/{group}/{version}")
+        };
+        let collection = if resource.namespaced {
+            format!("{prefix}/namespaces/{{namespace}}/{}", resource.plural)
+        } else {
+            format!("{prefix}/{}", resource.plural)
+        };
+        let gvk = json!({"group": group, "version": version, "kind": resource.kind});
+        let operation = json!({
+            "parameters": [{"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}],
+            "x-kubernetes-group-version-kind": gvk,
+        });
+        paths.insert(collection.clone(), json!({"post": operation}));
+        paths.insert(
+            format!("{collection}/{{name}}"),
+            json!({"put": operation, "patch": operation}),
+        );
+    }
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "fake-apiserver", "version": version},
+        "paths": paths,
+        "components": {"schemas": schemas},
+    })
 }
 
 fn group_list(resources: &[Resource]) -> Value {
