@@ -78,7 +78,7 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
         },
     }));
     let mut snapshot = Snapshot {
-        node_pools: vec![pool],
+        node_pools: vec![Arc::new(pool)],
         ..Snapshot::default()
     };
     for i in 0..nodes {
@@ -107,7 +107,7 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
                 "lastTransitionTime": start.checked_add(jiff::SignedDuration::from_secs(i as i64)).unwrap() }));
         }
         let allocatable = json!({ "cpu": "15900m", "memory": "63Gi", "pods": "110" });
-        snapshot.node_claims.push(from_json::<NodeClaim>(json!({
+        snapshot.node_claims.push(Arc::new(from_json::<NodeClaim>(json!({
             "apiVersion": "karpenter.sh/v1",
             "kind": "NodeClaim",
             "metadata": { "name": claim_name, "labels": labels, "creationTimestamp": start },
@@ -121,11 +121,11 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
                 "allocatable": allocatable,
                 "conditions": conditions,
             },
-        })));
+        }))));
         let mut node_labels = labels.clone();
         node_labels["karpenter.sh/initialized"] = json!("true");
         node_labels["kubernetes.io/hostname"] = json!(node_name);
-        snapshot.nodes.push(from_json::<Node>(json!({
+        snapshot.nodes.push(Arc::new(from_json::<Node>(json!({
             "apiVersion": "v1",
             "kind": "Node",
             "metadata": { "name": node_name, "labels": node_labels },
@@ -134,10 +134,10 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
                 "conditions": [{ "type": "Ready", "status": "True" }],
                 "allocatable": allocatable,
             },
-        })));
+        }))));
         for p in 0..PODS_PER_NODE {
             let app = format!("app-{}", (i * PODS_PER_NODE + p) % 500);
-            snapshot.pods.push(from_json::<Pod>(json!({
+            snapshot.pods.push(Arc::new(from_json::<Pod>(json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
@@ -164,7 +164,7 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
                     "startTime": start,
                     "conditions": [{ "type": "Ready", "status": "True" }],
                 },
-            })));
+            }))));
         }
     }
     snapshot.sort();
@@ -204,7 +204,7 @@ fn pass(c: &mut Criterion) {
             ("no-op-spread", 0, 790, true),
         ] {
             let snapshot = snapshot(nodes, drifted, pod_cpu, spread);
-            let pool = &snapshot.node_pools[0];
+            let pool: &NodePool = &snapshot.node_pools[0];
             let node_pools = vec![(pool, catalogue.clone())];
             let catalogues: HashMap<String, Catalogue> =
                 HashMap::from([("default".to_owned(), catalogue.clone())]);

@@ -107,7 +107,7 @@ pub fn resolve<'a>(
 ) -> Result<(Option<&'a NodeClaim>, Option<String>), InspectError> {
     let by_claim = snapshot.node_claim(name);
     let by_node = || {
-        snapshot.node_claims.iter().find(|claim| {
+        snapshot.node_claims().find(|claim| {
             claim
                 .status
                 .as_ref()
@@ -237,6 +237,8 @@ impl fmt::Display for Report {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::json;
 
     use super::*;
@@ -268,8 +270,10 @@ mod tests {
                        "status": {"conditions": [{"type": "Ready", "status": "True"}]}}),
             )],
         );
-        snapshot.node_pools.push(node_pool("default", json!({})));
-        snapshot.pods.push(pod("web-1", with_pod));
+        snapshot
+            .node_pools
+            .push(Arc::new(node_pool("default", json!({}))));
+        snapshot.pods.push(Arc::new(pod("web-1", with_pod)));
         snapshot.sort();
         snapshot
     }

@@ -1204,7 +1204,7 @@ async fn given_an_outage_then_calls_fail_as_unavailable_and_change_nothing() {
 async fn finalize_every_claim<C: Cluster + Clone + 'static>(cluster: C) -> usize {
     tokio::spawn(async move {
         let snapshot = cluster.snapshot().await.unwrap();
-        for claim in &snapshot.node_claims {
+        for claim in snapshot.node_claims() {
             cluster.add_finalizer(claim, FINALIZER).await.unwrap();
         }
         snapshot.node_claims.len()

@@ -1075,15 +1075,36 @@ mod end_to_end {
         }
 
         pub(super) async fn claims(&self) -> Vec<NodeClaim> {
-            self.cluster.snapshot().await.unwrap().node_claims
+            self.cluster
+                .snapshot()
+                .await
+                .unwrap()
+                .node_claims
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
         }
 
         pub(super) async fn nodes(&self) -> Vec<Node> {
-            self.cluster.snapshot().await.unwrap().nodes
+            self.cluster
+                .snapshot()
+                .await
+                .unwrap()
+                .nodes
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
         }
 
         pub(super) async fn pods(&self) -> Vec<Pod> {
-            self.cluster.snapshot().await.unwrap().pods
+            self.cluster
+                .snapshot()
+                .await
+                .unwrap()
+                .pods
+                .iter()
+                .map(|o| (**o).clone())
+                .collect()
         }
 
         pub(super) fn events(&self, reason: &str) -> Vec<Event> {

@@ -268,15 +268,36 @@ impl World {
     }
 
     async fn claims(&self) -> Vec<NodeClaim> {
-        self.cluster.snapshot().await.unwrap().node_claims
+        self.cluster
+            .snapshot()
+            .await
+            .unwrap()
+            .node_claims
+            .iter()
+            .map(|o| (**o).clone())
+            .collect()
     }
 
     async fn nodes(&self) -> Vec<Node> {
-        self.cluster.snapshot().await.unwrap().nodes
+        self.cluster
+            .snapshot()
+            .await
+            .unwrap()
+            .nodes
+            .iter()
+            .map(|o| (**o).clone())
+            .collect()
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        self.cluster.snapshot().await.unwrap().pods
+        self.cluster
+            .snapshot()
+            .await
+            .unwrap()
+            .pods
+            .iter()
+            .map(|o| (**o).clone())
+            .collect()
     }
 
     /// One round: disruption, lifecycle (twice: it moves one stage per pass), the kubelet,

@@ -169,7 +169,8 @@ impl World {
     }
 
     async fn node_claims(&self) -> Vec<NodeClaim> {
-        self.cluster.snapshot().await.unwrap().node_claims
+        let claims = self.cluster.snapshot().await.unwrap().node_claims;
+        claims.iter().map(|claim| (**claim).clone()).collect()
     }
 
     async fn uid(&self, pod: &str) -> String {

@@ -164,19 +164,21 @@ fn pdb(name: &str, app: Value, spec: Value) -> PodDisruptionBudget {
 /// `node-c` (empty).
 fn cluster() -> Snapshot {
     Snapshot {
-        node_pools: vec![node_pool(json!({}))],
+        node_pools: vec![Arc::new(node_pool(json!({})))],
         node_claims: ["node-a", "node-b", "node-c"]
             .iter()
             .map(|name| node_claim(name, json!({})))
+            .map(Arc::new)
             .collect(),
         nodes: ["node-a", "node-b", "node-c"]
             .iter()
             .map(|name| node(name, json!({})))
+            .map(Arc::new)
             .collect(),
         pods: vec![
-            pod("web-1", "web", "node-a", json!({})),
-            pod("web-2", "web", "node-a", json!({})),
-            pod("db-0", "db", "node-b", json!({})),
+            Arc::new(pod("web-1", "web", "node-a", json!({}))),
+            Arc::new(pod("web-2", "web", "node-a", json!({}))),
+            Arc::new(pod("db-0", "db", "node-b", json!({}))),
         ],
         ..Snapshot::default()
     }
@@ -191,6 +193,7 @@ fn find_pod<'a>(snapshot: &'a mut Snapshot, name: &str) -> &'a mut Pod {
     snapshot
         .pods
         .iter_mut()
+        .map(Arc::make_mut)
         .find(|pod| pod.metadata.name.as_deref() == Some(name))
         .unwrap()
 }
@@ -284,11 +287,11 @@ fn given_a_do_not_disrupt_duration_then_the_end_of_the_protection_is_named() {
 #[test]
 fn given_a_pdb_allowing_nothing_then_the_budget_and_its_counts_are_named() {
     let mut snapshot = cluster();
-    snapshot.pdbs = vec![pdb(
+    snapshot.pdbs = vec![Arc::new(pdb(
         "web-pdb",
         json!({ "app": "web" }),
         json!({ "minAvailable": 2 }),
-    )];
+    ))];
     let snapshot = sorted(snapshot);
     let explanation = explained(
         &snapshot,
@@ -312,12 +315,16 @@ fn given_a_pdb_allowing_nothing_then_the_budget_and_its_counts_are_named() {
 fn given_a_pod_under_two_pdbs_then_both_are_named_with_the_fix() {
     let mut snapshot = cluster();
     snapshot.pdbs = vec![
-        pdb(
+        Arc::new(pdb(
             "db-pdb",
             json!({ "app": "db" }),
             json!({ "maxUnavailable": 1 }),
-        ),
-        pdb("everything", json!({}), json!({ "maxUnavailable": "50%" })),
+        )),
+        Arc::new(pdb(
+            "everything",
+            json!({}),
+            json!({ "maxUnavailable": "50%" }),
+        )),
     ];
     let snapshot = sorted(snapshot);
     let explanation = explained(
@@ -378,11 +385,13 @@ fn given_the_business_hours_budget_then_drift_names_it_and_when_it_ends() {
 #[test]
 fn given_the_budget_is_used_up_by_disrupting_nodes_then_they_are_named() {
     let mut snapshot = cluster();
-    snapshot.nodes.push(node(
+    snapshot.nodes.push(Arc::new(node(
         "node-d",
         json!({ "spec": { "taints": [{ "key": "karpenter.sh/disrupted", "effect": "NoSchedule" }] } }),
-    ));
-    snapshot.node_claims.push(node_claim("node-d", json!({})));
+    )));
+    snapshot
+        .node_claims
+        .push(Arc::new(node_claim("node-d", json!({}))));
     let snapshot = sorted(snapshot);
     let explanation = explained(
         &snapshot,
@@ -416,10 +425,12 @@ fn given_the_budget_is_used_up_by_disrupting_nodes_then_they_are_named() {
 #[test]
 fn given_an_invalid_budget_then_the_whole_node_pool_is_stopped_and_the_budget_named() {
     let mut snapshot = cluster();
-    snapshot.node_pools = vec![node_pool(json!({ "spec": { "disruption": { "budgets": [
+    snapshot.node_pools = vec![Arc::new(node_pool(
+        json!({ "spec": { "disruption": { "budgets": [
         { "nodes": "1" },
         { "nodes": "1", "schedule": "0 9 * * 7", "duration": "1h" },
-    ] } } }))];
+    ] } } }),
+    ))];
     let snapshot = sorted(snapshot);
     for reason in [DisruptionReason::Empty, DisruptionReason::Drifted] {
         let explanation = explained(&snapshot, "node-c", Some(reason), saturday_noon(), &[]);
@@ -480,9 +491,9 @@ fn given_a_failed_replacement_then_it_is_the_reason_with_its_time() {
 fn given_consolidation_settings_then_they_are_named() {
     let consolidation = Some(DisruptionReason::Underutilized);
     let mut never = cluster();
-    never.node_pools = vec![node_pool(
+    never.node_pools = vec![Arc::new(node_pool(
         json!({ "spec": { "disruption": { "consolidateAfter": "Never" } } }),
-    )];
+    ))];
     let never = sorted(never);
     assert_mentions(
         message(&explained(
@@ -495,9 +506,9 @@ fn given_consolidation_settings_then_they_are_named() {
         &["NodePool default has consolidateAfter: Never"],
     );
     let mut when_empty = cluster();
-    when_empty.node_pools = vec![node_pool(
+    when_empty.node_pools = vec![Arc::new(node_pool(
         json!({ "spec": { "disruption": { "consolidationPolicy": "WhenEmpty" } } }),
-    )];
+    ))];
     let when_empty = sorted(when_empty);
     assert_mentions(
         message(&explained(
@@ -510,7 +521,7 @@ fn given_consolidation_settings_then_they_are_named() {
         &["consolidationPolicy: WhenEmpty"],
     );
     let mut recent = cluster();
-    recent.node_claims[0] = node_claim(
+    recent.node_claims[0] = Arc::new(node_claim(
         "node-a",
         json!({ "status": {
             "lastPodEventTime": "2025-03-01T11:55:00Z",
@@ -518,7 +529,7 @@ fn given_consolidation_settings_then_they_are_named() {
                 { "type": "Initialized", "status": "True", "lastTransitionTime": "2025-03-01T00:02:00Z" },
             ],
         } }),
-    );
+    ));
     let recent = sorted(recent);
     assert_mentions(
         message(&explained(
@@ -543,7 +554,7 @@ fn given_node_level_blocks_then_they_are_named() {
         "Node node-z does not exist."
     );
     let mut annotated = cluster();
-    annotated.nodes[2]
+    Arc::make_mut(&mut annotated.nodes[2])
         .metadata
         .annotations
         .get_or_insert_default()
@@ -570,10 +581,10 @@ fn given_node_level_blocks_then_they_are_named() {
 #[test]
 fn given_termination_grace_period_then_drift_goes_ahead_despite_the_pods() {
     let mut snapshot = cluster();
-    snapshot.node_claims[1] = node_claim(
+    snapshot.node_claims[1] = Arc::new(node_claim(
         "node-b",
         json!({ "spec": { "terminationGracePeriod": "30m" } }),
-    );
+    ));
     find_pod(&mut snapshot, "db-0")
         .metadata
         .annotations
@@ -648,9 +659,13 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> Verdicts {
             .unwrap();
     }
     let mut snapshot = cluster.snapshot().await.unwrap();
-    for budget in &mut snapshot.pdbs {
+    for budget in snapshot.pdbs.iter_mut().map(Arc::make_mut) {
         let status = budget.status.take().unwrap();
-        let allowance = pdb::allowance(budget, pdb::selector(budget).as_ref(), &snapshot.pods);
+        let allowance = pdb::allowance(
+            budget,
+            pdb::selector(budget).as_ref(),
+            snapshot.pods.iter().map(AsRef::as_ref),
+        );
         assert_eq!(
             (
                 status.expected_pods,
@@ -676,12 +691,13 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> Verdicts {
     let selecting: Vec<&PodDisruptionBudget> = snapshot
         .pdbs
         .iter()
+        .map(AsRef::as_ref)
         .filter(|budget| pdb::selects(budget, pdb::selector(budget).as_ref(), web_0))
         .collect();
     let shared = match selecting.as_slice() {
         [] => Verdict::Allowed,
         [budget] => {
-            let allowance = pdb::pdb_allowance(budget, &snapshot.pods);
+            let allowance = pdb::pdb_allowance(budget, snapshot.pods());
             if allowance.admits_eviction(web_0) {
                 Verdict::Allowed
             } else {
@@ -690,9 +706,9 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> Verdicts {
         }
         _ => Verdict::SeveralBudgets,
     };
-    snapshot.node_pools = vec![node_pool(json!({}))];
-    snapshot.node_claims = vec![node_claim("node-a", json!({}))];
-    snapshot.nodes = vec![node("node-a", json!({}))];
+    snapshot.node_pools = vec![Arc::new(node_pool(json!({})))];
+    snapshot.node_claims = vec![Arc::new(node_claim("node-a", json!({})))];
+    snapshot.nodes = vec![Arc::new(node("node-a", json!({})))];
     snapshot.sort();
     let nominated = BTreeSet::new();
     let selector = CandidateSelector::new(&snapshot, saturday_noon(), &nominated);

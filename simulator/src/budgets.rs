@@ -116,13 +116,17 @@ pub fn desired_healthy(
 
 /// How many of the evictions (`namespace/name`, in the order they happened) each left `pdb`
 /// with fewer healthy pods than it requires, given the pods before them.
-pub fn violations(
+pub fn violations<P: std::borrow::Borrow<Pod>>(
     pdb: &PodDisruptionBudget,
-    pods_before: &[Pod],
+    pods_before: &[P],
     evicted: &[String],
     controller_of: &dyn Fn(&Pod) -> Controller,
 ) -> u64 {
-    let covered: Vec<&Pod> = pods_before.iter().filter(|pod| covers(pdb, pod)).collect();
+    let covered: Vec<&Pod> = pods_before
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|pod| covers(pdb, pod))
+        .collect();
     let desired = desired_healthy(pdb, &covered, controller_of);
     let healthy = |pod: &Pod| is_pod_ready(pod) && !is_terminating(pod);
     let mut left =

@@ -255,8 +255,7 @@ impl Simulation {
         }
         let snapshot = simulation.cluster.snapshot().await?;
         simulation.recorder.initial_node_claims = snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .filter_map(|c| c.metadata.name.clone())
             .collect();
         Ok(simulation)
@@ -850,21 +849,20 @@ impl Recorder {
 
     /// The figures sampled at the end of each step.
     fn sample(&mut self, snapshot: &Snapshot, now: Timestamp) {
-        for pool in &snapshot.node_pools {
+        for pool in snapshot.node_pools() {
             if let Some(name) = &pool.metadata.name {
                 self.max_disrupting.entry(name.clone()).or_insert(0);
             }
         }
         let deleting_claims: BTreeSet<&str> = snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .filter(|claim| claim.metadata.deletion_timestamp.is_some())
             .filter_map(|claim| claim.status.as_ref())
             .map(|status| status.provider_id.as_str())
             .filter(|id| !id.is_empty())
             .collect();
         let mut disrupting: BTreeMap<&str, u64> = BTreeMap::new();
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes() {
             let Some(pool) = node_pool_of(node.metadata.labels.as_ref()) else {
                 continue;
             };
@@ -888,7 +886,7 @@ impl Recorder {
             let max = self.max_disrupting.entry(pool.to_owned()).or_insert(0);
             *max = (*max).max(count);
         }
-        for claim in &snapshot.node_claims {
+        for claim in snapshot.node_claims() {
             if let Some(name) = &claim.metadata.name {
                 self.node_claims_seen.insert(name.clone());
             }
@@ -898,7 +896,7 @@ impl Recorder {
 
     fn track_pending(&mut self, snapshot: &Snapshot, now: Timestamp) {
         let mut still = BTreeMap::new();
-        for pod in &snapshot.pods {
+        for pod in snapshot.pods() {
             let waiting = world::bound_node(pod).is_none()
                 && !world::is_terminating(pod)
                 && !world::is_terminal(pod);
@@ -932,8 +930,7 @@ impl Recorder {
 
     fn stats(&self, snapshot: &Snapshot, instances: &[InstanceView]) -> Stats {
         let present: BTreeSet<&str> = snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .filter_map(|c| c.metadata.name.as_deref())
             .collect();
         let created = self
@@ -947,8 +944,7 @@ impl Recorder {
             .filter(|name| !present.contains(name.as_str()))
             .count();
         let claimed: BTreeSet<&str> = snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .filter_map(|c| c.status.as_ref())
             .map(|s| s.provider_id.as_str())
             .filter(|id| !id.is_empty())
@@ -992,8 +988,7 @@ fn string_map(map: Option<&BTreeMap<String, String>>) -> BTreeMap<String, String
 /// The objects at the end, as the report lists them.
 fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> FinalState {
     let claims_by_provider: BTreeMap<&str, &str> = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .filter_map(|claim| {
             let id = claim.status.as_ref()?.provider_id.as_str();
             (!id.is_empty()).then_some((id, claim.metadata.name.as_deref().unwrap_or_default()))
@@ -1001,16 +996,14 @@ fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> FinalState {
         .collect();
     FinalState {
         node_pools: snapshot
-            .node_pools
-            .iter()
+            .node_pools()
             .map(|pool| FinalNodePool {
                 name: pool.metadata.name.clone().unwrap_or_default(),
                 annotations: string_map(pool.metadata.annotations.as_ref()),
             })
             .collect(),
         node_claims: snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .map(|claim| {
                 let labels = string_map(claim.metadata.labels.as_ref());
                 let label = |key: &str| labels.get(key).cloned().unwrap_or_default();
@@ -1043,8 +1036,7 @@ fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> FinalState {
             })
             .collect(),
         nodes: snapshot
-            .nodes
-            .iter()
+            .nodes()
             .map(|node| FinalNode {
                 name: node.metadata.name.clone().unwrap_or_default(),
                 node_claim: node
@@ -1067,8 +1059,7 @@ fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> FinalState {
             })
             .collect(),
         pods: snapshot
-            .pods
-            .iter()
+            .pods()
             .map(|pod| FinalPod {
                 namespace: pod.metadata.namespace.clone().unwrap_or_default(),
                 name: pod.metadata.name.clone().unwrap_or_default(),

@@ -159,7 +159,9 @@ impl Outage {
 }
 
 /// Objects of one kind by (namespace, name); the empty namespace for cluster-scoped kinds.
-type Table<T> = BTreeMap<(String, String), T>;
+/// Each object behind an `Arc`: a snapshot shares them instead of copying every object, and a
+/// write replaces the one it changes.
+type Table<T> = BTreeMap<(String, String), Arc<T>>;
 
 struct Tables {
     /// One `Table<K>` per [`ClusterObject`] kind, keyed by the kind's `TypeId`.
@@ -187,7 +189,7 @@ impl Tables {
         }
     }
 
-    fn list<K: ClusterObject>(&self) -> Vec<K> {
+    fn list<K: ClusterObject>(&self) -> Vec<Arc<K>> {
         self.table::<K>()
             .map(|table| table.values().cloned().collect())
             .unwrap_or_default()
@@ -213,7 +215,7 @@ impl Tables {
         self.table::<Pod>().into_iter().flat_map(move |pods| {
             pods.range((namespace.to_owned(), String::new())..)
                 .take_while(move |((pod_namespace, _), _)| pod_namespace == namespace)
-                .map(|(_, pod)| pod)
+                .map(|(_, pod)| pod.as_ref())
         })
     }
 }
@@ -496,13 +498,13 @@ impl InMemoryCluster {
         let current = pods
             .get(&key)
             .ok_or_else(|| facts.not_found(namespace, name))?;
-        let mut pod = current.clone();
+        let mut pod = Pod::clone(current);
         change(&mut pod, facts, now)?;
-        if pod == *current {
+        if pod == **current {
             return Ok(pod);
         }
         pod.metadata.resource_version = Some(counters.next_resource_version());
-        pods.insert(key, pod.clone());
+        pods.insert(key, Arc::new(pod.clone()));
         Ok(pod)
     }
 }
@@ -543,7 +545,7 @@ impl Cluster for InMemoryCluster {
             let pdbs = tables
                 .list::<PodDisruptionBudget>()
                 .into_iter()
-                .map(|pdb| with_derived_status(pdb, tables))
+                .map(|pdb| Arc::new(with_derived_status((*pdb).clone(), tables)))
                 .collect();
             Ok(Snapshot {
                 node_pools: tables.list(),
@@ -573,7 +575,7 @@ impl Cluster for InMemoryCluster {
                 .tables
                 .table::<K>()
                 .and_then(|table| table.get(&key))
-                .cloned();
+                .map(|object| K::clone(object));
             Ok(object.map(|object| with_derived_status(object, &state.tables)))
         })
     }
@@ -655,7 +657,7 @@ impl Cluster for InMemoryCluster {
                 .node_classes
                 .get(&(reference.group.clone(), reference.kind.clone()))
                 .and_then(|table| table.get(&(String::new(), reference.name.clone())))
-                .cloned())
+                .map(|object| DynamicObject::clone(object)))
         })
     }
 
@@ -1080,7 +1082,7 @@ fn create_object<T: Stored>(
     let meta = object.meta_mut();
     meta.uid = Some(counters.next_uid());
     meta.resource_version = Some(counters.next_resource_version());
-    table.insert(key, object.clone());
+    table.insert(key, Arc::new(object.clone()));
     Ok(object)
 }
 
@@ -1103,6 +1105,7 @@ fn update_object<T: Stored>(
             format!("{} has no status subresource", facts.kind),
         ));
     }
+    let old: &T = old;
     let old_value = to_json(old, facts, name)?;
     let (candidate, resource_version) = match &write {
         Write::Replace(object) | Write::ReplaceStatus(object) => {
@@ -1211,7 +1214,7 @@ fn update_object<T: Stored>(
     }
     let new_value = to_json(&new, facts, name)?;
     if new_value == old_value {
-        return Ok(old.clone());
+        return Ok(T::clone(old));
     }
     let meta = new.meta_mut();
     if spec_differs(&old_value, &new_value) {
@@ -1221,7 +1224,7 @@ fn update_object<T: Stored>(
     if is_finished(meta) {
         table.remove(&key);
     } else {
-        table.insert(key, new.clone());
+        table.insert(key, Arc::new(new.clone()));
     }
     Ok(new)
 }
@@ -1316,12 +1319,12 @@ fn delete_object<T: Stored>(
     counters: &mut Counters,
     env: &Env<'_>,
 ) -> Result<(), ClusterError> {
-    let object = table
+    let object: &T = table
         .get(&key)
         .ok_or_else(|| facts.not_found(&key.0, &key.1))?;
     check_preconditions(object, &options.preconditions, facts, &key)?;
     let grace = grace_period_seconds(object, options);
-    let mut object = object.clone();
+    let mut object = T::clone(object);
     let meta = object.meta_mut();
     if let Some(deleting_since) = meta.deletion_timestamp.clone() {
         // Already being deleted: only an explicitly shorter grace period changes anything. The
@@ -1351,7 +1354,7 @@ fn delete_object<T: Stored>(
     if is_finished(meta) {
         table.remove(&key);
     } else {
-        table.insert(key, object);
+        table.insert(key, Arc::new(object));
     }
     Ok(())
 }
@@ -1425,7 +1428,7 @@ fn evict_pod(
     let State {
         counters, tables, ..
     } = state;
-    let pod = tables
+    let pod: &Pod = tables
         .table::<Pod>()
         .and_then(|pods| pods.get(&key))
         .ok_or_else(|| facts.not_found(namespace, name))?;
@@ -1435,12 +1438,12 @@ fn evict_pod(
     if !bypasses_budgets {
         check_budgets(pod, tables, namespace, name)?;
     }
-    let mut pod = pod.clone();
+    let mut pod = Pod::clone(pod);
     if !is_terminating(&pod) && !is_terminal(&pod) {
         pod = with_disruption_target(pod, env.now);
     }
     let pods = tables.table_mut::<Pod>();
-    pods.insert(key.clone(), pod);
+    pods.insert(key.clone(), Arc::new(pod));
     delete_object(pods, facts, key, &DeleteOptions::default(), counters, env)
 }
 
@@ -1456,6 +1459,7 @@ fn check_budgets(
         .table::<PodDisruptionBudget>()
         .into_iter()
         .flat_map(BTreeMap::values)
+        .map(AsRef::as_ref)
         .filter(|budget| pdb::selects(budget, pdb::selector(budget).as_ref(), pod))
         .collect();
     let pdb = match budgets.as_slice() {

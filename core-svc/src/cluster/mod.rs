@@ -32,6 +32,7 @@ mod object;
 
 use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::Arc;
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -50,28 +51,35 @@ pub use object::ClusterObject;
 /// A consistent read of everything core decides on, taken at one instant.
 ///
 /// Each list is sorted by (namespace, name), node classes by (API group, kind, name), so
-/// iteration is deterministic and the lookups can binary-search. Whoever fills the lists by hand
+/// iteration is deterministic and the lookups can binary-search. Objects are shared (`Arc`)
+/// with the cluster's own store (the in-memory tables, the reflectors' stores): taking a
+/// snapshot copies pointers, never objects (a test that edits one uses `Arc::make_mut`). Whoever fills the lists by hand
 /// calls [`Snapshot::sort`] before looking anything up.
 #[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// The NodePools.
-    pub node_pools: Vec<NodePool>,
+    pub node_pools: Vec<Arc<NodePool>>,
     /// The NodeClaims.
-    pub node_claims: Vec<NodeClaim>,
+    pub node_claims: Vec<Arc<NodeClaim>>,
     /// The node classes of every kind the plugin serves (e.g. `karpenter.k8s.aws/v1`
     /// EC2NodeClass).
-    pub node_classes: Vec<DynamicObject>,
+    pub node_classes: Vec<Arc<DynamicObject>>,
     /// The Nodes.
-    pub nodes: Vec<Node>,
+    pub nodes: Vec<Arc<Node>>,
     /// The Pods, of every namespace.
-    pub pods: Vec<Pod>,
+    pub pods: Vec<Arc<Pod>>,
     /// The PodDisruptionBudgets (`policy/v1`), with the status the disruption controller
     /// computes.
-    pub pdbs: Vec<PodDisruptionBudget>,
+    pub pdbs: Vec<Arc<PodDisruptionBudget>>,
     /// The DaemonSets (`apps/v1`).
-    pub daemon_sets: Vec<DaemonSet>,
+    pub daemon_sets: Vec<Arc<DaemonSet>>,
     /// The PriorityClasses.
-    pub priority_classes: Vec<PriorityClass>,
+    pub priority_classes: Vec<Arc<PriorityClass>>,
+}
+
+/// `objects`, shared as a [`Snapshot`] holds them.
+pub fn shared<T>(objects: impl IntoIterator<Item = T>) -> Vec<Arc<T>> {
+    objects.into_iter().map(Arc::new).collect()
 }
 
 /// The (namespace, name) an object sorts and is looked up by; a cluster-scoped object has the
@@ -105,17 +113,18 @@ pub(crate) fn api_group(api_version: &str) -> &str {
         .map_or("", |(group, _version)| group)
 }
 
-fn find<'a, K: kube::Resource>(list: &'a [K], namespace: &str, name: &str) -> Option<&'a K> {
-    list.binary_search_by(|object| sort_key(object).cmp(&(namespace, name)))
+fn find<'a, K: kube::Resource>(list: &'a [Arc<K>], namespace: &str, name: &str) -> Option<&'a K> {
+    list.binary_search_by(|object| sort_key(object.as_ref()).cmp(&(namespace, name)))
         .ok()
         .and_then(|index| list.get(index))
+        .map(AsRef::as_ref)
 }
 
 impl Snapshot {
     /// Sorts every list as the type promises.
     pub fn sort(&mut self) {
-        fn by_key<K: kube::Resource>(list: &mut [K]) {
-            list.sort_by(|a, b| sort_key(a).cmp(&sort_key(b)));
+        fn by_key<K: kube::Resource>(list: &mut [Arc<K>]) {
+            list.sort_by(|a, b| sort_key(a.as_ref()).cmp(&sort_key(b.as_ref())));
         }
         by_key(&mut self.node_pools);
         by_key(&mut self.node_claims);
@@ -126,6 +135,26 @@ impl Snapshot {
         by_key(&mut self.priority_classes);
         self.node_classes
             .sort_by(|a, b| node_class_key(a).cmp(&node_class_key(b)));
+    }
+
+    /// Every Pod, as plain references.
+    pub fn pods(&self) -> impl Iterator<Item = &Pod> + '_ {
+        self.pods.iter().map(AsRef::as_ref)
+    }
+
+    /// Every Node, as plain references.
+    pub fn nodes(&self) -> impl Iterator<Item = &Node> + '_ {
+        self.nodes.iter().map(AsRef::as_ref)
+    }
+
+    /// Every NodeClaim, as plain references.
+    pub fn node_claims(&self) -> impl Iterator<Item = &NodeClaim> + '_ {
+        self.node_claims.iter().map(AsRef::as_ref)
+    }
+
+    /// Every NodePool, as plain references.
+    pub fn node_pools(&self) -> impl Iterator<Item = &NodePool> + '_ {
+        self.node_pools.iter().map(AsRef::as_ref)
     }
 
     /// The NodePool called `name`.
@@ -169,6 +198,7 @@ impl Snapshot {
             .binary_search_by(|object| node_class_key(object).cmp(&(group, kind, name)))
             .ok()
             .and_then(|index| self.node_classes.get(index))
+            .map(AsRef::as_ref)
     }
 
     /// The node class a NodePool or NodeClaim refers to.
@@ -179,15 +209,14 @@ impl Snapshot {
     /// The Pods bound to the Node called `node_name`, in (namespace, name) order. A scan of
     /// every Pod: to visit every node, [`Snapshot::pods_by_node`] groups them once.
     pub fn pods_on_node<'a>(&'a self, node_name: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
-        self.pods
-            .iter()
+        self.pods()
             .filter(move |pod| pod_node_name(pod) == Some(node_name))
     }
 
     /// Every bound Pod grouped by node name, each group in (namespace, name) order.
     pub fn pods_by_node(&self) -> BTreeMap<&str, Vec<&Pod>> {
         let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-        for pod in &self.pods {
+        for pod in self.pods() {
             if let Some(node) = pod_node_name(pod) {
                 by_node.entry(node).or_default().push(pod);
             }

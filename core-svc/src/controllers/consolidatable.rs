@@ -216,7 +216,7 @@ fn earliest(current: Option<Timestamp>, candidate: Timestamp) -> Option<Timestam
 pub fn plan(snapshot: &Snapshot, now: Timestamp, seen: &HashMap<String, SeenPods>) -> Plan {
     let pods_by_node = snapshot.pods_by_node();
     let mut plan = Plan::default();
-    for node_claim in &snapshot.node_claims {
+    for node_claim in snapshot.node_claims() {
         if node_claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -428,9 +428,9 @@ mod tests {
 
     fn snapshot(pools: Vec<NodePool>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Snapshot {
         let mut snapshot = Snapshot {
-            node_pools: pools,
-            node_claims: claims,
-            pods,
+            node_pools: crate::cluster::shared(pools),
+            node_claims: crate::cluster::shared(claims),
+            pods: crate::cluster::shared(pods),
             ..Snapshot::default()
         };
         snapshot.sort();

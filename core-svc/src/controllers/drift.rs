@@ -541,7 +541,7 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
         let snapshot = self.ctx.cluster.snapshot().await?;
         let supported = self.ctx.cloud.supported_node_classes();
         let mut pass = PassState::default();
-        for node_claim in &snapshot.node_claims {
+        for node_claim in snapshot.node_claims() {
             if node_claim.metadata.deletion_timestamp.is_some()
                 || !is_managed(&node_claim.spec.node_class_ref, supported)
             {
@@ -572,8 +572,7 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
         // Forget the checks of NodeClaims that are gone.
         self.checks().retain(|uid, _| {
             snapshot
-                .node_claims
-                .iter()
+                .node_claims()
                 .any(|node_claim| node_claim.metadata.uid.as_ref() == Some(uid))
         });
         let mut requeue = Requeue::After(self.ctx.settings.drift_period);

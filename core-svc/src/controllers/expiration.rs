@@ -39,7 +39,10 @@ pub struct ExpirationPlan<'a> {
 
 /// The NodeClaims that have expired at `now` and are not being deleted yet, and when the next
 /// one expires.
-pub fn plan(node_claims: &[NodeClaim], now: Timestamp) -> ExpirationPlan<'_> {
+pub fn plan<'a>(
+    node_claims: impl IntoIterator<Item = &'a NodeClaim>,
+    now: Timestamp,
+) -> ExpirationPlan<'a> {
     let mut plan = ExpirationPlan::default();
     for node_claim in node_claims {
         if node_claim.metadata.deletion_timestamp.is_some() {
@@ -78,7 +81,7 @@ impl<C: Cluster, P: CloudProvider> Controller for ExpirationController<C, P> {
     async fn reconcile(&self) -> Result<Requeue, ControllerError> {
         let snapshot = self.ctx.cluster.snapshot().await?;
         let now = self.ctx.clock.now();
-        let plan = plan(&snapshot.node_claims, now);
+        let plan = plan(snapshot.node_claims(), now);
         let mut failure = None;
         for node_claim in &plan.expired {
             let name = node_claim.metadata.name.as_deref().unwrap_or_default();

@@ -90,12 +90,11 @@ pub fn plan(
         .map(|instance| instance.provider_id.as_str())
         .collect();
     let nodes_by_provider_id: BTreeMap<&str, &Node> = snapshot
-        .nodes
-        .iter()
+        .nodes()
         .filter_map(|node| Some((node.spec.as_ref()?.provider_id.as_deref()?, node)))
         .collect();
     let mut plan = Plan::default();
-    for node_claim in &snapshot.node_claims {
+    for node_claim in snapshot.node_claims() {
         let provider_id = provider_id_of(node_claim);
         if provider_id.is_empty()
             || !is_managed(node_claim, kinds)
@@ -122,8 +121,7 @@ pub fn plan(
     }
 
     let claimed_provider_ids: BTreeSet<&str> = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .map(provider_id_of)
         .filter(|id| !id.is_empty())
         .collect();

@@ -18,6 +18,7 @@
 //! The node class controller applies the same rule to the node class hash annotations
 //! ([`HashAnnotationKeys::node_class`], [`restamps`], [`apply_restamp`]).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -209,8 +210,7 @@ pub struct NodePoolStamp {
 pub fn plan(snapshot: &Snapshot, supported: &[NodeClassKind]) -> Vec<NodePoolStamp> {
     let keys = HashAnnotationKeys::node_pool();
     snapshot
-        .node_pools
-        .iter()
+        .node_pools()
         .filter(|node_pool| is_managed(&node_pool.spec.template.spec.node_class_ref, supported))
         .filter_map(|node_pool| plan_node_pool(node_pool, &snapshot.node_claims, &keys))
         .collect()
@@ -218,7 +218,7 @@ pub fn plan(snapshot: &Snapshot, supported: &[NodeClassKind]) -> Vec<NodePoolSta
 
 fn plan_node_pool(
     node_pool: &NodePool,
-    node_claims: &[NodeClaim],
+    node_claims: &[Arc<NodeClaim>],
     keys: &HashAnnotationKeys,
 ) -> Option<NodePoolStamp> {
     let name = node_pool.metadata.name.clone().unwrap_or_default();
@@ -227,7 +227,7 @@ fn plan_node_pool(
     let restamps = if stamped_version == Some(NODEPOOL_HASH_VERSION) {
         Vec::new()
     } else {
-        let owned = node_claims.iter().filter(|node_claim| {
+        let owned = node_claims.iter().map(AsRef::as_ref).filter(|node_claim| {
             node_claim
                 .metadata
                 .labels
@@ -357,8 +357,8 @@ mod tests {
 
     fn snapshot(node_pools: Vec<NodePool>, node_claims: Vec<NodeClaim>) -> Snapshot {
         let mut snapshot = Snapshot {
-            node_pools,
-            node_claims,
+            node_pools: crate::cluster::shared(node_pools),
+            node_claims: crate::cluster::shared(node_claims),
             ..Snapshot::default()
         };
         snapshot.sort();

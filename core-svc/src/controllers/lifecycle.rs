@@ -153,8 +153,7 @@ pub fn plan(
     kinds: &[NodeClassKind],
 ) -> Plan {
     let nodes_by_provider_id: BTreeMap<&str, &Node> = snapshot
-        .nodes
-        .iter()
+        .nodes()
         .filter_map(|node| {
             let provider_id = node.spec.as_ref()?.provider_id.as_deref()?;
             (!provider_id.is_empty()).then_some((provider_id, node))
@@ -163,8 +162,7 @@ pub fn plan(
     let mut requeue = Requeue::OnChange;
     let mut node_claims = Vec::new();
     for node_claim in snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .filter(|node_claim| is_managed(node_claim, kinds))
     {
         let mut steps = Vec::new();

@@ -442,8 +442,7 @@ impl<C: Cluster, P: CloudProvider> NodeClassController<C, P> {
             && keys.read(&node_class.metadata).1 != Some(version.as_str())
         {
             let launched_from_it = snapshot
-                .node_claims
-                .iter()
+                .node_claims()
                 .filter(|node_claim| node_claim.spec.node_class_ref == *reference);
             for restamp in restamps(launched_from_it, &keys, hash, version) {
                 if !apply_restamp(self.ctx.cluster.as_ref(), &keys, &restamp).await? {

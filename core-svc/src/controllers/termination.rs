@@ -125,8 +125,7 @@ pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a N
         return Vec::new();
     }
     snapshot
-        .nodes
-        .iter()
+        .nodes()
         .filter(|node| node_provider_id(node) == provider_id)
         .collect()
 }
@@ -138,8 +137,7 @@ pub fn node_claim_of<'a>(snapshot: &'a Snapshot, node: &Node) -> Option<&'a Node
         return None;
     }
     snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .find(|node_claim| provider_id_of(node_claim) == provider_id)
 }
 
@@ -169,8 +167,7 @@ pub enum Finalization {
 /// first, then Nodes by name.
 pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
     let mut work: Vec<Finalization> = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .filter(|node_claim| {
             is_deleting(*node_claim)
                 && has_termination_finalizer(*node_claim)
@@ -181,7 +178,7 @@ pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
         })
         .collect();
     let mut claims_to_delete = BTreeSet::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         if !is_deleting(node) || !has_termination_finalizer(node) {
             continue;
         }
@@ -356,8 +353,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             .recorded
             .retain(|_, last| until(*last, now) < EVENT_DEDUPE_WINDOW);
         let deleting: BTreeSet<&str> = snapshot
-            .node_claims
-            .iter()
+            .node_claims()
             .filter(|node_claim| is_deleting(*node_claim))
             .filter_map(|node_claim| node_claim.metadata.uid.as_deref())
             .collect();

@@ -127,8 +127,8 @@ pub(crate) fn pod(name: &str, patch: Value) -> Pod {
 /// A snapshot of `node_claims` and `nodes`, sorted as the cluster hands snapshots out.
 pub(crate) fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
     let mut snapshot = Snapshot {
-        node_claims,
-        nodes,
+        node_claims: crate::cluster::shared(node_claims),
+        nodes: crate::cluster::shared(nodes),
         ..Snapshot::default()
     };
     snapshot.sort();

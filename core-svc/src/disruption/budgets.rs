@@ -81,7 +81,7 @@ pub struct NodePoolNodes {
 pub fn count_nodes(snapshot: &Snapshot) -> BTreeMap<String, NodePoolNodes> {
     let claims = node_claims_by_provider_id(snapshot);
     let mut counts: BTreeMap<String, NodePoolNodes> = BTreeMap::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         let Some(claim) = node_claim_of(&claims, node) else {
             continue;
         };
@@ -410,8 +410,7 @@ pub fn allowances(snapshot: &Snapshot, now: Timestamp) -> BTreeMap<String, NodeP
     let counts = count_nodes(snapshot);
     let empty = NodePoolNodes::default();
     snapshot
-        .node_pools
-        .iter()
+        .node_pools()
         .map(|node_pool| {
             let name = node_pool.metadata.name.as_deref().unwrap_or_default();
             let allowance = node_pool_allowance(node_pool, counts.get(name).unwrap_or(&empty), now);
@@ -853,6 +852,8 @@ fn parse_int(text: &str) -> Result<u32, String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use serde_json::{Value, json};
 
@@ -1268,12 +1269,12 @@ mod tests {
         nodes: Vec<(k8s_openapi::api::core::v1::Node, karpenter_api::NodeClaim)>,
     ) -> Snapshot {
         let mut snapshot = Snapshot {
-            node_pools: vec![node_pool(budgets)],
+            node_pools: vec![Arc::new(node_pool(budgets))],
             ..Snapshot::default()
         };
         for (node, claim) in nodes {
-            snapshot.nodes.push(node);
-            snapshot.node_claims.push(claim);
+            snapshot.nodes.push(Arc::new(node));
+            snapshot.node_claims.push(Arc::new(claim));
         }
         snapshot.sort();
         snapshot

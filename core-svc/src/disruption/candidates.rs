@@ -269,7 +269,7 @@ fn node_provider_id(node: &Node) -> &str {
 /// a NodeClaim not launched yet has none and is left out.
 pub fn node_claims_by_provider_id(snapshot: &Snapshot) -> HashMap<&str, &NodeClaim> {
     let mut by_id = HashMap::new();
-    for claim in &snapshot.node_claims {
+    for claim in snapshot.node_claims() {
         let id = claim
             .status
             .as_ref()
@@ -409,7 +409,7 @@ impl<'a> CandidateSelector<'a> {
     /// pods (their nomination window not over).
     pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
         let mut pods_by_namespace: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
-        for pod in &snapshot.pods {
+        for pod in snapshot.pods() {
             pods_by_namespace
                 .entry(pod.metadata.namespace.as_deref().unwrap_or_default())
                 .or_default()
@@ -621,8 +621,7 @@ impl<'a> CandidateSelector<'a> {
         class: DisruptionClass,
     ) -> Vec<(&'a str, Result<Candidate<'a>, Blocked>)> {
         self.snapshot
-            .nodes
-            .iter()
+            .nodes()
             .map(|node| {
                 let name = node_name(node);
                 (name, self.candidate(name, class))
@@ -646,6 +645,8 @@ impl<'a> CandidateSelector<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use serde_json::{Value, json};
@@ -746,16 +747,19 @@ mod tests {
     /// One NodePool `default`, nodes `a` (two pods of app web) and `b` (one pod of app db).
     fn snapshot() -> Snapshot {
         let mut snapshot = Snapshot {
-            node_pools: vec![node_pool("default")],
+            node_pools: vec![Arc::new(node_pool("default"))],
             node_claims: vec![
-                node_claim("a", "default", json!({})),
-                node_claim("b", "default", json!({})),
+                Arc::new(node_claim("a", "default", json!({}))),
+                Arc::new(node_claim("b", "default", json!({}))),
             ],
-            nodes: vec![node("a", "default"), node("b", "default")],
+            nodes: vec![
+                Arc::new(node("a", "default")),
+                Arc::new(node("b", "default")),
+            ],
             pods: vec![
-                pod("web-1", "a", json!({"app": "web"})),
-                pod("web-2", "a", json!({"app": "web"})),
-                pod("db-1", "b", json!({"app": "db"})),
+                Arc::new(pod("web-1", "a", json!({"app": "web"}))),
+                Arc::new(pod("web-2", "a", json!({"app": "web"}))),
+                Arc::new(pod("db-1", "b", json!({"app": "db"}))),
             ],
             ..Snapshot::default()
         };
@@ -801,7 +805,7 @@ mod tests {
             verdict(&snapshot, "zzz", DisruptionClass::Graceful),
             Err(Blocked::NodeNotFound)
         );
-        snapshot.nodes.push(node("lonely", "default"));
+        snapshot.nodes.push(Arc::new(node("lonely", "default")));
         snapshot.sort();
         assert_eq!(
             verdict(&snapshot, "lonely", DisruptionClass::Graceful),
@@ -810,6 +814,7 @@ mod tests {
         let node = snapshot
             .nodes
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|n| node_name(n) == "a")
             .unwrap();
         node.metadata
@@ -817,7 +822,7 @@ mod tests {
             .as_mut()
             .unwrap()
             .remove(LABEL_NODE_INITIALIZED);
-        let claim = &mut snapshot.node_claims[0];
+        let claim = Arc::make_mut(&mut snapshot.node_claims[0]);
         claim.status.as_mut().unwrap().conditions.clear();
         assert_eq!(
             verdict(&snapshot, "a", DisruptionClass::Graceful),
@@ -828,22 +833,27 @@ mod tests {
     #[test]
     fn given_a_tainted_or_deleting_node_then_it_is_already_disrupting() {
         let mut tainted = snapshot();
-        tainted.nodes[0].spec.as_mut().unwrap().taints =
-            Some(vec![crate::controllers::termination::disrupted_taint()]);
+        Arc::make_mut(&mut tainted.nodes[0])
+            .spec
+            .as_mut()
+            .unwrap()
+            .taints = Some(vec![crate::controllers::termination::disrupted_taint()]);
         assert_eq!(
             verdict(&tainted, "a", DisruptionClass::Graceful),
             Err(Blocked::AlreadyDisrupting(Disrupting::Tainted))
         );
         let mut deleting = snapshot();
-        deleting.node_claims[0].metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        Arc::make_mut(&mut deleting.node_claims[0])
+            .metadata
+            .deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
         assert_eq!(
             verdict(&deleting, "a", DisruptionClass::Graceful),
             Err(Blocked::AlreadyDisrupting(Disrupting::NodeClaimDeleting))
         );
         let mut node_deleting = snapshot();
-        node_deleting.nodes[0].metadata.deletion_timestamp =
-            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+        Arc::make_mut(&mut node_deleting.nodes[0])
+            .metadata
+            .deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
         assert_eq!(
             verdict(&node_deleting, "a", DisruptionClass::Graceful),
             Err(Blocked::AlreadyDisrupting(Disrupting::NodeDeleting))
@@ -865,7 +875,11 @@ mod tests {
     #[test]
     fn given_do_not_disrupt_on_the_node_or_its_claim_then_it_is_blocked() {
         let mut on_node = snapshot();
-        set_annotation(&mut on_node.nodes[0], ANNOTATION_DO_NOT_DISRUPT, "true");
+        set_annotation(
+            Arc::make_mut(&mut on_node.nodes[0]),
+            ANNOTATION_DO_NOT_DISRUPT,
+            "true",
+        );
         assert_eq!(
             verdict(&on_node, "a", DisruptionClass::Eventual),
             Err(Blocked::DoNotDisruptNode {
@@ -874,7 +888,7 @@ mod tests {
         );
         let mut on_claim = snapshot();
         set_annotation(
-            &mut on_claim.node_claims[0],
+            Arc::make_mut(&mut on_claim.node_claims[0]),
             ANNOTATION_DO_NOT_DISRUPT,
             "true",
         );
@@ -886,7 +900,7 @@ mod tests {
         );
         let mut other_value = snapshot();
         set_annotation(
-            &mut other_value.nodes[0],
+            Arc::make_mut(&mut other_value.nodes[0]),
             ANNOTATION_DO_NOT_DISRUPT,
             "false",
         );
@@ -907,13 +921,13 @@ mod tests {
             })
         );
         let mut unlabelled = snapshot();
-        unlabelled.nodes[0]
+        Arc::make_mut(&mut unlabelled.nodes[0])
             .metadata
             .labels
             .as_mut()
             .unwrap()
             .remove(LABEL_NODEPOOL);
-        unlabelled.node_claims[0]
+        Arc::make_mut(&mut unlabelled.node_claims[0])
             .metadata
             .labels
             .as_mut()
@@ -931,6 +945,7 @@ mod tests {
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("web-2"))
             .unwrap();
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
@@ -950,6 +965,7 @@ mod tests {
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "7h");
@@ -963,6 +979,7 @@ mod tests {
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "6h");
@@ -979,6 +996,7 @@ mod tests {
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
@@ -992,11 +1010,11 @@ mod tests {
     #[test]
     fn given_a_pdb_allowing_nothing_then_the_node_is_blocked_naming_pod_and_budget() {
         let mut snapshot = snapshot();
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",
             json!({"app": "web"}),
             json!({"minAvailable": 2}),
-        )];
+        ))];
         snapshot.sort();
         match verdict(&snapshot, "a", DisruptionClass::Graceful) {
             Err(Blocked::PdbBlocks { pod, pdb }) => {
@@ -1008,11 +1026,11 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",
             json!({"app": "web"}),
             json!({"minAvailable": 1}),
-        )];
+        ))];
         assert_eq!(verdict(&snapshot, "a", DisruptionClass::Graceful), Ok(()));
     }
 
@@ -1054,15 +1072,16 @@ mod tests {
         for pod in snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .filter(|p| p.metadata.name.as_deref() == Some("web-1"))
         {
             pod.status.as_mut().unwrap().conditions.as_mut().unwrap()[0].status = "False".into();
         }
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",
             json!({"app": "web"}),
             json!({"maxUnavailable": 1}),
-        )];
+        ))];
         assert!(
             matches!(
                 verdict(&snapshot, "a", DisruptionClass::Graceful),
@@ -1070,11 +1089,11 @@ mod tests {
             ),
             "one pod already unavailable: the budget is spent"
         );
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",
             json!({"app": "web"}),
             json!({"maxUnavailable": 1, "unhealthyPodEvictionPolicy": "AlwaysAllow"}),
-        )];
+        ))];
         match verdict(&snapshot, "a", DisruptionClass::Graceful) {
             Err(Blocked::PdbBlocks { pod, .. }) => {
                 assert_eq!(
@@ -1096,13 +1115,13 @@ mod tests {
             disruptions_allowed: 0,
             ..Default::default()
         });
-        snapshot.pdbs = vec![budget.clone()];
+        snapshot.pdbs = vec![Arc::new(budget.clone())];
         assert!(matches!(
             verdict(&snapshot, "a", DisruptionClass::Graceful),
             Err(Blocked::PdbBlocks { .. })
         ));
         budget.metadata.generation = Some(4);
-        snapshot.pdbs = vec![budget];
+        snapshot.pdbs = vec![Arc::new(budget)];
         assert_eq!(
             verdict(&snapshot, "a", DisruptionClass::Graceful),
             Ok(()),
@@ -1114,8 +1133,12 @@ mod tests {
     fn given_a_pod_under_two_pdbs_then_it_blocks_even_if_both_allow() {
         let mut snapshot = snapshot();
         snapshot.pdbs = vec![
-            pdb("one", json!({"app": "db"}), json!({"maxUnavailable": 5})),
-            pdb("all", json!({}), json!({"maxUnavailable": 5})),
+            Arc::new(pdb(
+                "one",
+                json!({"app": "db"}),
+                json!({"maxUnavailable": 5}),
+            )),
+            Arc::new(pdb("all", json!({}), json!({"maxUnavailable": 5}))),
         ];
         snapshot.sort();
         assert_eq!(
@@ -1130,14 +1153,15 @@ mod tests {
     #[test]
     fn given_pods_the_drain_does_not_evict_then_their_budgets_do_not_block() {
         let mut snapshot = snapshot();
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "db-pdb",
             json!({"app": "db"}),
             json!({"maxUnavailable": 0}),
-        )];
+        ))];
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         pod.spec.as_mut().unwrap().tolerations =
@@ -1150,6 +1174,7 @@ mod tests {
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         pod.spec.as_mut().unwrap().tolerations = None;
@@ -1161,19 +1186,23 @@ mod tests {
     #[test]
     fn given_termination_grace_period_then_drift_ignores_pod_blocks_but_consolidation_does_not() {
         let mut snapshot = snapshot();
-        snapshot.node_claims[1] =
-            node_claim("b", "default", json!({"terminationGracePeriod": "1h"}));
+        snapshot.node_claims[1] = Arc::new(node_claim(
+            "b",
+            "default",
+            json!({"terminationGracePeriod": "1h"}),
+        ));
         let pod = snapshot
             .pods
             .iter_mut()
+            .map(Arc::make_mut)
             .find(|p| p.metadata.name.as_deref() == Some("db-1"))
             .unwrap();
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
-        snapshot.pdbs = vec![pdb(
+        snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",
             json!({"app": "web"}),
             json!({"maxUnavailable": 0}),
-        )];
+        ))];
         snapshot.sort();
         let nominated = BTreeSet::new();
         let selector = CandidateSelector::new(&snapshot, now(), &nominated);
@@ -1194,7 +1223,11 @@ mod tests {
             "without a terminationGracePeriod drift waits for the budget"
         );
         let mut node_level = snapshot.clone();
-        set_annotation(&mut node_level.nodes[1], ANNOTATION_DO_NOT_DISRUPT, "true");
+        set_annotation(
+            Arc::make_mut(&mut node_level.nodes[1]),
+            ANNOTATION_DO_NOT_DISRUPT,
+            "true",
+        );
         assert!(
             matches!(
                 verdict(&node_level, "b", DisruptionClass::Eventual),
@@ -1224,7 +1257,7 @@ mod tests {
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
         snapshot
             .pods
-            .extend([daemon, mirror, stateful, terminating]);
+            .extend([daemon, mirror, stateful, terminating].map(Arc::new));
         snapshot.sort();
         let nominated = BTreeSet::new();
         let selector = CandidateSelector::new(&snapshot, now(), &nominated);
@@ -1243,9 +1276,9 @@ mod tests {
         let mut snapshot = snapshot();
         snapshot
             .node_claims
-            .push(node_claim("c", "default", json!({})));
-        snapshot.nodes.push(node("c", "default"));
-        snapshot.pods.push(pod("x", "c", json!({})));
+            .push(Arc::new(node_claim("c", "default", json!({}))));
+        snapshot.nodes.push(Arc::new(node("c", "default")));
+        snapshot.pods.push(Arc::new(pod("x", "c", json!({}))));
         snapshot.sort();
         let nominated = BTreeSet::new();
         let selector = CandidateSelector::new(&snapshot, now(), &nominated);

@@ -210,14 +210,14 @@ mod tests {
     #[test]
     fn priority_comes_from_the_spec_else_the_class_else_the_global_default() {
         let mut snapshot = Snapshot {
-            priority_classes: vec![
+            priority_classes: crate::cluster::shared([
                 serde_json::from_value(json!({"metadata": {"name": "high"}, "value": 1000}))
                     .unwrap(),
                 serde_json::from_value(
                     json!({"metadata": {"name": "default"}, "value": 7, "globalDefault": true}),
                 )
                 .unwrap(),
-            ],
+            ]),
             ..Snapshot::default()
         };
         snapshot.sort();

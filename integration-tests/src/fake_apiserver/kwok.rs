@@ -59,7 +59,7 @@ impl Kwok {
     }
 
     async fn register_nodes(&mut self, cluster: &InMemoryCluster, snapshot: &Snapshot) {
-        for claim in &snapshot.node_claims {
+        for claim in snapshot.node_claims() {
             let Some(status) = claim.status.as_ref().filter(|s| !s.provider_id.is_empty()) else {
                 continue;
             };
@@ -67,7 +67,7 @@ impl Kwok {
                 continue;
             };
             if claim.metadata.deletion_timestamp.is_some()
-                || snapshot.nodes.iter().any(|node| {
+                || snapshot.nodes().any(|node| {
                     node.spec.as_ref().and_then(|s| s.provider_id.as_deref())
                         == Some(status.provider_id.as_str())
                 })
@@ -135,7 +135,7 @@ fn names(pod: &Pod) -> (&str, &str) {
 }
 
 async fn run_pods(cluster: &InMemoryCluster, snapshot: &Snapshot) {
-    for pod in &snapshot.pods {
+    for pod in snapshot.pods() {
         let Some(node) = bound(pod) else { continue };
         let (namespace, name) = names(pod);
         let result = if snapshot.node(node).is_none() {
@@ -204,8 +204,7 @@ async fn schedule(cluster: &InMemoryCluster, snapshot: &Snapshot) {
     // What each node has left.
     let mut free: BTreeMap<&str, (i128, i128)> = BTreeMap::new();
     for node in snapshot
-        .nodes
-        .iter()
+        .nodes()
         .filter(|n| is_ready(n) && n.metadata.deletion_timestamp.is_none())
     {
         let allocatable = node.status.as_ref().and_then(|s| s.allocatable.as_ref());
@@ -217,7 +216,7 @@ async fn schedule(cluster: &InMemoryCluster, snapshot: &Snapshot) {
             ),
         );
     }
-    for pod in &snapshot.pods {
+    for pod in snapshot.pods() {
         if let Some(node) = bound(pod)
             && let Some(left) = free.get_mut(node)
         {
@@ -227,8 +226,7 @@ async fn schedule(cluster: &InMemoryCluster, snapshot: &Snapshot) {
         }
     }
     for pod in snapshot
-        .pods
-        .iter()
+        .pods()
         .filter(|p| bound(p).is_none() && p.metadata.deletion_timestamp.is_none())
     {
         let (cpu, memory) = requests(pod);
@@ -237,7 +235,7 @@ async fn schedule(cluster: &InMemoryCluster, snapshot: &Snapshot) {
             .and_then(|s| s.node_selector.clone())
             .unwrap_or_default();
         let tolerations = spec.and_then(|s| s.tolerations.clone()).unwrap_or_default();
-        let fits = snapshot.nodes.iter().find(|node| {
+        let fits = snapshot.nodes().find(|node| {
             let name = node.metadata.name.as_deref().unwrap_or_default();
             let labels = node.metadata.labels.clone().unwrap_or_default();
             let taints = node

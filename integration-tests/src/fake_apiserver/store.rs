@@ -96,7 +96,9 @@ fn version_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
 }
 
 fn typed_objects(snapshot: &Snapshot, typed: Typed) -> Vec<(String, String, u64, Value)> {
-    fn each<K: kube::Resource + Serialize>(list: &[K]) -> Vec<(String, String, u64, Value)> {
+    fn each<K: kube::Resource + Serialize>(
+        list: &[std::sync::Arc<K>],
+    ) -> Vec<(String, String, u64, Value)> {
         list.iter()
             .map(|object| {
                 let meta = object.meta();
@@ -104,7 +106,7 @@ fn typed_objects(snapshot: &Snapshot, typed: Typed) -> Vec<(String, String, u64,
                     meta.namespace.clone().unwrap_or_default(),
                     meta.name.clone().unwrap_or_default(),
                     version_of(meta),
-                    serde_json::to_value(object).unwrap_or(Value::Null),
+                    serde_json::to_value(object.as_ref()).unwrap_or(Value::Null),
                 )
             })
             .collect()
@@ -206,7 +208,7 @@ impl State {
                             String::new(),
                             object.metadata.name.clone().unwrap_or_default(),
                             version_of(&object.metadata),
-                            serde_json::to_value(object).unwrap_or(Value::Null),
+                            serde_json::to_value(object.as_ref()).unwrap_or(Value::Null),
                         )
                     })
                     .collect(),

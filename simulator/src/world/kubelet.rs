@@ -103,13 +103,9 @@ async fn register_nodes(
     timing: Timing,
     now: Timestamp,
 ) {
-    let joined: BTreeSet<&str> = snapshot.nodes.iter().filter_map(provider_id_of).collect();
-    let names: BTreeSet<&str> = snapshot
-        .nodes
-        .iter()
-        .map(|n| name_of(&n.metadata))
-        .collect();
-    for claim in &snapshot.node_claims {
+    let joined: BTreeSet<&str> = snapshot.nodes().filter_map(provider_id_of).collect();
+    let names: BTreeSet<&str> = snapshot.nodes().map(|n| name_of(&n.metadata)).collect();
+    for claim in snapshot.node_claims() {
         let provider_id = claim_provider_id(claim);
         if provider_id.is_empty()
             || claim.metadata.deletion_timestamp.is_some()
@@ -238,12 +234,11 @@ async fn node_lifecycle(
     now: Timestamp,
 ) {
     let claims_by_provider: BTreeMap<&str, &NodeClaim> = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .map(|claim| (claim_provider_id(claim), claim))
         .filter(|(id, _)| !id.is_empty())
         .collect();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         let name = name_of(&node.metadata);
         let Some(provider_id) = provider_id_of(node) else {
             continue;
@@ -326,11 +321,10 @@ async fn remove_startup_taints(cluster: &Arc<InMemoryCluster>, node: &Node, clai
 
 async fn pods(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot, now: Timestamp) {
     let nodes: BTreeMap<&str, &Node> = snapshot
-        .nodes
-        .iter()
+        .nodes()
         .map(|node| (name_of(&node.metadata), node))
         .collect();
-    for pod in &snapshot.pods {
+    for pod in snapshot.pods() {
         let Some(node_name) = bound_node(pod) else {
             continue;
         };

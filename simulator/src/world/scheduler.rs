@@ -58,7 +58,7 @@ pub async fn step(
     policy: &LabelPolicy,
     now: Timestamp,
 ) {
-    let pending: Vec<&Pod> = snapshot.pods.iter().filter(|p| is_pending(p)).collect();
+    let pending: Vec<&Pod> = snapshot.pods().filter(|p| is_pending(p)).collect();
     if pending.is_empty() {
         return;
     }
@@ -112,7 +112,7 @@ pub async fn step(
 fn schedulable_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
     let pods_by_node = snapshot.pods_by_node();
     let mut nodes = Vec::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         let cordoned = node
             .spec
             .as_ref()

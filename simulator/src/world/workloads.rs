@@ -181,8 +181,7 @@ async fn reconcile_one(
     let hash = template_hash(&spec.template);
     let prefix = owner_uid(namespace, name, "");
     let owned: Vec<&Pod> = snapshot
-        .pods
-        .iter()
+        .pods()
         .filter(|pod| namespace_of(pod) == namespace && owned_by(pod, &prefix))
         .collect();
     let live: Vec<&Pod> = owned
@@ -345,8 +344,7 @@ pub async fn daemon_sets(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot) {
             .unwrap_or("default");
         let ds_name = name_of(&daemon_set.metadata);
         let served: Vec<&str> = snapshot
-            .pods
-            .iter()
+            .pods()
             .filter(|pod| {
                 !is_terminating(pod)
                     && pod
@@ -358,7 +356,7 @@ pub async fn daemon_sets(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot) {
             })
             .filter_map(bound_node)
             .collect();
-        for node in &snapshot.nodes {
+        for node in snapshot.nodes() {
             let node_name = name_of(&node.metadata);
             if node.metadata.deletion_timestamp.is_some()
                 || served.contains(&node_name)

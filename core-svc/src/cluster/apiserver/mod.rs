@@ -183,7 +183,7 @@ where
 
     /// The store's objects with the overlay laid over them, in (namespace, name) order;
     /// overlay entries the store has caught up with are dropped.
-    fn view(&self, now: Instant) -> Vec<K> {
+    fn view(&self, now: Instant) -> Vec<Arc<K>> {
         let mut objects: BTreeMap<(String, String), Arc<K>> = self
             .store
             .state()
@@ -219,10 +219,7 @@ where
                 }
             }
         });
-        objects
-            .into_values()
-            .map(|object| (*object).clone())
-            .collect()
+        objects.into_values().collect()
     }
 
     fn written(&self, object: &K) {

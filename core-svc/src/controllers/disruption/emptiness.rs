@@ -191,6 +191,8 @@ pub fn validate(command: &Command, input: &MethodInput<'_>) -> Result<Command, R
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use serde_json::{Value, json};
 
     use super::*;
@@ -287,7 +289,7 @@ mod tests {
         );
         // Both run the same type; the spot one is cheaper (70 %).
         let mut snapshot = snapshot;
-        for node in &mut snapshot.nodes {
+        for node in snapshot.nodes.iter_mut().map(Arc::make_mut) {
             if node.metadata.name.as_deref() == Some("node-cheap") {
                 node.metadata
                     .labels

@@ -1030,7 +1030,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     /// One Warning per pod whose `karpenter.sh/do-not-disrupt` value is invalid (and ignored),
     /// again only when the value changes.
     fn report_invalid_annotations(&self, snapshot: &Snapshot, now: Timestamp) {
-        let invalid = do_not_disrupt::invalid_annotations(&snapshot.pods, now);
+        let invalid = do_not_disrupt::invalid_annotations(snapshot.pods(), now);
         let mut state = self.lock();
         state
             .invalid_reported
@@ -1148,7 +1148,7 @@ pub fn due_nodes(
     acted_on: &BTreeSet<String>,
 ) -> Vec<(String, String, Option<DisruptionReason>)> {
     let mut due = Vec::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         let Some(claim) = crate::controllers::termination::node_claim_of(snapshot, node) else {
             continue;
         };
@@ -1358,7 +1358,8 @@ fn with_disrupted_taint(
     let mut copy = snapshot.clone();
     for node in &mut copy.nodes {
         if names.contains(node.metadata.name.as_deref().unwrap_or_default()) {
-            node.spec
+            Arc::make_mut(node)
+                .spec
                 .get_or_insert_with(Default::default)
                 .taints
                 .get_or_insert_with(Vec::new)
@@ -1550,12 +1551,12 @@ pub(crate) mod fixtures {
         managed: Vec<(NodeClaim, Node)>,
         pods: Vec<Pod>,
     ) -> Snapshot {
-        let (node_claims, nodes) = managed.into_iter().unzip();
+        let (node_claims, nodes): (Vec<_>, Vec<_>) = managed.into_iter().unzip();
         let mut snapshot = Snapshot {
-            node_pools: pools,
-            node_claims,
-            nodes,
-            pods,
+            node_pools: crate::cluster::shared(pools),
+            node_claims: crate::cluster::shared(node_claims),
+            nodes: crate::cluster::shared(nodes),
+            pods: crate::cluster::shared(pods),
             ..Snapshot::default()
         };
         snapshot.sort();
@@ -1574,13 +1575,11 @@ pub(crate) mod fixtures {
         let selector = CandidateSelector::new(snapshot, now(), &nominated);
         let candidates = selector.candidates(class);
         let catalogues: HashMap<String, Catalogue> = snapshot
-            .node_pools
-            .iter()
+            .node_pools()
             .map(|pool| (pool.metadata.name.clone().unwrap_or_default(), catalogue()))
             .collect();
         let node_pools: Vec<(&NodePool, Catalogue)> = snapshot
-            .node_pools
-            .iter()
+            .node_pools()
             .map(|pool| (pool, catalogue()))
             .collect();
         let leaving = BTreeSet::new();
@@ -1872,8 +1871,8 @@ mod tests {
         let (e, node_e) = managed("e", "default", vec![condition("Drifted", now())]);
         let mut e = e;
         e.metadata.deletion_timestamp = Some(Time(now()));
-        snapshot.node_claims.extend([d, e]);
-        snapshot.nodes.extend([node_d, node_e]);
+        snapshot.node_claims.extend([d, e].map(Arc::new));
+        snapshot.nodes.extend([node_d, node_e].map(Arc::new));
         snapshot.sort();
 
         let due = due_nodes(&snapshot, &in_flight, &BTreeSet::new());

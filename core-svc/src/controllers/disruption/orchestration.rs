@@ -256,7 +256,7 @@ fn claim_condition<'c>(claim: &'c NodeClaim, type_: &str) -> Option<&'c karpente
 /// candidates.
 pub fn in_flight(snapshot: &Snapshot) -> Vec<InFlight> {
     let mut commands: BTreeMap<&str, InFlight> = BTreeMap::new();
-    for claim in &snapshot.node_claims {
+    for claim in snapshot.node_claims() {
         let (key, is_replacement) = match (
             annotation(claim, ANNOTATION_REPLACES),
             annotation(claim, ANNOTATION_COMMAND),
@@ -445,7 +445,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
             .any(|command| command.involves(name_of(claim)))
     };
     let mut marks = Vec::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         if node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(node) {
             continue;
         }
@@ -459,7 +459,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
             node: node.metadata.name.clone().unwrap_or_default(),
         });
     }
-    for claim in &snapshot.node_claims {
+    for claim in snapshot.node_claims() {
         if claim.metadata.deletion_timestamp.is_some() || involved.contains(name_of(claim)) {
             continue;
         }
@@ -474,7 +474,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
             });
         }
     }
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         if node.metadata.deletion_timestamp.is_some()
             || !has_command_annotations(node.metadata.annotations.as_ref())
         {
@@ -1600,7 +1600,7 @@ mod tests {
             snapshot
                 .node_claims
                 .retain(|c| c.metadata.name != claim.metadata.name);
-            snapshot.node_claims.push(claim);
+            snapshot.node_claims.push(Arc::new(claim));
         }
         snapshot.sort();
         snapshot
@@ -1981,7 +1981,7 @@ mod tests {
             "spec": { "maxUnavailable": 0, "selector": { "matchLabels": { "app": "web" } } },
         }))
         .unwrap();
-        snapshot.pdbs.push(pdb);
+        snapshot.pdbs.push(Arc::new(pdb));
         snapshot
     }
 
@@ -2015,7 +2015,7 @@ mod tests {
 
         let mut late = draining_world(clocked(60));
         // api was evicted and is still stopping; web's budget refused it.
-        for pod in &mut late.pods {
+        for pod in late.pods.iter_mut().map(Arc::make_mut) {
             if pod.metadata.name.as_deref() == Some("api") {
                 pod.metadata.deletion_timestamp = Some(Time(testing::at(20)));
             }

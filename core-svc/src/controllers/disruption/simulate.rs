@@ -458,6 +458,8 @@ fn pod_key(pod: &Pod) -> (&str, &str) {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use std::collections::{BTreeSet, HashMap};
 
     use karpenter_api::NodeClaim;
@@ -475,13 +477,11 @@ mod tests {
         nodes: &[&[&str]],
     ) -> Vec<SimulationResult> {
         let node_pools: Vec<(&NodePool, Catalogue)> = snapshot
-            .node_pools
-            .iter()
+            .node_pools()
             .map(|pool| (pool, catalogue()))
             .collect();
         let catalogues: HashMap<String, Catalogue> = snapshot
-            .node_pools
-            .iter()
+            .node_pools()
             .map(|pool| (pool.metadata.name.clone().unwrap_or_default(), catalogue()))
             .collect();
         let leaving: BTreeSet<String> = leaving.iter().map(|n| (*n).to_owned()).collect();
@@ -598,7 +598,9 @@ mod tests {
             vec![managed("a", "default", vec![])],
             vec![pod("web", Some("node-a"), "1")],
         );
-        snapshot.node_claims.push(in_flight_claim("launching"));
+        snapshot
+            .node_claims
+            .push(Arc::new(in_flight_claim("launching")));
         snapshot.sort();
         let result = &simulate_on(&snapshot, &[], &[&["node-a"]])[0];
         assert!(!result.all_scheduled);

@@ -165,13 +165,12 @@ fn existing_capacity(
 ) -> (Vec<ExistingNode>, HashMap<String, Target>) {
     let snapshot = sources.snapshot;
     let live_claims: Vec<&NodeClaim> = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .collect();
     let mut claim_of_node: HashMap<&str, &NodeClaim> = HashMap::new();
     let mut claim_of_provider_id: HashMap<&str, &NodeClaim> = HashMap::new();
-    for claim in &snapshot.node_claims {
+    for claim in snapshot.node_claims() {
         if let Some(status) = &claim.status {
             if !status.node_name.is_empty() {
                 claim_of_node.insert(status.node_name.as_str(), claim);
@@ -185,7 +184,7 @@ fn existing_capacity(
     let mut nodes: BTreeMap<String, ExistingNode> = BTreeMap::new();
     let mut targets = HashMap::new();
     let mut registered_claims = HashSet::new();
-    for node in &snapshot.nodes {
+    for node in snapshot.nodes() {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let provider_id = node
             .spec
@@ -295,7 +294,7 @@ pub fn usage_by_node_pool(
 ) -> HashMap<String, ResourceList> {
     let mut usage: HashMap<String, ResourceList> = HashMap::new();
     let nodes = ResourceName::new(NODES);
-    for claim in &snapshot.node_claims {
+    for claim in snapshot.node_claims() {
         if claim.metadata.deletion_timestamp.is_some() {
             continue;
         }
@@ -468,20 +467,20 @@ mod tests {
             ));
         let fixture = Fixture::new(
             Snapshot {
-                nodes: vec![node("node-1", "4"), deleting],
+                nodes: vec![Arc::new(node("node-1", "4")), Arc::new(deleting)],
                 node_claims: vec![
-                    claim(
+                    Arc::new(claim(
                         "default-registered",
                         &["default-instance-type"],
                         Some("node-1"),
-                    ),
-                    claim(
+                    )),
+                    Arc::new(claim(
                         "default-launching",
                         &["small-instance-type", "default-instance-type"],
                         None,
-                    ),
+                    )),
                 ],
-                pods: vec![bound("web-1", "1", "node-1")],
+                pods: vec![Arc::new(bound("web-1", "1", "node-1"))],
                 ..Snapshot::default()
             },
             json!({}),
@@ -512,7 +511,11 @@ mod tests {
     fn given_a_nominated_pod_then_its_requests_are_reserved_on_its_node_claim() {
         let fixture = Fixture::new(
             Snapshot {
-                node_claims: vec![claim("default-launching", &["small-instance-type"], None)],
+                node_claims: vec![Arc::new(claim(
+                    "default-launching",
+                    &["small-instance-type"],
+                    None,
+                ))],
                 ..Snapshot::default()
             },
             json!({}),
@@ -537,16 +540,16 @@ mod tests {
         let fixture = Fixture::new(
             Snapshot {
                 node_claims: vec![
-                    claim(
+                    Arc::new(claim(
                         "default-registered",
                         &["default-instance-type"],
                         Some("node-1"),
-                    ),
-                    claim(
+                    )),
+                    Arc::new(claim(
                         "default-launching",
                         &["small-instance-type", "default-instance-type"],
                         None,
-                    ),
+                    )),
                 ],
                 ..Snapshot::default()
             },
@@ -566,12 +569,12 @@ mod tests {
     fn given_limits_then_the_scheduler_is_capped_by_the_usage() {
         let fixture = Fixture::new(
             Snapshot {
-                nodes: vec![node("node-1", "1")],
-                node_claims: vec![claim(
+                nodes: vec![Arc::new(node("node-1", "1"))],
+                node_claims: vec![Arc::new(claim(
                     "default-registered",
                     &["default-instance-type"],
                     Some("node-1"),
-                )],
+                ))],
                 ..Snapshot::default()
             },
             json!({ "cpu": "6" }),

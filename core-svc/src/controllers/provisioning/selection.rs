@@ -103,13 +103,11 @@ pub fn node_name(pod: &Pod) -> Option<&str> {
 /// The names of the Nodes being deleted, directly or through their NodeClaim.
 pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
     let nodes = snapshot
-        .nodes
-        .iter()
+        .nodes()
         .filter(|node| node.metadata.deletion_timestamp.is_some())
         .filter_map(|node| node.metadata.name.as_deref());
     let claimed = snapshot
-        .node_claims
-        .iter()
+        .node_claims()
         .filter(|claim| claim.metadata.deletion_timestamp.is_some())
         .filter_map(|claim| claim.status.as_ref())
         .map(|status| status.node_name.as_str())
@@ -122,8 +120,7 @@ pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
 pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
     let deleting = deleting_nodes(snapshot);
     snapshot
-        .pods
-        .iter()
+        .pods()
         .filter(|pod| match node_name(pod) {
             None => is_provisionable(pod),
             Some(node) => deleting.contains(node) && is_reschedulable(pod),
@@ -205,7 +202,7 @@ pub fn usable_node_pools<'a>(
 ) -> (Vec<UsableNodePool<'a>>, Vec<(&'a NodePool, Unusable)>) {
     let mut usable = Vec::new();
     let mut unusable = Vec::new();
-    for pool in &snapshot.node_pools {
+    for pool in snapshot.node_pools() {
         match usability(snapshot, pool, supported, require_ready_node_class) {
             Ok(node_class) => usable.push(UsableNodePool { pool, node_class }),
             Err(reason) => unusable.push((pool, reason)),
@@ -283,6 +280,8 @@ pub fn node_class_readiness(node_class: &DynamicObject) -> Result<(), String> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use k8s_openapi::api::core::v1::Node;
     use karpenter_api::NodeClaim;
     use serde_json::json;
@@ -370,20 +369,20 @@ mod tests {
         };
         let mut snapshot = Snapshot {
             nodes: vec![
-                node("deleting", true),
-                node("claimed", false),
-                node("live", false),
+                Arc::new(node("deleting", true)),
+                Arc::new(node("claimed", false)),
+                Arc::new(node("live", false)),
             ],
-            node_claims: vec![claim],
+            node_claims: vec![Arc::new(claim)],
             pods: vec![
-                pod("pending", json!({})),
-                running("on-deleting", "deleting"),
-                running("on-claimed", "claimed"),
-                running("on-live", "live"),
-                pod(
+                Arc::new(pod("pending", json!({}))),
+                Arc::new(running("on-deleting", "deleting")),
+                Arc::new(running("on-claimed", "claimed")),
+                Arc::new(running("on-live", "live")),
+                Arc::new(pod(
                     "done",
                     json!({ "spec": { "nodeName": "deleting" }, "status": { "phase": "Succeeded" } }),
-                ),
+                )),
             ],
             ..Snapshot::default()
         };
@@ -408,20 +407,23 @@ mod tests {
             json!({ "spec": { "template": { "spec": { "nodeClassRef": { "name": "other" } } } } });
         let mut snapshot = Snapshot {
             node_pools: vec![
-                node_pool("a-light", json!({})),
-                node_pool("b-heavy", json!({ "spec": { "weight": 50 } })),
-                node_pool("c-static", json!({ "spec": { "replicas": 1 } })),
-                node_pool("d-not-ready", other_class),
-                node_pool(
+                Arc::new(node_pool("a-light", json!({}))),
+                Arc::new(node_pool("b-heavy", json!({ "spec": { "weight": 50 } }))),
+                Arc::new(node_pool("c-static", json!({ "spec": { "replicas": 1 } }))),
+                Arc::new(node_pool("d-not-ready", other_class)),
+                Arc::new(node_pool(
                     "e-foreign",
                     json!({ "spec": { "template": { "spec": { "nodeClassRef": { "kind": "EC2NodeClass" } } } } }),
-                ),
-                node_pool(
+                )),
+                Arc::new(node_pool(
                     "f-missing",
                     json!({ "spec": { "template": { "spec": { "nodeClassRef": { "name": "missing" } } } } }),
-                ),
+                )),
             ],
-            node_classes: vec![node_class("default", "True"), node_class("other", "False")],
+            node_classes: vec![
+                Arc::new(node_class("default", "True")),
+                Arc::new(node_class("other", "False")),
+            ],
             ..Snapshot::default()
         };
         snapshot.sort();
