@@ -1075,36 +1075,15 @@ mod end_to_end {
         }
 
         pub(super) async fn claims(&self) -> Vec<NodeClaim> {
-            self.cluster
-                .snapshot()
-                .await
-                .unwrap()
-                .node_claims
-                .iter()
-                .map(|o| (**o).clone())
-                .collect()
+            crate::common::owned(&self.cluster.snapshot().await.unwrap().node_claims)
         }
 
         pub(super) async fn nodes(&self) -> Vec<Node> {
-            self.cluster
-                .snapshot()
-                .await
-                .unwrap()
-                .nodes
-                .iter()
-                .map(|o| (**o).clone())
-                .collect()
+            crate::common::owned(&self.cluster.snapshot().await.unwrap().nodes)
         }
 
         pub(super) async fn pods(&self) -> Vec<Pod> {
-            self.cluster
-                .snapshot()
-                .await
-                .unwrap()
-                .pods
-                .iter()
-                .map(|o| (**o).clone())
-                .collect()
+            crate::common::owned(&self.cluster.snapshot().await.unwrap().pods)
         }
 
         pub(super) fn events(&self, reason: &str) -> Vec<Event> {

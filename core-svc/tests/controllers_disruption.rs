@@ -268,36 +268,15 @@ impl World {
     }
 
     async fn claims(&self) -> Vec<NodeClaim> {
-        self.cluster
-            .snapshot()
-            .await
-            .unwrap()
-            .node_claims
-            .iter()
-            .map(|o| (**o).clone())
-            .collect()
+        crate::common::owned(&self.cluster.snapshot().await.unwrap().node_claims)
     }
 
     async fn nodes(&self) -> Vec<Node> {
-        self.cluster
-            .snapshot()
-            .await
-            .unwrap()
-            .nodes
-            .iter()
-            .map(|o| (**o).clone())
-            .collect()
+        crate::common::owned(&self.cluster.snapshot().await.unwrap().nodes)
     }
 
     async fn pods(&self) -> Vec<Pod> {
-        self.cluster
-            .snapshot()
-            .await
-            .unwrap()
-            .pods
-            .iter()
-            .map(|o| (**o).clone())
-            .collect()
+        crate::common::owned(&self.cluster.snapshot().await.unwrap().pods)
     }
 
     /// One round: disruption, lifecycle (twice: it moves one stage per pass), the kubelet,

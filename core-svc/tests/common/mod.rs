@@ -68,6 +68,11 @@ impl Harness {
 }
 
 /// A fixture written as JSON, typed.
+/// Owned copies of a snapshot's shared objects, for assertions that keep them.
+pub(crate) fn owned<T: Clone>(shared: &[std::sync::Arc<T>]) -> Vec<T> {
+    shared.iter().map(|object| T::clone(object)).collect()
+}
+
 pub(crate) fn from_json<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap()
 }
