@@ -281,8 +281,11 @@ async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
 
     let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
+    // Without an election this replica always leads; the sender lives as long as the loop, so
+    // the receiver never reads as closed (which would end the run).
+    let (_always_leading, always) = watch::channel(true);
     let (mut leading, election) = if args.disable_leader_election {
-        (watch::channel(true).1, None)
+        (always, None)
     } else {
         let elector = Elector::new(
             client,

@@ -42,6 +42,16 @@ struct Core {
 }
 
 fn start_core(dir: &Path, kubeconfig: &Path, socket: &Path, identity: &str) -> Core {
+    start_core_with(dir, kubeconfig, socket, identity, &[])
+}
+
+fn start_core_with(
+    dir: &Path,
+    kubeconfig: &Path,
+    socket: &Path,
+    identity: &str,
+    extra: &[&str],
+) -> Core {
     let probes = free_port();
     let log = dir.join(format!("{identity}.log"));
     let process = ChildGuard::spawn_logging_to(
@@ -59,6 +69,7 @@ fn start_core(dir: &Path, kubeconfig: &Path, socket: &Path, identity: &str) -> C
             .arg("kube-system")
             .arg("--identity")
             .arg(identity)
+            .args(extra)
             .env("RUST_LOG", "info"),
         &log,
     );
@@ -345,4 +356,79 @@ async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a
         (lease.spec?.holder_identity? == standby.identity).then_some(())
     })
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_leader_election_a_single_replica_keeps_running_and_provisions() {
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    let kubeconfig = dir.path().join("kubeconfig");
+    let mut apiserver = ChildGuard::spawn_logging_to(
+        Command::new(workspace_binary("fake-apiserver"))
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .arg("--node-class")
+            .arg("example.dev/v1/ExampleNodeClass/examplenodeclasses"),
+        &dir.path().join("apiserver.log"),
+    );
+    wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
+    let socket = dir.path().join("plugin.sock");
+    let _plugin = start_python_plugin(&socket);
+    let mut core = start_core_with(
+        dir.path(),
+        &kubeconfig,
+        &socket,
+        "solo",
+        &["--disable-leader-election"],
+    );
+    let config = kube::Config::from_custom_kubeconfig(
+        kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig"),
+        &Default::default(),
+    )
+    .await
+    .expect("a config");
+    let client = core_svc::cluster::apiserver::client(config).expect("a client");
+    let post = PostParams::default();
+    let class = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.dev", "v1", "ExampleNodeClass"),
+        "examplenodeclasses",
+    );
+    Api::<DynamicObject>::all_with(client.clone(), &class)
+        .create(
+            &post,
+            &object(
+                json!({"apiVersion": "example.dev/v1", "kind": "ExampleNodeClass",
+                           "metadata": {"name": "default"}, "spec": {}}),
+            ),
+        )
+        .await
+        .expect("the node class");
+    Api::<karpenter_api::NodePool>::all(client.clone())
+        .create(
+            &post,
+            &object(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                "metadata": {"name": "default"},
+                "spec": {"template": {"spec": {
+                    "nodeClassRef": {"group": "example.dev", "kind": "ExampleNodeClass", "name": "default"},
+                    "requirements": [],
+                }}},
+            })),
+        )
+        .await
+        .expect("the NodePool");
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&post, &pod("web-1", json!({})))
+        .await
+        .expect("a pod");
+    let solo = [&core];
+    eventually("the pod bound", &solo, async || {
+        pods.get("web-1").await.ok()?.spec?.node_name.map(drop)
+    })
+    .await;
+    assert!(core.process.is_running(), "{}", logs(&[&core]));
+    let lease = Api::<Lease>::namespaced(client, "kube-system")
+        .get_opt("karpenter-leader-election")
+        .await
+        .expect("a read");
+    assert!(lease.is_none(), "no Lease without leader election");
 }
