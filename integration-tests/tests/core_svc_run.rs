@@ -146,61 +146,93 @@ fn pod(name: &str, annotations: Value) -> Pod {
     }))
 }
 
+/// `fake-apiserver` serving the example plugin's node class, and the example Python plugin:
+/// what every test here runs core-svc against. The processes stop when it is dropped.
+struct World {
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    socket: PathBuf,
+    _apiserver: ChildGuard,
+    _plugin: ChildGuard,
+}
+
+impl World {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().expect("a temporary directory");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut apiserver = ChildGuard::spawn_logging_to(
+            Command::new(workspace_binary("fake-apiserver"))
+                .arg("--kubeconfig-out")
+                .arg(&kubeconfig)
+                .arg("--node-class")
+                .arg("example.dev/v1/ExampleNodeClass/examplenodeclasses"),
+            &dir.path().join("apiserver.log"),
+        );
+        wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
+        let socket = dir.path().join("plugin.sock");
+        let plugin = start_python_plugin(&socket);
+        Self {
+            dir,
+            kubeconfig,
+            socket,
+            _apiserver: apiserver,
+            _plugin: plugin,
+        }
+    }
+
+    /// A client of the fake API server, after creating the `ExampleNodeClass` and the
+    /// NodePool `default` that uses it.
+    async fn client_with_node_pool(&self) -> kube::Client {
+        let config = kube::Config::from_custom_kubeconfig(
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("the kubeconfig"),
+            &Default::default(),
+        )
+        .await
+        .expect("a config");
+        let client = core_svc::cluster::apiserver::client(config).expect("a client");
+        let post = PostParams::default();
+        let class = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("example.dev", "v1", "ExampleNodeClass"),
+            "examplenodeclasses",
+        );
+        Api::<DynamicObject>::all_with(client.clone(), &class)
+            .create(
+                &post,
+                &object(
+                    json!({"apiVersion": "example.dev/v1", "kind": "ExampleNodeClass",
+                               "metadata": {"name": "default"}, "spec": {}}),
+                ),
+            )
+            .await
+            .expect("the node class");
+        Api::<karpenter_api::NodePool>::all(client.clone())
+            .create(
+                &post,
+                &object(json!({
+                    "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
+                    "metadata": {"name": "default"},
+                    "spec": {"template": {"spec": {
+                        "nodeClassRef": {"group": "example.dev", "kind": "ExampleNodeClass", "name": "default"},
+                        "requirements": [],
+                    }}},
+                })),
+            )
+            .await
+            .expect("the NodePool");
+        client
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a_blocked_node() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut apiserver = ChildGuard::spawn_logging_to(
-        Command::new(workspace_binary("fake-apiserver"))
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .arg("--node-class")
-            .arg("example.dev/v1/ExampleNodeClass/examplenodeclasses"),
-        &dir.path().join("apiserver.log"),
-    );
-    wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
-    let socket = dir.path().join("plugin.sock");
-    let _plugin = start_python_plugin(&socket);
-    let core_a = start_core(dir.path(), &kubeconfig, &socket, "core-a");
-    let core_b = start_core(dir.path(), &kubeconfig, &socket, "core-b");
+    let world = World::start();
+    let (dir, kubeconfig, socket) = (world.dir.path(), &world.kubeconfig, &world.socket);
+    let core_a = start_core(dir, kubeconfig, socket, "core-a");
+    let core_b = start_core(dir, kubeconfig, socket, "core-b");
     let both = [&core_a, &core_b];
 
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig"),
-        &Default::default(),
-    )
-    .await
-    .expect("a config");
-    let client = core_svc::cluster::apiserver::client(config).expect("a client");
+    let client = world.client_with_node_pool().await;
     let post = PostParams::default();
-    let class = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.dev", "v1", "ExampleNodeClass"),
-        "examplenodeclasses",
-    );
-    Api::<DynamicObject>::all_with(client.clone(), &class)
-        .create(
-            &post,
-            &object(
-                json!({"apiVersion": "example.dev/v1", "kind": "ExampleNodeClass",
-                           "metadata": {"name": "default"}, "spec": {}}),
-            ),
-        )
-        .await
-        .expect("the node class");
-    Api::<karpenter_api::NodePool>::all(client.clone())
-        .create(
-            &post,
-            &object(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-                "metadata": {"name": "default"},
-                "spec": {"template": {"spec": {
-                    "nodeClassRef": {"group": "example.dev", "kind": "ExampleNodeClass", "name": "default"},
-                    "requirements": [],
-                }}},
-            })),
-        )
-        .await
-        .expect("the NodePool");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     for name in ["web-1", "web-2", "web-3"] {
         pods.create(&post, &pod(name, json!({})))
@@ -325,7 +357,7 @@ async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a
             .arg("-o")
             .arg("json")
             .arg("--kubeconfig")
-            .arg(&kubeconfig)
+            .arg(kubeconfig)
             .arg("--plugin-endpoint")
             .arg(format!("unix://{}", socket.display())),
     );
@@ -360,62 +392,17 @@ async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_leader_election_a_single_replica_keeps_running_and_provisions() {
-    let dir = tempfile::tempdir().expect("a temporary directory");
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut apiserver = ChildGuard::spawn_logging_to(
-        Command::new(workspace_binary("fake-apiserver"))
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .arg("--node-class")
-            .arg("example.dev/v1/ExampleNodeClass/examplenodeclasses"),
-        &dir.path().join("apiserver.log"),
-    );
-    wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
-    let socket = dir.path().join("plugin.sock");
-    let _plugin = start_python_plugin(&socket);
+    let world = World::start();
+    let (dir, kubeconfig, socket) = (world.dir.path(), &world.kubeconfig, &world.socket);
     let mut core = start_core_with(
-        dir.path(),
-        &kubeconfig,
-        &socket,
+        dir,
+        kubeconfig,
+        socket,
         "solo",
         &["--disable-leader-election"],
     );
-    let config = kube::Config::from_custom_kubeconfig(
-        kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig"),
-        &Default::default(),
-    )
-    .await
-    .expect("a config");
-    let client = core_svc::cluster::apiserver::client(config).expect("a client");
+    let client = world.client_with_node_pool().await;
     let post = PostParams::default();
-    let class = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("example.dev", "v1", "ExampleNodeClass"),
-        "examplenodeclasses",
-    );
-    Api::<DynamicObject>::all_with(client.clone(), &class)
-        .create(
-            &post,
-            &object(
-                json!({"apiVersion": "example.dev/v1", "kind": "ExampleNodeClass",
-                           "metadata": {"name": "default"}, "spec": {}}),
-            ),
-        )
-        .await
-        .expect("the node class");
-    Api::<karpenter_api::NodePool>::all(client.clone())
-        .create(
-            &post,
-            &object(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodePool",
-                "metadata": {"name": "default"},
-                "spec": {"template": {"spec": {
-                    "nodeClassRef": {"group": "example.dev", "kind": "ExampleNodeClass", "name": "default"},
-                    "requirements": [],
-                }}},
-            })),
-        )
-        .await
-        .expect("the NodePool");
     let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
     pods.create(&post, &pod("web-1", json!({})))
         .await
