@@ -747,6 +747,16 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
         matches!(error, ClusterError::TooManyRequests { .. }),
         "{error}"
     );
+    // The next snapshot's status follows the eviction (derived statuses are kept between
+    // snapshots only while no pod or budget changed).
+    let after = cluster.snapshot().await.unwrap();
+    let status = after
+        .pdb("default", "web-pdb")
+        .unwrap()
+        .status
+        .clone()
+        .unwrap();
+    assert_eq!((status.current_healthy, status.disruptions_allowed), (2, 0));
 
     // Once the evicted pod is gone and a replacement is Ready, the budget opens again.
     cluster.finish_pod_termination("default", "web-0").unwrap();

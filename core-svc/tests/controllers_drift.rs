@@ -16,7 +16,9 @@ use core_svc::apis::nodeclaim::{CONDITION_DRIFTED, CONDITION_LAUNCHED};
 use core_svc::apis::nodepool::{
     ANNOTATION_NODEPOOL_HASH, ANNOTATION_NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION,
 };
-use core_svc::apis::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
+use core_svc::apis::{
+    Condition, ConditionStatus, NodeClaim, NodeClassReference, NodePool, condition,
+};
 use core_svc::clock::{Clock, FakeClock};
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider, Rpc};
@@ -443,6 +445,65 @@ async fn given_the_plugin_reports_ami_drift_when_reconciled_then_it_is_recorded_
     let cleared = env.events.with_reason(EVENT_DRIFT_CLEARED);
     assert_eq!(cleared.len(), 1);
     assert_eq!(cleared[0].fields["nodeClaim"], "default-a");
+}
+
+#[tokio::test]
+async fn given_nothing_the_plugin_judges_changed_then_it_is_asked_again_only_when_the_node_claim_its_node_class_or_the_period_moves()
+ {
+    let env = env_with_pool().await;
+    env.launch_current("default-a").await;
+    env.launch_current("default-b").await;
+    let asked = || env.cloud.calls_of(Rpc::IsDrifted).len();
+
+    let requeue = env.reconcile().await;
+    assert_eq!(asked(), 2, "each NodeClaim is asked about once");
+    assert_eq!(
+        requeue,
+        Requeue::After(Settings::default().drift_period),
+        "back when the answers expire"
+    );
+
+    // A change elsewhere in the cluster (a pass runs on every change) asks nothing again.
+    env.clock.advance(Duration::from_secs(60));
+    env.patch_node_pool(json!({"spec": {"weight": 7}})).await;
+    let requeue = env.reconcile().await;
+    assert_eq!(asked(), 2);
+    assert_eq!(
+        requeue,
+        Requeue::After(Settings::default().drift_period - Duration::from_secs(60))
+    );
+
+    // The NodeClaim changed: it alone is asked about again.
+    env.cluster
+        .merge_patch::<NodeClaim>(
+            None,
+            "default-a",
+            &json!({"metadata": {"annotations": {"touched": "yes"}}}),
+        )
+        .await
+        .unwrap();
+    env.reconcile().await;
+    assert_eq!(asked(), 3);
+
+    // Its node class changed (e.g. new images resolved): every NodeClaim of it is asked.
+    env.cluster
+        .merge_patch_node_class(
+            &NodeClassReference {
+                group: "test.karpenter.sh".into(),
+                kind: "TestNodeClass".into(),
+                name: "default".into(),
+            },
+            &json!({"metadata": {"annotations": {"touched": "yes"}}}),
+        )
+        .await
+        .unwrap();
+    env.reconcile().await;
+    assert_eq!(asked(), 5);
+
+    // The period passed: asked again, whatever changed.
+    env.clock.advance(Settings::default().drift_period);
+    env.reconcile().await;
+    assert_eq!(asked(), 7);
 }
 
 #[tokio::test]

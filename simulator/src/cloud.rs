@@ -132,6 +132,12 @@ impl SimCloud {
         self.aws.ec2.set_now(since_epoch(now));
     }
 
+    /// When the next instance changes state by the clock alone, if any will.
+    pub fn next_state_change(&self) -> Option<Timestamp> {
+        let since_epoch = self.aws.ec2.next_state_change()?;
+        Timestamp::from_duration(jiff::SignedDuration::try_from(since_epoch).ok()?).ok()
+    }
+
     /// Makes `image` known, created at its `created` time or `now`; an image with an alias
     /// becomes what the family's `@latest` alias resolves to.
     pub fn publish_image(&self, image: &ImageSpec, now: Timestamp) {

@@ -167,6 +167,13 @@ pub enum RunError {
 /// core-svc: the controller manager core builds at start-up, all of it in memory only.
 type Core = Manager<InMemoryCluster, SimProvider>;
 
+/// The first step at or after `due`, as the step loop meets it.
+fn first_step_at_or_after(due: Duration) -> Duration {
+    let step = STEP.as_nanos();
+    let at = due.as_nanos().div_ceil(step).saturating_mul(step);
+    Duration::from_nanos(u64::try_from(at).unwrap_or(u64::MAX))
+}
+
 /// A simulation in progress.
 #[derive(Debug)]
 pub struct Simulation {
@@ -266,11 +273,57 @@ impl Simulation {
         let total = self.scenario.duration;
         let mut elapsed = Duration::ZERO;
         while elapsed <= total {
+            let revision = self.cluster.revision();
             self.step(elapsed, observer).await?;
             observer.progress(elapsed, total);
-            elapsed += STEP;
+            elapsed = if self.cluster.revision() == revision {
+                self.next_busy_step(elapsed, total).await?
+            } else {
+                elapsed + STEP
+            };
         }
         self.report().await
+    }
+
+    /// After a step in which nothing in the cluster changed: the next step at which anything
+    /// can happen. Everything that acts does so on a change or at a time it knows in advance
+    /// (a scenario event, a controller's requeue, a stand-in's delay, the cloud's clock, the
+    /// end of a plugin outage), so the steps before the first of those would change nothing
+    /// and record nothing new, and are skipped: a quiet fleet costs a pass per requeue, not
+    /// one per second. The step after `total` ends the run; the one at `total` always runs.
+    async fn next_busy_step(
+        &self,
+        elapsed: Duration,
+        total: Duration,
+    ) -> Result<Duration, EngineError> {
+        let now = self.clock.now();
+        let snapshot = self.cluster.snapshot().await?;
+        let start = self.clock.start();
+        let since_start = |at: Timestamp| Duration::try_from(at.duration_since(start)).ok();
+        let due = [
+            self.core.next_due(),
+            self.world.next_due(&snapshot, now).await,
+            self.cloud.next_state_change(),
+            self.outage.ends_after(now),
+        ]
+        .into_iter()
+        .flatten()
+        .filter_map(since_start)
+        .chain(
+            self.scenario
+                .events
+                .get(self.next_event)
+                .map(|event| event.at),
+        )
+        .min();
+        let next = due
+            .map_or(total, first_step_at_or_after)
+            .max(elapsed + STEP);
+        Ok(if elapsed < total {
+            next.min(total)
+        } else {
+            next
+        })
     }
 
     async fn step(

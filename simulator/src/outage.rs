@@ -30,6 +30,11 @@ impl OutageSwitch {
         *current = Some(current.map_or(until, |known| known.max(until)));
     }
 
+    /// When the outage under way at `now` ends; `None` when there is none.
+    pub fn ends_after(&self, now: Timestamp) -> Option<Timestamp> {
+        (*self.until.lock().unwrap_or_else(PoisonError::into_inner)).filter(|until| now < *until)
+    }
+
     /// Whether the plugin is unreachable at `now`.
     pub fn is_down(&self, now: Timestamp) -> bool {
         self.until

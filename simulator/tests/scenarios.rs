@@ -482,3 +482,33 @@ fn another_seed_gives_other_generated_names() {
     let names = |report: &Report| claims_in(&events(report, "NodeClaimCreated"));
     assert_ne!(names(&first), names(&second));
 }
+
+/// Counts the steps the engine takes.
+#[derive(Default)]
+struct StepCounter(u64);
+
+impl simulator::engine::Observer for StepCounter {
+    fn progress(&mut self, _elapsed: std::time::Duration, _total: std::time::Duration) {
+        self.0 += 1;
+    }
+}
+
+#[test]
+fn once_the_cluster_settles_the_engine_skips_the_quiet_seconds_and_reports_the_same() {
+    let text = example("scale-down-consolidates");
+    let scenario = simulator::scenario::parse(&text).unwrap();
+    let seconds = scenario.duration.as_secs();
+    let mut steps = StepCounter::default();
+    let report = simulator::engine::run_blocking(scenario, &mut steps).unwrap();
+
+    // 30 minutes of virtual time: a step per second while things change, then one per
+    // requeue or timed event.
+    assert!(
+        steps.0 < seconds / 2,
+        "{} steps for {seconds} s of virtual time",
+        steps.0
+    );
+    // The last step is the scenario's end, as when every second is stepped.
+    assert_eq!(report.end, seconds);
+    assert_lifecycle_in_order(&report);
+}

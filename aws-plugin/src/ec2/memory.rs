@@ -140,6 +140,21 @@ impl MemoryEc2 {
         self.state().now = now;
     }
 
+    /// When the next instance changes state by the clock alone (`pending` to `running`,
+    /// `shutting-down` to `terminated`), as time since the epoch; `None` when none will.
+    pub fn next_state_change(&self) -> Option<Duration> {
+        let state = self.state();
+        state
+            .instances
+            .values()
+            .map(|record| match record.terminated_at {
+                Some(at) => at + state.termination_delay,
+                None => record.launched_at + state.launch_delay,
+            })
+            .filter(|at| *at > state.now)
+            .min()
+    }
+
     /// Advances the clock.
     pub fn advance(&self, by: Duration) {
         let mut state = self.state();

@@ -168,6 +168,13 @@ struct Tables {
     typed: HashMap<TypeId, Box<dyn Any + Send>>,
     /// Node classes by (API group, kind).
     node_classes: BTreeMap<(String, String), Table<DynamicObject>>,
+    /// Moves whenever the Pod or PodDisruptionBudget table is handed out for writing: the
+    /// budgets' derived statuses read nothing else.
+    budget_inputs: u64,
+    /// The budgets with their derived statuses, as of `budget_inputs` = `.0`. Every snapshot
+    /// needs them and deriving them reads every pod once per budget, so they are derived again
+    /// only after a pod or budget may have changed.
+    derived_budgets: Option<(u64, Vec<Arc<PodDisruptionBudget>>)>,
 }
 
 impl Tables {
@@ -178,6 +185,10 @@ impl Tables {
     }
 
     fn table_mut<K: ClusterObject>(&mut self) -> &mut Table<K> {
+        let kind = TypeId::of::<K>();
+        if kind == TypeId::of::<Pod>() || kind == TypeId::of::<PodDisruptionBudget>() {
+            self.budget_inputs += 1;
+        }
         let slot = self
             .typed
             .entry(TypeId::of::<K>())
@@ -193,6 +204,22 @@ impl Tables {
         self.table::<K>()
             .map(|table| table.values().cloned().collect())
             .unwrap_or_default()
+    }
+
+    /// The budgets, each with the status derived from the pods as they are now.
+    fn budgets_with_status(&mut self) -> Vec<Arc<PodDisruptionBudget>> {
+        if let Some((inputs, budgets)) = &self.derived_budgets
+            && *inputs == self.budget_inputs
+        {
+            return budgets.clone();
+        }
+        let budgets: Vec<_> = self
+            .list::<PodDisruptionBudget>()
+            .into_iter()
+            .map(|pdb| Arc::new(with_derived_status((*pdb).clone(), self)))
+            .collect();
+        self.derived_budgets = Some((self.budget_inputs, budgets.clone()));
+        budgets
     }
 
     fn len<K: ClusterObject>(&self) -> usize {
@@ -338,6 +365,8 @@ impl InMemoryCluster {
                     tables: Tables {
                         typed: HashMap::new(),
                         node_classes: BTreeMap::new(),
+                        budget_inputs: 0,
+                        derived_budgets: None,
                     },
                     outage: Outage::default(),
                 }),
@@ -541,12 +570,8 @@ impl Cluster for InMemoryCluster {
 
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         self.call(|state, _| {
+            let pdbs = state.tables.budgets_with_status();
             let tables = &state.tables;
-            let pdbs = tables
-                .list::<PodDisruptionBudget>()
-                .into_iter()
-                .map(|pdb| Arc::new(with_derived_status((*pdb).clone(), tables)))
-                .collect();
             Ok(Snapshot {
                 node_pools: tables.list(),
                 node_claims: tables.list(),

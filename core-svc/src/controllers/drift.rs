@@ -21,8 +21,9 @@
 //! the condition as it is. Unlike upstream, whose message repeats the reason, the message
 //! names what differs.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
 
 use core_domain::instance_type::InstanceType;
 use core_domain::labels::{
@@ -51,6 +52,10 @@ pub const REASON_NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REASON_REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 /// The NodeClaim's instance type, or any offering of it matching the NodeClaim, is gone.
 pub const REASON_INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+
+/// The soonest a pass asks to run again for expiring plugin answers: answers that expire
+/// within a second of each other are renewed by one pass.
+const MIN_RECHECK: Duration = Duration::from_secs(1);
 
 /// Event reason when a NodeClaim becomes drifted.
 pub const EVENT_DRIFTED: &str = "NodeClaimDrifted";
@@ -269,6 +274,20 @@ struct InstanceTypeCheck {
     drift: Option<DriftReason>,
 }
 
+/// The plugin's last answer about a NodeClaim, and what it was asked about. The answer stands
+/// while neither the NodeClaim nor its node class changed and `drift_period` has not passed
+/// since: the plugin is asked about each NodeClaim when something it could judge differently
+/// changed, and at least every period for what only the cloud knows (upstream requeues each
+/// NodeClaim every 5 minutes the same way), not once per NodeClaim on every change anywhere in
+/// the cluster.
+#[derive(Debug, Clone)]
+struct ProviderCheck {
+    at: Timestamp,
+    node_claim_version: Option<String>,
+    node_class_version: Option<String>,
+    drift: Option<DriftReason>,
+}
+
 /// Per pass: each NodePool's catalogue, fetched once; `None` when it could not be had.
 type Catalogues = HashMap<String, Option<Vec<Arc<InstanceType>>>>;
 
@@ -286,6 +305,8 @@ struct PassState {
 pub struct DriftController<C, P> {
     ctx: Context<C, P>,
     instance_type_checks: Mutex<HashMap<String, InstanceTypeCheck>>,
+    /// By NodeClaim UID.
+    provider_checks: Mutex<HashMap<String, ProviderCheck>>,
 }
 
 impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
@@ -294,7 +315,15 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         Self {
             ctx,
             instance_type_checks: Mutex::new(HashMap::new()),
+            provider_checks: Mutex::new(HashMap::new()),
         }
+    }
+
+    fn provider_checks(&self) -> MutexGuard<'_, HashMap<String, ProviderCheck>> {
+        // Entries are inserted whole; a poisoned map is still a valid cache.
+        self.provider_checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
     }
 
     fn checks(&self) -> MutexGuard<'_, HashMap<String, InstanceTypeCheck>> {
@@ -442,8 +471,34 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
                 return Verdict::Unknown;
             }
         };
+        let now = self.ctx.clock.now();
+        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
+        let node_claim_version = node_claim.metadata.resource_version.clone();
+        let node_class_version = node_class.metadata.resource_version.clone();
+        if let Some(last) = self.provider_checks().get(&uid)
+            && last.node_claim_version == node_claim_version
+            && last.node_class_version == node_class_version
+            && age(last.at, now) < self.ctx.settings.drift_period
+        {
+            return last
+                .drift
+                .clone()
+                .map_or(Verdict::NotDrifted, Verdict::Drifted);
+        }
         let Ok(class_json) = serde_json::to_value(node_class) else {
             return Verdict::Unknown;
+        };
+        let remember = |drift: Option<DriftReason>| {
+            self.provider_checks().insert(
+                uid.clone(),
+                ProviderCheck {
+                    at: now,
+                    node_claim_version: node_claim_version.clone(),
+                    node_class_version: node_class_version.clone(),
+                    drift: drift.clone(),
+                },
+            );
+            drift.map_or(Verdict::NotDrifted, Verdict::Drifted)
         };
         match self
             .ctx
@@ -451,8 +506,8 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             .is_drifted(&request, &launched, &class_json)
             .await
         {
-            Ok(Some(drift)) => Verdict::Drifted(drift),
-            Ok(None) | Err(CloudProviderError::Unsupported { .. }) => Verdict::NotDrifted,
+            Ok(drift) => remember(drift),
+            Err(CloudProviderError::Unsupported { .. }) => remember(None),
             Err(CloudProviderError::NotFound(_) | CloudProviderError::NodeClassNotReady(_)) => {
                 Verdict::Unknown
             }
@@ -570,12 +625,21 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
             .await?;
         }
         // Forget the checks of NodeClaims that are gone.
-        self.checks().retain(|uid, _| {
-            snapshot
-                .node_claims()
-                .any(|node_claim| node_claim.metadata.uid.as_ref() == Some(uid))
-        });
-        let mut requeue = Requeue::After(self.ctx.settings.drift_period);
+        let live: HashSet<&str> = snapshot
+            .node_claims()
+            .filter_map(|node_claim| node_claim.metadata.uid.as_deref())
+            .collect();
+        self.checks().retain(|uid, _| live.contains(uid.as_str()));
+        self.provider_checks()
+            .retain(|uid, _| live.contains(uid.as_str()));
+        // Back when the oldest standing answer expires, so every NodeClaim is asked about
+        // again within a period of its last check.
+        let now = self.ctx.clock.now();
+        let period = self.ctx.settings.drift_period;
+        let oldest = self.provider_checks().values().map(|check| check.at).min();
+        let mut requeue = Requeue::After(oldest.map_or(period, |at| {
+            period.saturating_sub(age(at, now)).max(MIN_RECHECK)
+        }));
         if pass.plugin_failed {
             requeue = requeue.min(Requeue::After(PLUGIN_RETRY));
         }

@@ -96,6 +96,39 @@ pub async fn step(
     pods(cluster, snapshot, now).await;
 }
 
+/// The first time after `now` at which a kubelet acts by the clock alone, with nothing else
+/// changing: a running instance's Node joins, a deleted pod stops. The engine may skip the
+/// quiet steps before it; what the cloud's own clock changes (an instance starting or
+/// finishing termination) it learns from the cloud.
+pub fn next_due(
+    snapshot: &Snapshot,
+    instances: &[InstanceView],
+    timing: Timing,
+    now: Timestamp,
+) -> Option<Timestamp> {
+    let joined: BTreeSet<&str> = snapshot.nodes().filter_map(provider_id_of).collect();
+    let by_id: BTreeMap<&str, &InstanceView> = instances
+        .iter()
+        .map(|view| (view.provider_id.as_str(), view))
+        .collect();
+    let delay = i64::try_from((timing.launch_delay + timing.registration_delay).as_secs())
+        .unwrap_or(i64::MAX);
+    let joins = snapshot
+        .node_claims()
+        .filter(|claim| claim.metadata.deletion_timestamp.is_none())
+        .map(claim_provider_id)
+        .filter(|id| !id.is_empty() && !joined.contains(id))
+        .filter_map(|id| by_id.get(id))
+        .filter(|instance| instance.state == "running")
+        .filter_map(|instance| instance.launch_time)
+        .filter_map(|launched| Timestamp::from_second(launched.saturating_add(delay)).ok());
+    let stops = snapshot
+        .pods()
+        .filter(|pod| is_terminating(pod) && bound_node(pod).is_some())
+        .filter_map(stop_time);
+    joins.chain(stops).filter(|at| *at > now).min()
+}
+
 async fn register_nodes(
     cluster: &Arc<InMemoryCluster>,
     snapshot: &Snapshot,

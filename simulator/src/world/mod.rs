@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use core_domain::labels::LabelPolicy;
-use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster};
+use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
 // The stand-ins judge pods and Nodes by the same rules as core's controllers.
 pub use core_svc::controllers::nodeclaim::is_node_ready;
 pub use core_svc::controllers::provisioning::selection::{
@@ -110,6 +110,15 @@ impl World {
         let snapshot = self.cluster.snapshot().await?;
         scheduler::step(&self.cluster, &snapshot, &self.label_policy, now).await;
         Ok(())
+    }
+}
+
+impl World {
+    /// The first time after `now` at which a stand-in acts by the clock alone (see
+    /// [`kubelet::next_due`]), given the cluster as `snapshot` holds it.
+    pub async fn next_due(&self, snapshot: &Snapshot, now: Timestamp) -> Option<Timestamp> {
+        let instances = self.cloud.instances().await;
+        kubelet::next_due(snapshot, &instances, self.timing, now)
     }
 }
 
