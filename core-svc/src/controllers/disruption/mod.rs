@@ -1068,11 +1068,27 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         acted_on: &BTreeSet<String>,
         nominated: &BTreeSet<String>,
     ) {
+        let within = |at: &Timestamp, interval: Duration| {
+            at.saturating_add(interval).is_ok_and(|until| now < until)
+        };
         let due = due_nodes(snapshot, in_flight, acted_on);
         let mut state = self.lock();
         state
             .blocked
             .retain(|node, _| due.iter().any(|(due, _, _)| due == node));
+        // A node reported within the minimum spacing is not reported again whatever its
+        // explanation says, so it is not explained either: during a roll most of the fleet
+        // waits on its budget, and explaining every waiting node on every pass would cost more
+        // than the pass.
+        let due: Vec<_> = due
+            .into_iter()
+            .filter(|(node, _, _)| {
+                !state
+                    .blocked
+                    .get(node)
+                    .is_some_and(|(_, at)| within(at, BLOCKED_EVENT_MIN_SPACING))
+            })
+            .collect();
         if due.is_empty() {
             return;
         }
@@ -1097,9 +1113,6 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 continue;
             }
             let key = dedup_key(&explanation);
-            let within = |at: &Timestamp, interval: Duration| {
-                at.saturating_add(interval).is_ok_and(|until| now < until)
-            };
             let repeat = state.blocked.get(&node).is_some_and(|(said, at)| {
                 within(at, BLOCKED_EVENT_MIN_SPACING)
                     || (*said == key && within(at, BLOCKED_EVENT_INTERVAL))
