@@ -461,16 +461,6 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             );
             return Verdict::Unknown;
         };
-        let Some(launched) = launched_of(node_claim) else {
-            return Verdict::Unknown;
-        };
-        let request = match request_of(node_claim) {
-            Ok(request) => request,
-            Err(error) => {
-                tracing::warn!(node_claim = name, %error, "cannot hand the NodeClaim to the plugin");
-                return Verdict::Unknown;
-            }
-        };
         let now = self.ctx.clock.now();
         let uid = node_claim.metadata.uid.clone().unwrap_or_default();
         let node_claim_version = node_claim.metadata.resource_version.clone();
@@ -485,6 +475,16 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
                 .clone()
                 .map_or(Verdict::NotDrifted, Verdict::Drifted);
         }
+        let Some(launched) = launched_of(node_claim) else {
+            return Verdict::Unknown;
+        };
+        let request = match request_of(node_claim) {
+            Ok(request) => request,
+            Err(error) => {
+                tracing::warn!(node_claim = name, %error, "cannot hand the NodeClaim to the plugin");
+                return Verdict::Unknown;
+            }
+        };
         let Ok(class_json) = serde_json::to_value(node_class) else {
             return Verdict::Unknown;
         };
