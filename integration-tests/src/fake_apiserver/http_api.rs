@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use core_svc::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions};
 use serde_json::{Value, json};
 
+use super::label_selector::LabelSelector;
 use super::resources::{self, Backend, Op, Resource};
 use super::store::{PlainCall, State, stamp};
 
@@ -374,10 +375,18 @@ async fn dispatch(
     }
     let namespace = target.namespace.as_deref();
     let Some(name) = target.name.clone() else {
+        let selector =
+            match LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str)) {
+                Ok(selector) => selector,
+                Err(message) => return bad_request(&format!("labelSelector: {message}")),
+            };
         return match method {
-            Method::GET if is_watch(query) => watch(state, target.index, namespace, query),
+            Method::GET if is_watch(query) => {
+                watch(state, target.index, namespace, selector, query)
+            }
             Method::GET => {
-                let (items, version) = state.list(target.index, namespace).await;
+                let (mut items, version) = state.list(target.index, namespace).await;
+                items.retain(|item| selector.matches(item));
                 respond(
                     200,
                     &json!({
@@ -441,35 +450,7 @@ async fn dispatch(
     }
     let status = subresource == Some("status");
     if resource.backend == Backend::Plain {
-        let call = match method {
-            Method::GET => PlainCall::Get,
-            Method::PUT => match parse_body(body) {
-                Ok(object) => PlainCall::Replace(object),
-                Err(message) => return bad_request(&message),
-            },
-            Method::PATCH => {
-                let patch = match parse_body(body) {
-                    Ok(patch) => patch,
-                    Err(message) => return bad_request(&message),
-                };
-                return match state.plain_call(
-                    target.index,
-                    namespace,
-                    &name,
-                    PlainCall::MergePatch(&patch),
-                ) {
-                    Ok(object) => respond(200, &object.unwrap_or(Value::Null)),
-                    Err(error) => error_response(&error),
-                };
-            }
-            Method::DELETE => PlainCall::Delete,
-            _ => return bad_request("unsupported method"),
-        };
-        return match state.plain_call(target.index, namespace, &name, call) {
-            Ok(Some(object)) => respond(200, &object),
-            Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
-            Err(error) => error_response(&error),
-        };
+        return plain(state, &method, &target, &name, status, headers, body);
     }
     let answer = match method {
         Method::GET => resources::call(&state.cluster, &resource, namespace, &name, Op::Get).await,
@@ -547,6 +528,91 @@ async fn dispatch(
         Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
         Err(error) => error_response(&error),
     }
+}
+
+/// A call on one object of the plain store (Leases, Events, Deployments).
+fn plain(
+    state: &Shared,
+    method: &Method,
+    target: &Target,
+    name: &str,
+    status: bool,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
+    let namespace = target.namespace.as_deref();
+    let call = |call: PlainCall<'_>| state.plain_call(target.index, namespace, name, call);
+    let answer = match *method {
+        Method::GET => call(PlainCall::Get),
+        Method::PUT => match parse_body(body) {
+            Ok(object) if status => call(PlainCall::ReplaceStatus(object)),
+            Ok(object) => call(PlainCall::Replace(object)),
+            Err(message) => return bad_request(&message),
+        },
+        Method::PATCH => {
+            let patch = match parse_body(body) {
+                Ok(patch) => patch,
+                Err(message) => return bad_request(&message),
+            };
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            match content_type.split(';').next().unwrap_or_default().trim() {
+                // As for the typed kinds: this server's lists are replaced whole.
+                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                    if status {
+                        call(PlainCall::MergePatchStatus(&patch))
+                    } else {
+                        call(PlainCall::MergePatch(&patch))
+                    }
+                }
+                "application/json-patch+json" => {
+                    json_patch_plain(state, target.index, namespace, name, status, &patch)
+                }
+                other => Err(ClusterError::invalid(
+                    "",
+                    name,
+                    "",
+                    format!(
+                        "unsupported patch type {other:?} (merge, strategic merge and JSON patches are)"
+                    ),
+                )),
+            }
+        }
+        Method::DELETE => call(PlainCall::Delete),
+        _ => return bad_request("unsupported method"),
+    };
+    match answer {
+        Ok(Some(object)) => respond(200, &object),
+        Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
+        Err(error) => error_response(&error),
+    }
+}
+
+/// A JSON patch of a plain object: applied to the version just read and written back with
+/// that version, so a concurrent write in between is a conflict.
+fn json_patch_plain(
+    state: &Shared,
+    index: usize,
+    namespace: Option<&str>,
+    name: &str,
+    status: bool,
+    patch: &Value,
+) -> resources::Answer {
+    let mut object = state
+        .plain_call(index, namespace, name, PlainCall::Get)?
+        .unwrap_or(Value::Null);
+    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| ClusterError::invalid("", name, "", e.to_string()))?;
+    json_patch::patch(&mut object, &operations)
+        .map_err(|e| ClusterError::invalid("", name, "", e.to_string()))?;
+    let call = if status {
+        PlainCall::ReplaceStatus(object)
+    } else {
+        PlainCall::Replace(object)
+    };
+    state.plain_call(index, namespace, name, call)
 }
 
 async fn created(
@@ -677,6 +743,7 @@ fn watch(
     state: &Shared,
     index: usize,
     namespace: Option<&str>,
+    selector: LabelSelector,
     query: &HashMap<String, String>,
 ) -> Response {
     let from: u64 = query
@@ -703,6 +770,7 @@ fn watch(
         state: Arc::clone(state),
         index,
         namespace,
+        selector,
         from,
         receiver,
         deadline,
@@ -725,6 +793,9 @@ struct WatchStream {
     state: Shared,
     index: usize,
     namespace: Option<String>,
+    /// Events of objects it does not select are left out (unlike the API server, an object
+    /// whose labels stop matching is not announced as DELETED).
+    selector: LabelSelector,
     from: u64,
     receiver: tokio::sync::watch::Receiver<u64>,
     deadline: tokio::time::Instant,
@@ -763,7 +834,9 @@ impl WatchStream {
                                 .as_deref()
                                 .is_none_or(|namespace| namespace == event.namespace)
                     }) {
-                        lines.push(json!({"type": event.type_, "object": event.object}));
+                        if self.selector.matches(&event.object) {
+                            lines.push(json!({"type": event.type_, "object": event.object}));
+                        }
                         self.from = self.from.max(event.resource_version);
                     }
                 }
