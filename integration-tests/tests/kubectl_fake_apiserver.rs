@@ -208,7 +208,7 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
         &kubeconfig,
         &[
             "get",
-            "deployment",
+            "deploy",
             "web",
             "-o",
             "jsonpath={.status.readyReplicas}/{.status.replicas}/{.status.updatedReplicas}/{.status.availableReplicas}/{.status.observedGeneration}",
@@ -304,9 +304,10 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
         |out| out == "2/2",
     );
 
-    // A pod deleted (as an eviction or a drain would) is replaced by a new one.
+    // A pod deleted (as an eviction or a drain would) is replaced by a new one. Deleted
+    // gracefully: kubectl waits for it to go through a streaming list (sendInitialEvents).
     let victim = names(&two)[0].clone();
-    run_ok(kubectl(&kubeconfig).args(["delete", &victim, "--grace-period", "0", "--force"]));
+    run_ok(kubectl(&kubeconfig).args(["delete", &victim, "--timeout", "30s"]));
     eventually(
         &kubeconfig,
         &["get", "pods", "-l", "app=web", "-o", "name"],

@@ -12,8 +12,8 @@ use axum::response::{IntoResponse, Response};
 use core_svc::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions};
 use serde_json::{Value, json};
 
-use super::label_selector::LabelSelector;
 use super::resources::{self, Backend, Op, Resource};
+use super::selectors::Selectors;
 use super::store::{PlainCall, State, stamp};
 
 type Shared = Arc<State>;
@@ -304,6 +304,22 @@ fn group_list(resources: &[Resource]) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// The short names kubectl accepts for a resource (`kubectl get deploy`), as the API server
+/// and the CRDs declare them.
+fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &["po"],
+        ("", "nodes") => &["no"],
+        ("apps", "deployments") => &["deploy"],
+        ("apps", "daemonsets") => &["ds"],
+        ("policy", "poddisruptionbudgets") => &["pdb"],
+        ("scheduling.k8s.io", "priorityclasses") => &["pc"],
+        ("events.k8s.io", "events") => &["ev"],
+        ("karpenter.k8s.aws", "ec2nodeclasses") => &["ec2nc", "ec2ncs"],
+        _ => &[],
+    }
+}
+
 fn resource_list(resources: &[Resource], group: &str, version: &str) -> Response {
     let mut entries = Vec::new();
     for resource in resources
@@ -316,6 +332,7 @@ fn resource_list(resources: &[Resource], group: &str, version: &str) -> Response
             "namespaced": resource.namespaced,
             "kind": resource.kind,
             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "shortNames": short_names(&resource.group, &resource.plural),
         }));
         for sub in resource.subresources {
             let (kind, verbs) = if *sub == "eviction" {
@@ -375,14 +392,16 @@ async fn dispatch(
     }
     let namespace = target.namespace.as_deref();
     let Some(name) = target.name.clone() else {
-        let selector =
-            match LabelSelector::parse(query.get("labelSelector").map_or("", String::as_str)) {
-                Ok(selector) => selector,
-                Err(message) => return bad_request(&format!("labelSelector: {message}")),
-            };
+        let selector = match Selectors::parse(
+            query.get("labelSelector").map(String::as_str),
+            query.get("fieldSelector").map(String::as_str),
+        ) {
+            Ok(selector) => selector,
+            Err(message) => return bad_request(&message),
+        };
         return match method {
             Method::GET if is_watch(query) => {
-                watch(state, target.index, namespace, selector, query)
+                watch(state, target.index, namespace, selector, query).await
             }
             Method::GET => {
                 let (mut items, version) = state.list(target.index, namespace).await;
@@ -739,17 +758,48 @@ fn is_watch(query: &HashMap<String, String>) -> bool {
     matches!(query.get("watch").map(String::as_str), Some("true" | "1"))
 }
 
-fn watch(
+/// A watch. With `sendInitialEvents=true` (client-go's streaming list, which kubectl's
+/// `delete --wait` uses), it starts as the API server's does: an `ADDED` event per object
+/// selected now, then a bookmark annotated `k8s.io/initial-events-end`, then the changes after
+/// that state; a client waits for that bookmark and would wait for ever without it.
+async fn watch(
     state: &Shared,
     index: usize,
     namespace: Option<&str>,
-    selector: LabelSelector,
+    selector: Selectors,
     query: &HashMap<String, String>,
 ) -> Response {
-    let from: u64 = query
+    let mut from: u64 = query
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let mut initial = Vec::new();
+    if query.get("sendInitialEvents").map(String::as_str) == Some("true") {
+        let (items, version) = state.list(index, namespace).await;
+        for item in items.into_iter().filter(|item| selector.matches(item)) {
+            initial.extend(
+                json!({"type": "ADDED", "object": item})
+                    .to_string()
+                    .into_bytes(),
+            );
+            initial.push(b'\n');
+        }
+        let (kind, api_version) = state
+            .resources
+            .get(index)
+            .map(|resource| (resource.kind.clone(), resource.api_version()))
+            .unwrap_or_default();
+        let bookmark = json!({"type": "BOOKMARK", "object": {
+            "kind": kind, "apiVersion": api_version,
+            "metadata": {
+                "resourceVersion": version.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        }});
+        initial.extend(bookmark.to_string().into_bytes());
+        initial.push(b'\n');
+        from = from.max(version);
+    }
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|v| v.parse().ok())
@@ -771,6 +821,7 @@ fn watch(
         index,
         namespace,
         selector,
+        initial: (!initial.is_empty()).then(|| Bytes::from(initial)),
         from,
         receiver,
         deadline,
@@ -795,7 +846,9 @@ struct WatchStream {
     namespace: Option<String>,
     /// Events of objects it does not select are left out (unlike the API server, an object
     /// whose labels stop matching is not announced as DELETED).
-    selector: LabelSelector,
+    selector: Selectors,
+    /// What to send before any event: the initial state of a streaming list.
+    initial: Option<Bytes>,
     from: u64,
     receiver: tokio::sync::watch::Receiver<u64>,
     deadline: tokio::time::Instant,
@@ -807,6 +860,9 @@ struct WatchStream {
 impl WatchStream {
     /// The next lines to send, or `None` when the watch ends.
     async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(initial) = self.initial.take() {
+            return Some(initial);
+        }
         loop {
             if self.done || tokio::time::Instant::now() >= self.deadline {
                 return None;

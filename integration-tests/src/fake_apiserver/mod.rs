@@ -13,7 +13,8 @@
 //! What it serves: discovery (`/api`, `/apis`, each group-version's resource list), list and
 //! watch with `resourceVersion` (bookmarks; `410 Gone` for a version older than its history),
 //! get, create, replace, merge and JSON patches, `/status`, delete with `DeleteOptions`, the
-//! `policy/v1` eviction subresource, and `labelSelector` on lists and watches. Errors are `Status` objects with the API server's
+//! `policy/v1` eviction subresource, `labelSelector` and `fieldSelector` on lists and watches,
+//! and streaming lists (`sendInitialEvents`). Errors are `Status` objects with the API server's
 //! codes and reasons.
 //!
 //! Watches are fed by diffing: after every request (and on [`FakeApiServer::sync`], which the
@@ -24,8 +25,8 @@
 mod apps;
 mod http_api;
 pub mod kwok;
-mod label_selector;
 mod resources;
+mod selectors;
 mod store;
 pub mod workloads;
 
