@@ -696,8 +696,10 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
         )
         .await;
     assert!(
-        initial_names.iter().all(|n| roll.disrupted.contains(n)),
-        "every old NodeClaim went through disruption: {roll:?}"
+        initial_names
+            .iter()
+            .all(|n| roll.drifted.contains(n) && roll.disrupted.contains(n)),
+        "every old NodeClaim was seen Drifted, then disrupting: {roll:?}"
     );
     assert_eq!(roll.most_at_once, BUDGET, "{roll:?}");
 

@@ -315,6 +315,42 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
         |out| names(out).len() == 2 && !names(out).contains(&victim),
     );
 
+    // A new template (by JSON patch) rolls out: every pod replaced by one of the new image.
+    run_ok(kubectl(&kubeconfig).args([
+        "patch",
+        "deployment",
+        "web",
+        "--type",
+        "json",
+        "-p",
+        r#"[{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": "nginx:1.29"}]"#,
+    ]));
+    eventually(
+        &kubeconfig,
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].spec.containers[0].image}",
+        ],
+        "both pods of the new template, the old ones gone",
+        |out| out == "nginx:1.29 nginx:1.29",
+    );
+    eventually(
+        &kubeconfig,
+        &[
+            "get",
+            "deployment",
+            "web",
+            "-o",
+            "jsonpath={.status.updatedReplicas}/{.status.readyReplicas}/{.status.observedGeneration}",
+        ],
+        "the status of the rolled-out generation 3",
+        |out| out == "2/2/3",
+    );
+
     // Deleting the Deployment deletes its pods (the garbage collector's part).
     let deleted = run_ok(kubectl(&kubeconfig).args(["delete", "deployment", "web"]));
     assert!(deleted.contains("deleted"), "{deleted}");

@@ -560,6 +560,10 @@ fn plain(
     body: &Bytes,
 ) -> Response {
     let namespace = target.namespace.as_deref();
+    let kind = state
+        .resources
+        .get(target.index)
+        .map_or("", |resource| resource.kind.as_str());
     let call = |call: PlainCall<'_>| state.plain_call(target.index, namespace, name, call);
     let answer = match *method {
         Method::GET => call(PlainCall::Get),
@@ -587,10 +591,10 @@ fn plain(
                     }
                 }
                 "application/json-patch+json" => {
-                    json_patch_plain(state, target.index, namespace, name, status, &patch)
+                    json_patch_plain(state, target.index, namespace, (kind, name), status, &patch)
                 }
                 other => Err(ClusterError::invalid(
-                    "",
+                    kind,
                     name,
                     "",
                     format!(
@@ -615,7 +619,7 @@ fn json_patch_plain(
     state: &Shared,
     index: usize,
     namespace: Option<&str>,
-    name: &str,
+    (kind, name): (&str, &str),
     status: bool,
     patch: &Value,
 ) -> resources::Answer {
@@ -623,9 +627,9 @@ fn json_patch_plain(
         .plain_call(index, namespace, name, PlainCall::Get)?
         .unwrap_or(Value::Null);
     let operations: json_patch::Patch = serde_json::from_value(patch.clone())
-        .map_err(|e| ClusterError::invalid("", name, "", e.to_string()))?;
+        .map_err(|e| ClusterError::invalid(kind, name, "", e.to_string()))?;
     json_patch::patch(&mut object, &operations)
-        .map_err(|e| ClusterError::invalid("", name, "", e.to_string()))?;
+        .map_err(|e| ClusterError::invalid(kind, name, "", e.to_string()))?;
     let call = if status {
         PlainCall::ReplaceStatus(object)
     } else {
