@@ -1,6 +1,6 @@
 //! `fake-apiserver`: a Kubernetes API server for tests and demos, over core's in-memory
-//! cluster, with KWOK-like kubelet and scheduler stand-ins. Writes a kubeconfig for it, then
-//! serves until SIGTERM or Ctrl-C.
+//! cluster, with KWOK-like kubelet and scheduler stand-ins and a Deployment controller
+//! stand-in. Writes a kubeconfig for it, then serves until SIGTERM or Ctrl-C.
 //!
 //! ```sh
 //! fake-apiserver --listen 127.0.0.1:6443 --kubeconfig-out /tmp/fake.kubeconfig
@@ -17,10 +17,12 @@ use clap::Parser as _;
 use core_svc::clock::SystemClock;
 use core_svc::cluster::InMemoryCluster;
 use integration_tests::fake_apiserver::kwok::Kwok;
+use integration_tests::fake_apiserver::workloads;
 use integration_tests::fake_apiserver::{FakeApiServer, NodeClassResource};
 use provider_sdk::logging::LogFormat;
 
-/// A fake Kubernetes API server with KWOK-like stand-ins for the kubelet and the scheduler.
+/// A fake Kubernetes API server with KWOK-like stand-ins for the kubelet, the scheduler and
+/// the Deployment controller.
 #[derive(Debug, clap::Parser)]
 #[command(name = "fake-apiserver")]
 struct Args {
@@ -83,6 +85,7 @@ async fn run(args: Args) -> anyhow::Result<()> {
             () = &mut shutdown => break,
             () = tokio::time::sleep(Duration::from_millis(200)) => {
                 kwok.step(&server).await;
+                workloads::step(&server).await;
             }
         }
     }

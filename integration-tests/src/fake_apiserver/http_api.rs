@@ -13,6 +13,7 @@ use core_svc::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions};
 use serde_json::{Value, json};
 
 use super::resources::{self, Backend, Op, Resource};
+use super::selectors::Selectors;
 use super::store::{PlainCall, State, stamp};
 
 type Shared = Arc<State>;
@@ -303,6 +304,22 @@ fn group_list(resources: &[Resource]) -> Value {
     json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
 }
 
+/// The short names kubectl accepts for a resource (`kubectl get deploy`), as the API server
+/// and the CRDs declare them.
+fn short_names(group: &str, plural: &str) -> &'static [&'static str] {
+    match (group, plural) {
+        ("", "pods") => &["po"],
+        ("", "nodes") => &["no"],
+        ("apps", "deployments") => &["deploy"],
+        ("apps", "daemonsets") => &["ds"],
+        ("policy", "poddisruptionbudgets") => &["pdb"],
+        ("scheduling.k8s.io", "priorityclasses") => &["pc"],
+        ("events.k8s.io", "events") => &["ev"],
+        ("karpenter.k8s.aws", "ec2nodeclasses") => &["ec2nc", "ec2ncs"],
+        _ => &[],
+    }
+}
+
 fn resource_list(resources: &[Resource], group: &str, version: &str) -> Response {
     let mut entries = Vec::new();
     for resource in resources
@@ -315,6 +332,7 @@ fn resource_list(resources: &[Resource], group: &str, version: &str) -> Response
             "namespaced": resource.namespaced,
             "kind": resource.kind,
             "verbs": ["create", "delete", "get", "list", "patch", "update", "watch"],
+            "shortNames": short_names(&resource.group, &resource.plural),
         }));
         for sub in resource.subresources {
             let (kind, verbs) = if *sub == "eviction" {
@@ -374,10 +392,20 @@ async fn dispatch(
     }
     let namespace = target.namespace.as_deref();
     let Some(name) = target.name.clone() else {
+        let selector = match Selectors::parse(
+            query.get("labelSelector").map(String::as_str),
+            query.get("fieldSelector").map(String::as_str),
+        ) {
+            Ok(selector) => selector,
+            Err(message) => return bad_request(&message),
+        };
         return match method {
-            Method::GET if is_watch(query) => watch(state, target.index, namespace, query),
+            Method::GET if is_watch(query) => {
+                watch(state, target.index, namespace, selector, query).await
+            }
             Method::GET => {
-                let (items, version) = state.list(target.index, namespace).await;
+                let (mut items, version) = state.list(target.index, namespace).await;
+                items.retain(|item| selector.matches(item));
                 respond(
                     200,
                     &json!({
@@ -441,35 +469,7 @@ async fn dispatch(
     }
     let status = subresource == Some("status");
     if resource.backend == Backend::Plain {
-        let call = match method {
-            Method::GET => PlainCall::Get,
-            Method::PUT => match parse_body(body) {
-                Ok(object) => PlainCall::Replace(object),
-                Err(message) => return bad_request(&message),
-            },
-            Method::PATCH => {
-                let patch = match parse_body(body) {
-                    Ok(patch) => patch,
-                    Err(message) => return bad_request(&message),
-                };
-                return match state.plain_call(
-                    target.index,
-                    namespace,
-                    &name,
-                    PlainCall::MergePatch(&patch),
-                ) {
-                    Ok(object) => respond(200, &object.unwrap_or(Value::Null)),
-                    Err(error) => error_response(&error),
-                };
-            }
-            Method::DELETE => PlainCall::Delete,
-            _ => return bad_request("unsupported method"),
-        };
-        return match state.plain_call(target.index, namespace, &name, call) {
-            Ok(Some(object)) => respond(200, &object),
-            Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
-            Err(error) => error_response(&error),
-        };
+        return plain(state, &method, &target, &name, status, headers, body);
     }
     let answer = match method {
         Method::GET => resources::call(&state.cluster, &resource, namespace, &name, Op::Get).await,
@@ -547,6 +547,95 @@ async fn dispatch(
         Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
         Err(error) => error_response(&error),
     }
+}
+
+/// A call on one object of the plain store (Leases, Events, Deployments).
+fn plain(
+    state: &Shared,
+    method: &Method,
+    target: &Target,
+    name: &str,
+    status: bool,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Response {
+    let namespace = target.namespace.as_deref();
+    let kind = state
+        .resources
+        .get(target.index)
+        .map_or("", |resource| resource.kind.as_str());
+    let call = |call: PlainCall<'_>| state.plain_call(target.index, namespace, name, call);
+    let answer = match *method {
+        Method::GET => call(PlainCall::Get),
+        Method::PUT => match parse_body(body) {
+            Ok(object) if status => call(PlainCall::ReplaceStatus(object)),
+            Ok(object) => call(PlainCall::Replace(object)),
+            Err(message) => return bad_request(&message),
+        },
+        Method::PATCH => {
+            let patch = match parse_body(body) {
+                Ok(patch) => patch,
+                Err(message) => return bad_request(&message),
+            };
+            let content_type = headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|value| value.to_str().ok())
+                .unwrap_or_default();
+            match content_type.split(';').next().unwrap_or_default().trim() {
+                // As for the typed kinds: this server's lists are replaced whole.
+                "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+                    if status {
+                        call(PlainCall::MergePatchStatus(&patch))
+                    } else {
+                        call(PlainCall::MergePatch(&patch))
+                    }
+                }
+                "application/json-patch+json" => {
+                    json_patch_plain(state, target.index, namespace, (kind, name), status, &patch)
+                }
+                other => Err(ClusterError::invalid(
+                    kind,
+                    name,
+                    "",
+                    format!(
+                        "unsupported patch type {other:?} (merge, strategic merge and JSON patches are)"
+                    ),
+                )),
+            }
+        }
+        Method::DELETE => call(PlainCall::Delete),
+        _ => return bad_request("unsupported method"),
+    };
+    match answer {
+        Ok(Some(object)) => respond(200, &object),
+        Ok(None) => respond(200, &status_body(200, "", "", Vec::new())),
+        Err(error) => error_response(&error),
+    }
+}
+
+/// A JSON patch of a plain object: applied to the version just read and written back with
+/// that version, so a concurrent write in between is a conflict.
+fn json_patch_plain(
+    state: &Shared,
+    index: usize,
+    namespace: Option<&str>,
+    (kind, name): (&str, &str),
+    status: bool,
+    patch: &Value,
+) -> resources::Answer {
+    let mut object = state
+        .plain_call(index, namespace, name, PlainCall::Get)?
+        .unwrap_or(Value::Null);
+    let operations: json_patch::Patch = serde_json::from_value(patch.clone())
+        .map_err(|e| ClusterError::invalid(kind, name, "", e.to_string()))?;
+    json_patch::patch(&mut object, &operations)
+        .map_err(|e| ClusterError::invalid(kind, name, "", e.to_string()))?;
+    let call = if status {
+        PlainCall::ReplaceStatus(object)
+    } else {
+        PlainCall::Replace(object)
+    };
+    state.plain_call(index, namespace, name, call)
 }
 
 async fn created(
@@ -673,16 +762,48 @@ fn is_watch(query: &HashMap<String, String>) -> bool {
     matches!(query.get("watch").map(String::as_str), Some("true" | "1"))
 }
 
-fn watch(
+/// A watch. With `sendInitialEvents=true` (client-go's streaming list, which kubectl's
+/// `delete --wait` uses), it starts as the API server's does: an `ADDED` event per object
+/// selected now, then a bookmark annotated `k8s.io/initial-events-end`, then the changes after
+/// that state; a client waits for that bookmark and would wait for ever without it.
+async fn watch(
     state: &Shared,
     index: usize,
     namespace: Option<&str>,
+    selector: Selectors,
     query: &HashMap<String, String>,
 ) -> Response {
-    let from: u64 = query
+    let mut from: u64 = query
         .get("resourceVersion")
         .and_then(|v| v.parse().ok())
         .unwrap_or(0);
+    let mut initial = Vec::new();
+    if query.get("sendInitialEvents").map(String::as_str) == Some("true") {
+        let (items, version) = state.list(index, namespace).await;
+        for item in items.into_iter().filter(|item| selector.matches(item)) {
+            initial.extend(
+                json!({"type": "ADDED", "object": item})
+                    .to_string()
+                    .into_bytes(),
+            );
+            initial.push(b'\n');
+        }
+        let (kind, api_version) = state
+            .resources
+            .get(index)
+            .map(|resource| (resource.kind.clone(), resource.api_version()))
+            .unwrap_or_default();
+        let bookmark = json!({"type": "BOOKMARK", "object": {
+            "kind": kind, "apiVersion": api_version,
+            "metadata": {
+                "resourceVersion": version.to_string(),
+                "annotations": {"k8s.io/initial-events-end": "true"},
+            },
+        }});
+        initial.extend(bookmark.to_string().into_bytes());
+        initial.push(b'\n');
+        from = from.max(version);
+    }
     let timeout = query
         .get("timeoutSeconds")
         .and_then(|v| v.parse().ok())
@@ -703,6 +824,8 @@ fn watch(
         state: Arc::clone(state),
         index,
         namespace,
+        selector,
+        initial: (!initial.is_empty()).then(|| Bytes::from(initial)),
         from,
         receiver,
         deadline,
@@ -725,6 +848,11 @@ struct WatchStream {
     state: Shared,
     index: usize,
     namespace: Option<String>,
+    /// Events of objects it does not select are left out (unlike the API server, an object
+    /// whose labels stop matching is not announced as DELETED).
+    selector: Selectors,
+    /// What to send before any event: the initial state of a streaming list.
+    initial: Option<Bytes>,
     from: u64,
     receiver: tokio::sync::watch::Receiver<u64>,
     deadline: tokio::time::Instant,
@@ -736,6 +864,9 @@ struct WatchStream {
 impl WatchStream {
     /// The next lines to send, or `None` when the watch ends.
     async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(initial) = self.initial.take() {
+            return Some(initial);
+        }
         loop {
             if self.done || tokio::time::Instant::now() >= self.deadline {
                 return None;
@@ -763,7 +894,9 @@ impl WatchStream {
                                 .as_deref()
                                 .is_none_or(|namespace| namespace == event.namespace)
                     }) {
-                        lines.push(json!({"type": event.type_, "object": event.object}));
+                        if self.selector.matches(&event.object) {
+                            lines.push(json!({"type": event.type_, "object": event.object}));
+                        }
                         self.from = self.from.max(event.resource_version);
                     }
                 }

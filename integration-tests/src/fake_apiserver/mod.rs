@@ -6,13 +6,15 @@
 //! graceful pod deletion, generateName, the eviction subresource under PDBs, admission) its
 //! own tests pin down; this server only puts HTTP in front of it, so a test can drive the same
 //! store in process (the kubelet and scheduler stand-ins) and over the wire (core-svc through
-//! kube-rs). Leases (`coordination.k8s.io/v1`) and Events (`events.k8s.io/v1`) live in a plain
-//! store of its own with the same optimistic concurrency.
+//! kube-rs). Leases (`coordination.k8s.io/v1`), Events (`events.k8s.io/v1`) and Deployments
+//! (`apps/v1`, with their defaults, `generation` and status subresource) live in a plain store
+//! of its own with the same optimistic concurrency; [`workloads`] turns Deployments into Pods.
 //!
 //! What it serves: discovery (`/api`, `/apis`, each group-version's resource list), list and
 //! watch with `resourceVersion` (bookmarks; `410 Gone` for a version older than its history),
-//! get, create, replace, merge and JSON patches, `/status`, delete with `DeleteOptions`, and
-//! the `policy/v1` eviction subresource. Errors are `Status` objects with the API server's
+//! get, create, replace, merge and JSON patches, `/status`, delete with `DeleteOptions`, the
+//! `policy/v1` eviction subresource, `labelSelector` and `fieldSelector` on lists and watches,
+//! and streaming lists (`sendInitialEvents`). Errors are `Status` objects with the API server's
 //! codes and reasons.
 //!
 //! Watches are fed by diffing: after every request (and on [`FakeApiServer::sync`], which the
@@ -20,10 +22,13 @@
 //! last saw, object by object and resourceVersion by resourceVersion, and appends one
 //! `ADDED`/`MODIFIED`/`DELETED` event per difference to a bounded history.
 
+mod apps;
 mod http_api;
 pub mod kwok;
 mod resources;
+mod selectors;
 mod store;
+pub mod workloads;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -55,7 +55,7 @@ pub(crate) enum Backend {
     Typed(Typed),
     /// In the in-memory cluster, as a node class.
     NodeClass,
-    /// In the server's own store (Leases, Events).
+    /// In the server's own store (Leases, Events, Deployments).
     Plain,
 }
 
@@ -159,6 +159,17 @@ pub(crate) fn all(node_classes: &[NodeClassResource]) -> Vec<Resource> {
             true,
             &["status"],
             T(Typed::DaemonSet),
+        ),
+        // Stored as plain JSON: core never reads Deployments; the workload stand-in
+        // (`workloads.rs`) turns them into the Pods core does read.
+        resource(
+            "apps",
+            "v1",
+            "deployments",
+            "Deployment",
+            true,
+            &["status"],
+            Plain,
         ),
         resource(
             "scheduling.k8s.io",

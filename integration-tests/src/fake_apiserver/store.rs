@@ -9,6 +9,7 @@ use serde::Serialize;
 use serde_json::{Map, Value};
 use tokio::sync::watch;
 
+use super::apps;
 use super::resources::{self, Backend, NodeClassResource, Resource, Typed};
 
 /// How many watch events the history keeps; a watch resuming from an older version gets
@@ -292,6 +293,14 @@ impl State {
     }
 
     /// A call on the plain store.
+    ///
+    /// A resource with a `status` subresource (Deployments) is written as the API server
+    /// writes such kinds: a write of the object keeps the stored status and moves
+    /// `metadata.generation` when anything outside `metadata` and `status` changed; a write of
+    /// `/status` changes the status only; what only the server writes (uid,
+    /// creationTimestamp, generation) is kept; a write that changes nothing keeps the
+    /// resourceVersion. Leases and Events, which have no status subresource, are stored as
+    /// sent.
     pub(crate) fn plain_call(
         &self,
         index: usize,
@@ -302,6 +311,11 @@ impl State {
         let Some(resource) = self.resources.get(index) else {
             return Err(ClusterError::Unavailable("no such resource".to_owned()));
         };
+        let has_status = resource.subresources.contains(&"status");
+        let status_only = matches!(
+            call,
+            PlainCall::ReplaceStatus(_) | PlainCall::MergePatchStatus(_)
+        );
         let namespace = namespace.unwrap_or_default().to_owned();
         let mut plain = lock(&self.plain);
         let not_found = || ClusterError::NotFound {
@@ -309,11 +323,11 @@ impl State {
             namespace: Some(namespace.clone()),
             name: name.to_owned(),
         };
-        let conflict = |message: String| ClusterError::Conflict {
+        let conflict = |message: &str| ClusterError::Conflict {
             kind: resource.kind.clone(),
             namespace: Some(namespace.clone()),
             name: name.to_owned(),
-            message,
+            message: message.to_owned(),
         };
         let mut key = (index, namespace.clone(), name.to_owned());
         let (type_, mut object) = match call {
@@ -345,22 +359,32 @@ impl State {
                     });
                 }
                 if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
-                    metadata.insert("name".to_owned(), Value::String(object_name));
+                    metadata.insert("name".to_owned(), Value::String(object_name.clone()));
                     metadata.insert("namespace".to_owned(), Value::String(namespace.clone()));
                     metadata.insert(
                         "uid".to_owned(),
                         Value::String(format!("plain-{}", plain.counter + 1)),
                     );
+                    metadata.insert("creationTimestamp".to_owned(), Value::String(now()));
+                    if has_status {
+                        metadata.insert("generation".to_owned(), Value::from(1));
+                    }
                 }
+                if has_status && let Some(map) = object.as_object_mut() {
+                    // The status is the controllers' to write, through /status.
+                    map.remove("status");
+                }
+                admit(resource, &object_name, &mut object)?;
                 ("ADDED", object)
             }
-            PlainCall::Replace(object) => {
+            PlainCall::Replace(sent) | PlainCall::ReplaceStatus(sent) => {
                 let current = plain.objects.get(&key).ok_or_else(not_found)?;
-                let current_version = current.pointer("/metadata/resourceVersion").cloned();
-                match object.pointer("/metadata/resourceVersion") {
-                    Some(sent) if Some(sent) != current_version.as_ref() => {
+                match sent.pointer("/metadata/resourceVersion") {
+                    Some(version)
+                        if Some(version) != current.pointer("/metadata/resourceVersion") =>
+                    {
                         return Err(conflict(
-                            "the object has been modified; please apply your changes to the latest version and try again".to_owned(),
+                            "the object has been modified; please apply your changes to the latest version and try again",
                         ));
                     }
                     None => {
@@ -373,17 +397,24 @@ impl State {
                     }
                     Some(_) => {}
                 }
-                ("MODIFIED", object)
-            }
-            PlainCall::MergePatch(patch) => {
-                let mut object = plain.objects.get(&key).cloned().ok_or_else(not_found)?;
-                if let Some(sent) = patch.pointer("/metadata/resourceVersion")
-                    && Some(sent) != object.pointer("/metadata/resourceVersion")
-                {
-                    return Err(conflict("the object has been modified".to_owned()));
+                match updated(resource, name, current, sent, status_only)? {
+                    Some(object) => ("MODIFIED", object),
+                    None => return Ok(Some(current.clone())),
                 }
-                json_patch::merge(&mut object, patch);
-                ("MODIFIED", object)
+            }
+            PlainCall::MergePatch(patch) | PlainCall::MergePatchStatus(patch) => {
+                let current = plain.objects.get(&key).ok_or_else(not_found)?;
+                if let Some(sent) = patch.pointer("/metadata/resourceVersion")
+                    && Some(sent) != current.pointer("/metadata/resourceVersion")
+                {
+                    return Err(conflict("the object has been modified"));
+                }
+                let mut sent = current.clone();
+                json_patch::merge(&mut sent, patch);
+                match updated(resource, name, current, sent, status_only)? {
+                    Some(object) => ("MODIFIED", object),
+                    None => return Ok(Some(current.clone())),
+                }
             }
             PlainCall::Delete => {
                 let mut object = plain.objects.remove(&key).ok_or_else(not_found)?;
@@ -426,12 +457,107 @@ impl State {
     }
 }
 
-/// A call on a Lease or an Event.
+/// A call on an object of the plain store (a Lease, an Event, a Deployment).
 #[derive(Debug)]
 pub(crate) enum PlainCall<'a> {
     Get,
     Create(Value),
     Replace(Value),
+    /// A PUT on `/status`.
+    ReplaceStatus(Value),
     MergePatch(&'a Value),
+    /// A merge patch of `/status`.
+    MergePatchStatus(&'a Value),
     Delete,
+}
+
+/// The time as the API server writes it in `creationTimestamp`.
+fn now() -> String {
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
+}
+
+/// Defaults and checks of the kinds that have any.
+fn admit(resource: &Resource, name: &str, object: &mut Value) -> Result<(), ClusterError> {
+    if resource.group == "apps" && resource.kind == "Deployment" {
+        apps::admit_deployment(name, object)?;
+    }
+    Ok(())
+}
+
+/// What an update of `current` to `sent` stores, or `None` when it changes nothing.
+///
+/// Of a kind with a status subresource, a write of the object keeps the current status and
+/// a write of the status (`status_only`) changes nothing else; either way what only the
+/// server writes stays, and `metadata.generation` moves when anything outside `metadata`
+/// and `status` changed (what `observedGeneration` is compared with).
+fn updated(
+    resource: &Resource,
+    name: &str,
+    current: &Value,
+    mut sent: Value,
+    status_only: bool,
+) -> Result<Option<Value>, ClusterError> {
+    if resource.subresources.contains(&"status") {
+        if status_only {
+            let status = sent.get("status").cloned();
+            sent = current.clone();
+            set_or_remove(&mut sent, "status", status);
+        } else {
+            set_or_remove(&mut sent, "status", current.get("status").cloned());
+            for field in [
+                "uid",
+                "creationTimestamp",
+                "generation",
+                "namespace",
+                "name",
+            ] {
+                let kept = current.pointer(&format!("/metadata/{field}")).cloned();
+                if let Some(metadata) = sent.get_mut("metadata") {
+                    set_or_remove(metadata, field, kept);
+                }
+            }
+            admit(resource, name, &mut sent)?;
+            let outside = |value: &Value| -> Vec<(String, Value)> {
+                value
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter(|(key, _)| *key != "metadata" && *key != "status")
+                    .map(|(key, value)| (key.clone(), value.clone()))
+                    .collect()
+            };
+            if outside(current) != outside(&sent) {
+                let generation = current
+                    .pointer("/metadata/generation")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
+                if let Some(metadata) = sent.get_mut("metadata") {
+                    set_or_remove(metadata, "generation", Some(Value::from(generation + 1)));
+                }
+            }
+        }
+    }
+    let mut unchanged = sent.clone();
+    if let Some(version) = current.pointer("/metadata/resourceVersion").cloned()
+        && let Some(metadata) = unchanged.get_mut("metadata")
+    {
+        set_or_remove(metadata, "resourceVersion", Some(version));
+    }
+    stamp(resource, &mut unchanged, None);
+    Ok((unchanged != *current).then_some(sent))
+}
+
+fn set_or_remove(object: &mut Value, key: &str, value: Option<Value>) {
+    if let Some(map) = object.as_object_mut() {
+        match value {
+            Some(value) => {
+                map.insert(key.to_owned(), value);
+            }
+            None => {
+                map.remove(key);
+            }
+        }
+    }
 }
