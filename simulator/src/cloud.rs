@@ -132,6 +132,11 @@ impl SimCloud {
         self.aws.ec2.set_now(since_epoch(now));
     }
 
+    /// Changes whenever an instance is launched or changes state.
+    pub fn instances_fingerprint(&self) -> [usize; 4] {
+        self.aws.ec2.instances_fingerprint()
+    }
+
     /// When the next instance changes state by the clock alone, if any will.
     pub fn next_state_change(&self) -> Option<Timestamp> {
         let since_epoch = self.aws.ec2.next_state_change()?;

@@ -155,6 +155,26 @@ impl MemoryEc2 {
             .min()
     }
 
+    /// A value that changes whenever an instance is launched or changes state (by a call or
+    /// by the clock): instances are never forgotten and only move forward through their
+    /// states, so counting them per state is enough.
+    pub fn instances_fingerprint(&self) -> [usize; 4] {
+        let state = self.state();
+        let mut counts = [0; 4];
+        for record in state.instances.values() {
+            let slot = match state.instance_state(record) {
+                InstanceState::Pending => 0,
+                InstanceState::Running => 1,
+                InstanceState::ShuttingDown => 2,
+                _ => 3,
+            };
+            if let Some(count) = counts.get_mut(slot) {
+                *count += 1;
+            }
+        }
+        counts
+    }
+
     /// Advances the clock.
     pub fn advance(&self, by: Duration) {
         let mut state = self.state();

@@ -307,7 +307,13 @@ pub struct DriftController<C, P> {
     instance_type_checks: Mutex<HashMap<String, InstanceTypeCheck>>,
     /// By NodeClaim UID.
     provider_checks: Mutex<HashMap<String, ProviderCheck>>,
+    /// [`drift_of`]'s verdicts by NodeClaim UID, with the (NodeClaim, NodePool)
+    /// resourceVersions they were decided on.
+    static_checks: Mutex<HashMap<String, StaticCheck>>,
 }
+
+/// The (NodeClaim, NodePool) resourceVersions a static verdict was decided on, and the verdict.
+type StaticCheck = ((Option<String>, Option<String>), Option<DriftReason>);
 
 impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
     /// A controller on `ctx` that has checked nothing yet.
@@ -316,6 +322,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             ctx,
             instance_type_checks: Mutex::new(HashMap::new()),
             provider_checks: Mutex::new(HashMap::new()),
+            static_checks: Mutex::new(HashMap::new()),
         }
     }
 
@@ -365,7 +372,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         node_pool: &NodePool,
         pass: &mut PassState,
     ) -> Verdict {
-        if let Some(drift) = drift_of(node_claim, node_pool) {
+        if let Some(drift) = self.static_verdict(node_claim, node_pool) {
             return Verdict::Drifted(drift);
         }
         if let Some(drift) = self
@@ -375,6 +382,28 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             return Verdict::Drifted(drift);
         }
         self.provider_verdict(snapshot, node_claim, pass).await
+    }
+
+    /// [`drift_of`], decided again only when the NodeClaim or its NodePool changed: it reads
+    /// nothing else, and a pass runs on every change anywhere in the cluster.
+    fn static_verdict(&self, node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
+        let versions = (
+            node_claim.metadata.resource_version.clone(),
+            node_pool.metadata.resource_version.clone(),
+        );
+        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
+        let mut checks = self
+            .static_checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if let Some((seen, drift)) = checks.get(&uid)
+            && *seen == versions
+        {
+            return drift.clone();
+        }
+        let drift = drift_of(node_claim, node_pool);
+        checks.insert(uid, (versions, drift.clone()));
+        drift
     }
 
     /// The InstanceTypeNotFound verdict: the last one while it stands, a new check when due.
@@ -631,6 +660,10 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
             .collect();
         self.checks().retain(|uid, _| live.contains(uid.as_str()));
         self.provider_checks()
+            .retain(|uid, _| live.contains(uid.as_str()));
+        self.static_checks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
             .retain(|uid, _| live.contains(uid.as_str()));
         // Back when the oldest standing answer expires, so every NodeClaim is asked about
         // again within a period of its last check.

@@ -43,6 +43,17 @@ pub struct World {
     timing: kubelet::Timing,
     label_policy: LabelPolicy,
     deployments: workloads::Deployments,
+    /// Set when the last step changed nothing: the cluster's revision and the cloud's
+    /// fingerprint it saw, and when a kubelet acts next by the clock. While all three hold,
+    /// a step would change nothing again and is skipped.
+    fixpoint: Option<Fixpoint>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Fixpoint {
+    revision: u64,
+    cloud: [usize; 4],
+    next_due: Option<Timestamp>,
 }
 
 impl World {
@@ -63,21 +74,25 @@ impl World {
             },
             label_policy,
             deployments: workloads::Deployments::default(),
+            fixpoint: None,
         }
     }
 
     /// Creates or replaces a Deployment (its template may change: the pods roll).
     pub fn apply_deployment(&mut self, deployment: Deployment) {
+        self.fixpoint = None;
         self.deployments.apply(deployment);
     }
 
     /// Sets a Deployment's replicas; false when there is no such Deployment.
     pub fn scale_deployment(&mut self, namespace: &str, name: &str, replicas: i32) -> bool {
+        self.fixpoint = None;
         self.deployments.scale(namespace, name, replicas)
     }
 
     /// Deletes a Deployment; its pods go with it. False when there is no such Deployment.
     pub fn delete_deployment(&mut self, namespace: &str, name: &str) -> bool {
+        self.fixpoint = None;
         self.deployments.delete(namespace, name)
     }
 
@@ -102,6 +117,16 @@ impl World {
 
     /// One step of every stand-in at `now`.
     pub async fn step(&mut self, now: Timestamp) -> Result<(), ClusterError> {
+        let revision = self.cluster.revision();
+        let cloud = self.cloud.instances_fingerprint();
+        if let Some(fixpoint) = self.fixpoint
+            && fixpoint.revision == revision
+            && fixpoint.cloud == cloud
+            && fixpoint.next_due.is_none_or(|due| now < due)
+        {
+            return Ok(());
+        }
+        self.fixpoint = None;
         let snapshot = self.cluster.snapshot().await?;
         let instances = self.cloud.instances().await;
         kubelet::step(&self.cluster, &snapshot, &instances, self.timing, now).await;
@@ -109,6 +134,13 @@ impl World {
         workloads::daemon_sets(&self.cluster, &snapshot).await;
         let snapshot = self.cluster.snapshot().await?;
         scheduler::step(&self.cluster, &snapshot, &self.label_policy, now).await;
+        if self.cluster.revision() == revision && self.cloud.instances_fingerprint() == cloud {
+            self.fixpoint = Some(Fixpoint {
+                revision,
+                cloud,
+                next_due: kubelet::next_due(&snapshot, &instances, self.timing, now),
+            });
+        }
         Ok(())
     }
 }
@@ -117,6 +149,12 @@ impl World {
     /// The first time after `now` at which a stand-in acts by the clock alone (see
     /// [`kubelet::next_due`]), given the cluster as `snapshot` holds it.
     pub async fn next_due(&self, snapshot: &Snapshot, now: Timestamp) -> Option<Timestamp> {
+        if let Some(fixpoint) = self.fixpoint
+            && fixpoint.revision == self.cluster.revision()
+            && fixpoint.cloud == self.cloud.instances_fingerprint()
+        {
+            return fixpoint.next_due.filter(|due| now < *due);
+        }
         let instances = self.cloud.instances().await;
         kubelet::next_due(snapshot, &instances, self.timing, now)
     }
