@@ -8,7 +8,9 @@
 //! come, or when anything in the cluster changed since its last pass began (its own writes
 //! included, as a watch would deliver them). A change is seen through
 //! [`Cluster::revision`], which moves on every change the cluster sees; a failed pass is
-//! retried after [`ERROR_RETRY`]. Controllers run one at a time, in the order of
+//! retried after [`ERROR_RETRY`]. The disruption controller is the exception
+//! ([`ControllerKind::polled_every`]): like upstream's, it is polled every 10 s (sooner when
+//! it asks) and not run on changes, since its pass weighs the whole fleet. Controllers run one at a time, in the order of
 //! [`ControllerKind::ALL`]: a pass sees every write of the passes before it.
 
 use std::time::Duration;
@@ -83,6 +85,18 @@ impl ControllerKind {
         Self::Consolidatable,
         Self::Disruption,
     ];
+
+    /// How often a controller that does not run on cluster changes is polled; `None` for the
+    /// others, which run on every change and when they asked to. Disruption is polled, as
+    /// upstream's singleton disruption controller is (kubernetes-sigs/karpenter,
+    /// `pkg/controllers/disruption/controller.go`: every 10 s, sooner when it asks): its pass
+    /// weighs the whole fleet, and during a roll the cluster changes every second.
+    pub fn polled_every(self) -> Option<Duration> {
+        match self {
+            Self::Disruption => Some(crate::controllers::disruption::POLLING_PERIOD),
+            _ => None,
+        }
+    }
 
     /// Whether a pass of this controller may evict pods (what the simulator checks against
     /// the budgets).
@@ -260,9 +274,13 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
         }
         slot.seen = Some(revision);
         let result = slot.controller.reconcile().await;
+        let polled = slot.kind.polled_every().map(|every| later(now, every));
         slot.due = match &result {
-            Ok(Requeue::After(after)) => Some(later(now, *after)),
-            Ok(Requeue::OnChange) => None,
+            Ok(Requeue::After(after)) => {
+                let asked = later(now, *after);
+                Some(polled.map_or(asked, |polled| polled.min(asked)))
+            }
+            Ok(Requeue::OnChange) => polled,
             Err(error) => {
                 tracing::debug!(controller = slot.controller.name(), %error, "controller pass failed; retrying");
                 Some(later(now, ERROR_RETRY))
@@ -329,7 +347,12 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
 }
 
 fn slot_is_due<C, P>(slot: &Slot<C, P>, now: Timestamp, revision: u64) -> bool {
-    slot.due.is_some_and(|due| due <= now) || slot.seen != Some(revision)
+    let changed = match slot.kind.polled_every() {
+        // A polled controller's first pass is due at once.
+        Some(_) => slot.seen.is_none(),
+        None => slot.seen != Some(revision),
+    };
+    slot.due.is_some_and(|due| due <= now) || changed
 }
 
 /// `now + after`, saturating at the end of time.
@@ -407,19 +430,27 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn given_a_change_in_the_cluster_then_every_controller_runs_again() {
+    async fn given_a_change_in_the_cluster_then_every_controller_but_the_polled_disruption_runs_again()
+     {
         let (mut manager, cluster, clock) = manager();
         manager.run_due(clock.now()).await;
         cluster
             .create(&node_pool("default", json!({})))
             .await
             .expect("a valid NodePool");
-        assert!(manager.is_due(ControllerKind::Disruption, clock.now()));
+        assert!(manager.is_due(ControllerKind::Provisioning, clock.now()));
+        assert!(!manager.is_due(ControllerKind::Disruption, clock.now()));
         let passes = manager.run_due(clock.now()).await;
         assert_eq!(
             passes.first().map(|p| p.kind),
             Some(ControllerKind::NodeClass)
         );
+        assert!(passes.iter().all(|p| p.kind != ControllerKind::Disruption));
+
+        // Disruption runs on its polling period, change or not.
+        clock.advance(crate::controllers::disruption::POLLING_PERIOD);
+        assert!(manager.is_due(ControllerKind::Disruption, clock.now()));
+        let passes = manager.run_due(clock.now()).await;
         assert!(passes.iter().any(|p| p.kind == ControllerKind::Disruption));
     }
 }

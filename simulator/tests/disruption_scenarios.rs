@@ -348,7 +348,7 @@ fn core_restarts_mid_upgrade_lose_nothing_and_leave_nothing_behind() {
         .iter()
         .map(|e| e.t)
         .collect();
-    assert_eq!(restarts, [690.0, 727.0, 810.0]);
+    assert_eq!(restarts, [630.0, 675.0, 810.0]);
     let fleet = created_before(&report, 600.0);
     assert_eq!(fleet.len(), 4);
     assert_drifted_after(&report, &fleet, 600.0);
