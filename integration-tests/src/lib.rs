@@ -2,6 +2,7 @@
 //! by `.ci/install-tools` (grpcurl from PyPI, and later moto_server and Python plugins).
 
 pub mod fake_apiserver;
+pub mod fleet;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -19,6 +19,7 @@ use core_svc::cluster::InMemoryCluster;
 use integration_tests::fake_apiserver::kwok::Kwok;
 use integration_tests::fake_apiserver::workloads;
 use integration_tests::fake_apiserver::{FakeApiServer, NodeClassResource};
+use integration_tests::fleet::{self, FleetSize};
 use provider_sdk::logging::LogFormat;
 
 /// A fake Kubernetes API server with KWOK-like stand-ins for the kubelet, the scheduler and
@@ -42,6 +43,14 @@ struct Args {
     /// Seed of generated names and UIDs.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Start with a standing fleet of this many nodes (NodePool `default`, NodeClaims, Ready
+    /// Nodes, running pods under PDBs; for the fake cloud provider's `TestNodeClass`), to
+    /// measure clients against a cluster of realistic size.
+    #[arg(long, default_value_t = 0)]
+    fleet_nodes: usize,
+    /// Running pods per node of that fleet.
+    #[arg(long, default_value_t = 20)]
+    fleet_pods_per_node: usize,
     /// Log format: text or json.
     #[arg(long, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -71,6 +80,20 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .collect::<anyhow::Result<_>>()?
     };
     let cluster = InMemoryCluster::new(Arc::new(SystemClock), args.seed);
+    if args.fleet_nodes > 0 {
+        let size = FleetSize {
+            nodes: args.fleet_nodes,
+            pods_per_node: args.fleet_pods_per_node,
+        };
+        fleet::populate(&cluster, size)
+            .await
+            .context("writing the standing fleet")?;
+        tracing::info!(
+            nodes = size.nodes,
+            pods = size.nodes * size.pods_per_node,
+            "standing fleet written"
+        );
+    }
     let server = FakeApiServer::start(args.listen, cluster, node_classes)
         .await
         .with_context(|| format!("listening on {}", args.listen))?;

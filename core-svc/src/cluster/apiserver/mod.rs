@@ -255,7 +255,9 @@ where
         let store = writer.as_reader();
         let stream = reflector::reflector(
             writer,
-            watcher(api, watcher::Config::default()).default_backoff(),
+            watcher(api, watcher::Config::default())
+                .default_backoff()
+                .modify(strip_managed_fields),
         );
         let changes = Arc::clone(changes);
         let task = tokio::spawn(async move {
@@ -273,6 +275,14 @@ where
         });
         (Self::new(store, dyntype), task)
     }
+}
+
+/// Drops an object's `managedFields` before it is cached: core never reads them, they are
+/// often as large as the rest of the object, and an update without them leaves the server's
+/// as they are (upstream's manager strips them the same way:
+/// kubernetes-sigs/karpenter `pkg/operator/operator.go`, `cache.TransformStripManagedFields`).
+fn strip_managed_fields<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
 }
 
 /// The kube client for `config`, as the adapter needs it: without kube's default retry layer,
@@ -785,6 +795,25 @@ fn node_class_target(reference: &NodeClassReference) -> Target<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn given_an_object_with_managed_fields_then_the_cache_keeps_everything_else() {
+        let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-0",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+        }))
+        .unwrap_or_default();
+        let annotations = pod.metadata.annotations.clone();
+        assert!(pod.metadata.managed_fields.is_some());
+        strip_managed_fields(&mut pod);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.metadata.annotations, annotations);
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-0"));
+    }
 
     #[test]
     fn given_resource_versions_then_the_store_has_caught_up_when_equal_or_newer() {
