@@ -4,9 +4,19 @@
 pub mod fake_apiserver;
 pub mod fleet;
 
+use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+/// A TCP port on 127.0.0.1 free a moment ago, for a process the test starts (a race with
+/// other processes is possible; the process then fails to listen and the test says so).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .unwrap_or_else(|error| panic!("no free port: {error}"))
+}
 
 /// The path of a binary of this workspace, built next to the running test.
 ///

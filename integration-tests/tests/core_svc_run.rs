@@ -13,12 +13,13 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use integration_tests::{ChildGuard, run_ok, start_python_plugin, wait_for_path, workspace_binary};
+use integration_tests::{
+    ChildGuard, free_port, run_ok, start_python_plugin, wait_for_path, workspace_binary,
+};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
@@ -26,13 +27,6 @@ use serde_json::{Value, json};
 
 /// Generous: the runners are shared and slow.
 const WAIT: Duration = Duration::from_secs(120);
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
 
 struct Core {
     identity: String,

@@ -51,12 +51,11 @@
 )]
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use integration_tests::{ChildGuard, run_ok, tool, wait_for_path, workspace_binary};
+use integration_tests::{ChildGuard, free_port, run_ok, tool, wait_for_path, workspace_binary};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::NodeClaim;
@@ -137,13 +136,6 @@ spec:
     image: nginx
     resources: {requests: {cpu: 100m, memory: 64Mi}}
 ";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|address| address.port())
-        .expect("a free port")
-}
 
 fn script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
