@@ -181,6 +181,24 @@ pub fn wait_for_port(port: u16, timeout: Duration, process: &mut ChildGuard) {
     }
 }
 
+/// Starts the workspace's `fake-apiserver` serving the node class kind `node_class`
+/// (GROUP/VERSION/KIND/PLURAL) with `extra` arguments, logging to `dir/apiserver.log`, and
+/// waits until it has written its kubeconfig; answers the process and the kubeconfig's path.
+pub fn start_fake_apiserver(dir: &Path, node_class: &str, extra: &[&str]) -> (ChildGuard, PathBuf) {
+    let kubeconfig = dir.join("kubeconfig");
+    let mut process = ChildGuard::spawn_logging_to(
+        Command::new(workspace_binary("fake-apiserver"))
+            .arg("--kubeconfig-out")
+            .arg(&kubeconfig)
+            .arg("--node-class")
+            .arg(node_class)
+            .args(extra),
+        &dir.join("apiserver.log"),
+    );
+    wait_for_path(&kubeconfig, Duration::from_secs(30), &mut process);
+    (process, kubeconfig)
+}
+
 /// Starts the example Python plugin (`examples/python-plugin`) serving on `socket`, and waits
 /// until the socket exists.
 pub fn start_python_plugin(socket: &Path) -> ChildGuard {

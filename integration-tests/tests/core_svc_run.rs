@@ -18,7 +18,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use integration_tests::{
-    ChildGuard, free_port, run_ok, start_python_plugin, wait_for_path, workspace_binary,
+    ChildGuard, free_port, run_ok, start_fake_apiserver, start_python_plugin, workspace_binary,
 };
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -153,16 +153,11 @@ struct World {
 impl World {
     fn start() -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
-        let kubeconfig = dir.path().join("kubeconfig");
-        let mut apiserver = ChildGuard::spawn_logging_to(
-            Command::new(workspace_binary("fake-apiserver"))
-                .arg("--kubeconfig-out")
-                .arg(&kubeconfig)
-                .arg("--node-class")
-                .arg("example.dev/v1/ExampleNodeClass/examplenodeclasses"),
-            &dir.path().join("apiserver.log"),
+        let (apiserver, kubeconfig) = start_fake_apiserver(
+            dir.path(),
+            "example.dev/v1/ExampleNodeClass/examplenodeclasses",
+            &[],
         );
-        wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
         let socket = dir.path().join("plugin.sock");
         let plugin = start_python_plugin(&socket);
         Self {

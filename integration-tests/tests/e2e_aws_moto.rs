@@ -55,7 +55,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use integration_tests::{ChildGuard, free_port, run_ok, tool, wait_for_path, workspace_binary};
+use integration_tests::{
+    ChildGuard, free_port, run_ok, start_fake_apiserver, tool, wait_for_path, workspace_binary,
+};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::NodeClaim;
@@ -424,18 +426,11 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     let port = std::fs::read_to_string(&port_file).expect("the port file");
     let aws_endpoint = format!("http://127.0.0.1:{}", port.trim());
 
-    let kubeconfig = dir.path().join("kubeconfig");
-    let mut apiserver = ChildGuard::spawn_logging_to(
-        Command::new(workspace_binary("fake-apiserver"))
-            .arg("--kubeconfig-out")
-            .arg(&kubeconfig)
-            .arg("--node-class")
-            .arg("karpenter.k8s.aws/v1/EC2NodeClass/ec2nodeclasses")
-            .arg("--registration-delay-seconds")
-            .arg("1"),
-        &dir.path().join("apiserver.log"),
+    let (apiserver, kubeconfig) = start_fake_apiserver(
+        dir.path(),
+        "karpenter.k8s.aws/v1/EC2NodeClass/ec2nodeclasses",
+        &["--registration-delay-seconds", "1"],
     );
-    wait_for_path(&kubeconfig, Duration::from_secs(30), &mut apiserver);
 
     let socket = dir.path().join("plugin.sock");
     let mut plugin = ChildGuard::spawn_logging_to(

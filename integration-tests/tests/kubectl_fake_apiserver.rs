@@ -110,6 +110,53 @@ fn kubectl(kubeconfig: &Path) -> Command {
     command
 }
 
+/// `kubectl get <args> --watch --output-watch-events`, read a line at a time; killed on drop.
+struct Watch {
+    process: std::process::Child,
+    lines: std::io::Lines<BufReader<std::process::ChildStdout>>,
+}
+
+impl Watch {
+    fn start(kubeconfig: &Path, args: &[&str]) -> Self {
+        let mut process = kubectl(kubeconfig)
+            .arg("get")
+            .args(args)
+            .args([
+                "--watch",
+                "--output-watch-events",
+                "--request-timeout",
+                "60s",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("kubectl get --watch");
+        let lines = BufReader::new(process.stdout.take().expect("the watch's stdout")).lines();
+        Self { process, lines }
+    }
+
+    /// Reads lines until one for which `found` holds.
+    fn until(&mut self, found: impl Fn(&str) -> bool) {
+        loop {
+            let line = self
+                .lines
+                .next()
+                .and_then(Result::ok)
+                .expect("the watch ended before its events");
+            if found(&line) {
+                return;
+            }
+        }
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
+
 #[test]
 fn stock_kubectl_applies_gets_watches_describes_and_deletes() {
     let dir = tempfile::tempdir().expect("a temporary directory");
@@ -158,31 +205,11 @@ fn stock_kubectl_applies_gets_watches_describes_and_deletes() {
     );
 
     // A watch lists the pod (ADDED), then sees the deletion made while it runs (DELETED).
-    let mut watch = kubectl(&kubeconfig)
-        .args([
-            "get",
-            "pods",
-            "--watch",
-            "--output-watch-events",
-            "--request-timeout",
-            "60s",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("kubectl get --watch");
-    let mut lines = BufReader::new(watch.stdout.take().expect("the watch's stdout")).lines();
-    let mut next_line = || {
-        lines
-            .next()
-            .and_then(Result::ok)
-            .expect("the watch ended before its events")
-    };
-    while !next_line().contains("ADDED") {}
+    let mut watch = Watch::start(&kubeconfig, &["pods"]);
+    watch.until(|line| line.contains("ADDED"));
     run_ok(kubectl(&kubeconfig).args(["delete", "pod", "web", "--grace-period", "0", "--force"]));
-    while !next_line().contains("DELETED") {}
-    let _ = watch.kill();
-    let _ = watch.wait();
+    watch.until(|line| line.contains("DELETED"));
+    drop(watch);
 
     let deleted = run_ok(kubectl(&kubeconfig).args(["delete", "nodepool", "default"]));
     assert!(deleted.contains("deleted"), "{deleted}");
@@ -251,29 +278,15 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
     }
 
     // A watch sees the Deployment change as it is scaled down; one pod goes.
-    let mut watch = kubectl(&kubeconfig)
-        .args([
-            "get",
+    let mut watch = Watch::start(
+        &kubeconfig,
+        &[
             "deployments",
-            "--watch",
-            "--output-watch-events",
             "-o",
             "jsonpath={.type} {.object.spec.replicas}{\"\\n\"}",
-            "--request-timeout",
-            "60s",
-        ])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("kubectl get --watch");
-    let mut lines = BufReader::new(watch.stdout.take().expect("the watch's stdout")).lines();
-    let mut next_line = || {
-        lines
-            .next()
-            .and_then(Result::ok)
-            .expect("the watch ended before its events")
-    };
-    while !next_line().starts_with("ADDED 3") {}
+        ],
+    );
+    watch.until(|line| line.starts_with("ADDED 3"));
     run_ok(kubectl(&kubeconfig).args([
         "patch",
         "deployment",
@@ -281,9 +294,8 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
         "-p",
         r#"{"spec":{"replicas":2}}"#,
     ]));
-    while !next_line().starts_with("MODIFIED 2") {}
-    let _ = watch.kill();
-    let _ = watch.wait();
+    watch.until(|line| line.starts_with("MODIFIED 2"));
+    drop(watch);
     let names = |out: &str| -> Vec<String> { out.split_whitespace().map(str::to_owned).collect() };
     let two = eventually(
         &kubeconfig,

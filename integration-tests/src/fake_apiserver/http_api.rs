@@ -490,10 +490,7 @@ async fn dispatch(
                 Ok(patch) => patch,
                 Err(message) => return bad_request(&message),
             };
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .unwrap_or_default();
+            let content_type = media_type(headers);
             patch_call(
                 state,
                 &resource,
@@ -577,11 +574,8 @@ fn plain(
                 Ok(patch) => patch,
                 Err(message) => return bad_request(&message),
             };
-            let content_type = headers
-                .get(header::CONTENT_TYPE)
-                .and_then(|value| value.to_str().ok())
-                .unwrap_or_default();
-            match content_type.split(';').next().unwrap_or_default().trim() {
+            let content_type = media_type(headers);
+            match content_type {
                 // As for the typed kinds: this server's lists are replaced whole.
                 "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
                     if status {
@@ -668,17 +662,28 @@ async fn created(
     }
 }
 
+/// The request's media type: its `Content-Type` without parameters (`; charset=...`).
+fn media_type(headers: &HeaderMap) -> &str {
+    headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|value| value.to_str().ok())
+        .unwrap_or_default()
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+}
+
 async fn patch_call(
     state: &Shared,
     resource: &Resource,
     namespace: Option<&str>,
     name: &str,
     status: bool,
-    content_type: &str,
+    media_type: &str,
     patch: &Value,
 ) -> resources::Answer {
-    let media = content_type.split(';').next().unwrap_or_default().trim();
-    match media {
+    match media_type {
         // Strategic merge patches are merge patches for every field this server stores
         // (its lists are replaced whole, as a merge patch does).
         "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
