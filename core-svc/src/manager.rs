@@ -273,7 +273,14 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
             return None;
         }
         slot.seen = Some(revision);
+        // Wall time, for the debug log only (what a pass costs; never a decision's input).
+        let started = std::time::Instant::now();
         let result = slot.controller.reconcile().await;
+        tracing::debug!(
+            controller = slot.controller.name(),
+            elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
+            "controller pass"
+        );
         let polled = slot.kind.polled_every().map(|every| later(now, every));
         slot.due = match &result {
             Ok(Requeue::After(after)) => {

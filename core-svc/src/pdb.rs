@@ -115,6 +115,12 @@ pub fn allowance<'p>(
         .into_iter()
         .filter(|pod| selects(pdb, selector, pod))
         .collect();
+    allowance_of_selected(pdb, &selected)
+}
+
+/// [`allowance`] when the caller has already picked out the pods the budget selects (and
+/// needs them for more than the allowance); `selected` must hold exactly those.
+pub fn allowance_of_selected(pdb: &PodDisruptionBudget, selected: &[&Pod]) -> PdbAllowance {
     let count = |keep: &dyn Fn(&Pod) -> bool| {
         i32::try_from(selected.iter().filter(|pod| keep(pod)).count()).unwrap_or(i32::MAX)
     };

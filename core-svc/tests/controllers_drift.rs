@@ -23,7 +23,9 @@ use core_svc::clock::{Clock, FakeClock};
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, InMemoryCluster};
-use core_svc::controllers::drift::{DriftController, EVENT_DRIFT_CLEARED, EVENT_DRIFTED};
+use core_svc::controllers::drift::{
+    DriftController, EVENT_DRIFT_CLEARED, EVENT_DRIFTED, RENEW_SPACING,
+};
 use core_svc::controllers::hash::HashController;
 use core_svc::controllers::{Controller, Requeue, Settings};
 use core_svc::events::{EventType, MemoryEvents};
@@ -253,8 +255,8 @@ async fn given_a_node_pool_label_change_when_reconciled_then_its_node_claims_dri
     );
     assert_eq!(
         requeue,
-        Requeue::After(Settings::default().drift_period),
-        "drift is re-evaluated every drift period"
+        Requeue::After(Settings::default().drift_period - RENEW_SPACING),
+        "drift is re-evaluated every drift period (renewed a little early)"
     );
 }
 
@@ -459,8 +461,8 @@ async fn given_nothing_the_plugin_judges_changed_then_it_is_asked_again_only_whe
     assert_eq!(asked(), 2, "each NodeClaim is asked about once");
     assert_eq!(
         requeue,
-        Requeue::After(Settings::default().drift_period),
-        "back when the answers expire"
+        Requeue::After(Settings::default().drift_period - RENEW_SPACING),
+        "back when the answers are due for renewal, a little before they expire"
     );
 
     // A change elsewhere in the cluster (a pass runs on every change) asks nothing again.
@@ -470,7 +472,7 @@ async fn given_nothing_the_plugin_judges_changed_then_it_is_asked_again_only_whe
     assert_eq!(asked(), 2);
     assert_eq!(
         requeue,
-        Requeue::After(Settings::default().drift_period - Duration::from_secs(60))
+        Requeue::After(Settings::default().drift_period - RENEW_SPACING - Duration::from_secs(60))
     );
 
     // The NodeClaim changed: it alone is asked about again.
@@ -504,6 +506,39 @@ async fn given_nothing_the_plugin_judges_changed_then_it_is_asked_again_only_whe
     env.clock.advance(Settings::default().drift_period);
     env.reconcile().await;
     assert_eq!(asked(), 7);
+}
+
+#[tokio::test]
+async fn given_answers_expiring_close_together_then_one_pass_renews_them_all_and_none_is_used_past_its_period()
+ {
+    let env = env_with_pool().await;
+    let period = Settings::default().drift_period;
+    let asked = || env.cloud.calls_of(Rpc::IsDrifted).len();
+    env.launch_current("default-a").await;
+    env.reconcile().await;
+    env.clock.advance(Duration::from_secs(3));
+    env.launch_current("default-b").await;
+    let requeue = env.reconcile().await;
+    assert_eq!(asked(), 2);
+    let wait = period - RENEW_SPACING - Duration::from_secs(3);
+    assert_eq!(requeue, Requeue::After(wait), "a's answer is due first");
+
+    // A spacing before a's answer expires, b's, 3 s younger, expires within twice the
+    // spacing: both are asked about, before either expired, and they expire together from now
+    // on.
+    env.clock.advance(wait);
+    let requeue = env.reconcile().await;
+    assert_eq!(asked(), 4, "b renewed with a, 3 s early");
+    assert_eq!(requeue, Requeue::After(period - RENEW_SPACING));
+
+    // A pass in between (a change elsewhere) asks about nothing.
+    env.clock.advance(Duration::from_secs(1));
+    let requeue = env.reconcile().await;
+    assert_eq!(asked(), 4);
+    assert_eq!(
+        requeue,
+        Requeue::After(period - RENEW_SPACING - Duration::from_secs(1))
+    );
 }
 
 #[tokio::test]

@@ -53,9 +53,19 @@ pub const REASON_REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 /// The NodeClaim's instance type, or any offering of it matching the NodeClaim, is gone.
 pub const REASON_INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
 
-/// The soonest a pass asks to run again for expiring plugin answers: answers that expire
-/// within a second of each other are renewed by one pass.
-const MIN_RECHECK: Duration = Duration::from_secs(1);
+/// How plugin answers that expire close together are renewed together. A pass comes back this
+/// long before the first standing answer expires and asks again about every NodeClaim whose
+/// answer expires within twice this: so no answer is used past its period, answers that
+/// expire within this of each other are renewed by one pass (and expire together from then
+/// on), and a quiet fleet costs at most one pass per this span instead of one per NodeClaim
+/// (NodeClaims launched a second apart would each cost a pass over the whole fleet). An answer
+/// is renewed at most twice this early.
+pub const RENEW_SPACING: Duration = Duration::from_secs(10);
+
+/// [`RENEW_SPACING`], but at most a quarter of `period`, and at least a second.
+fn renew_spacing(period: Duration) -> Duration {
+    RENEW_SPACING.min(period / 4).max(Duration::from_secs(1))
+}
 
 /// Event reason when a NodeClaim becomes drifted.
 pub const EVENT_DRIFTED: &str = "NodeClaimDrifted";
@@ -276,7 +286,7 @@ struct InstanceTypeCheck {
 
 /// The plugin's last answer about a NodeClaim, and what it was asked about. The answer stands
 /// while neither the NodeClaim nor its node class changed and `drift_period` has not passed
-/// since: the plugin is asked about each NodeClaim when something it could judge differently
+/// since (it is renewed up to twice [`RENEW_SPACING`] early): the plugin is asked about each NodeClaim when something it could judge differently
 /// changed, and at least every period for what only the cloud knows (upstream requeues each
 /// NodeClaim every 5 minutes the same way), not once per NodeClaim on every change anywhere in
 /// the cluster.
@@ -494,10 +504,11 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         let uid = node_claim.metadata.uid.clone().unwrap_or_default();
         let node_claim_version = node_claim.metadata.resource_version.clone();
         let node_class_version = node_class.metadata.resource_version.clone();
+        let period = self.ctx.settings.drift_period;
         if let Some(last) = self.provider_checks().get(&uid)
             && last.node_claim_version == node_claim_version
             && last.node_class_version == node_class_version
-            && age(last.at, now) < self.ctx.settings.drift_period
+            && age(last.at, now).saturating_add(2 * renew_spacing(period)) < period
         {
             return last
                 .drift
@@ -665,13 +676,17 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|uid, _| live.contains(uid.as_str()));
-        // Back when the oldest standing answer expires, so every NodeClaim is asked about
-        // again within a period of its last check.
+        // Back a spacing before the oldest standing answer expires (see [`RENEW_SPACING`]), so
+        // every NodeClaim is asked about again within a period of its last check.
         let now = self.ctx.clock.now();
         let period = self.ctx.settings.drift_period;
+        let spacing = renew_spacing(period);
         let oldest = self.provider_checks().values().map(|check| check.at).min();
         let mut requeue = Requeue::After(oldest.map_or(period, |at| {
-            period.saturating_sub(age(at, now)).max(MIN_RECHECK)
+            period
+                .saturating_sub(spacing)
+                .saturating_sub(age(at, now))
+                .max(Duration::from_secs(1))
         }));
         if pass.plugin_failed {
             requeue = requeue.min(Requeue::After(PLUGIN_RETRY));

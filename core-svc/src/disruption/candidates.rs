@@ -48,7 +48,7 @@ use kube::core::{Selector, SelectorExt};
 
 use super::cost;
 use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
-use crate::cluster::Snapshot;
+use crate::cluster::{Snapshot, sort_key};
 use crate::controllers::nodeclaim;
 use crate::controllers::termination::drain::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
@@ -402,31 +402,43 @@ pub struct CandidateSelector<'a> {
     claims: HashMap<&'a str, &'a NodeClaim>,
     pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
     pdbs: Vec<PreparedPdb>,
+    /// The positions in `pdbs` of the budgets that select each pod of the snapshot, by
+    /// (namespace, name); a pod no budget selects is missing.
+    pdbs_of_pod: HashMap<(&'a str, &'a str), Vec<usize>>,
 }
 
 impl<'a> CandidateSelector<'a> {
     /// Prepares the selection; `nominated` holds the names of the nodes nominated for pending
     /// pods (their nomination window not over).
     pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
-        let mut pods_by_namespace: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+        let mut pods_by_namespace: HashMap<&str, Vec<&Pod>> = HashMap::new();
         for pod in snapshot.pods() {
             pods_by_namespace
                 .entry(pod.metadata.namespace.as_deref().unwrap_or_default())
                 .or_default()
                 .push(pod);
         }
+        // Each budget's selector is matched against its namespace's pods once, here: what the
+        // pods' budgets are is asked for every pod of every node, several times a pass.
+        let mut pdbs_of_pod: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
         let pdbs = snapshot
             .pdbs
             .iter()
-            .map(|pdb| {
+            .enumerate()
+            .map(|(index, pdb)| {
                 let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
                 let selector = pdb::selector(pdb);
-                let pods = pods_by_namespace
+                let selected: Vec<&Pod> = pods_by_namespace
                     .get(namespace.as_str())
-                    .map(Vec::as_slice)
-                    .unwrap_or_default();
-                let allowance = pdb::allowance(pdb, selector.as_ref(), pods.iter().copied())
-                    .lowered_by_status(pdb);
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|pod| pdb::selects(pdb, selector.as_ref(), pod))
+                    .collect();
+                for pod in &selected {
+                    pdbs_of_pod.entry(sort_key(*pod)).or_default().push(index);
+                }
+                let allowance = pdb::allowance_of_selected(pdb, &selected).lowered_by_status(pdb);
                 PreparedPdb {
                     namespace,
                     selector,
@@ -441,6 +453,7 @@ impl<'a> CandidateSelector<'a> {
             claims: node_claims_by_provider_id(snapshot),
             pods_by_node: snapshot.pods_by_node(),
             pdbs,
+            pdbs_of_pod,
         }
     }
 
@@ -452,6 +465,11 @@ impl<'a> CandidateSelector<'a> {
     /// The instant decided at.
     pub fn now(&self) -> Timestamp {
         self.now
+    }
+
+    /// The nodes nominated for pending pods.
+    pub fn nominated(&self) -> &'a BTreeSet<String> {
+        self.nominated
     }
 
     /// The NodeClaim of `node`, by provider ID.
@@ -601,7 +619,21 @@ impl<'a> CandidateSelector<'a> {
     }
 
     fn matching_pdbs(&self, pod: &Pod) -> Vec<&PreparedPdb> {
-        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+        let (namespace, name) = sort_key(pod);
+        let in_snapshot = self
+            .snapshot
+            .pod(namespace, name)
+            .is_some_and(|known| std::ptr::eq(known, pod));
+        if in_snapshot {
+            return self
+                .pdbs_of_pod
+                .get(&(namespace, name))
+                .into_iter()
+                .flatten()
+                .filter_map(|&index| self.pdbs.get(index))
+                .collect();
+        }
+        // A pod from elsewhere (not this snapshot's object): match it here.
         let empty = BTreeMap::new();
         let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
         self.pdbs

@@ -156,27 +156,25 @@ pub fn explain(
     now: Timestamp,
     inputs: &ExplainInputs<'_>,
 ) -> Option<Explanation> {
-    Explainer::new(snapshot, now, inputs.nominated).explain(
-        node,
-        inputs.reason,
-        inputs.observations,
-    )
+    let selector = CandidateSelector::new(snapshot, now, inputs.nominated);
+    Explainer::new(&selector).explain(node, inputs.reason, inputs.observations)
 }
 
-/// [`explain`] for many nodes of one snapshot: indexes the snapshot and computes the budgets
-/// once.
+/// [`explain`] for many nodes of one snapshot: over one [`CandidateSelector`] (which indexes
+/// the snapshot, and which the disruption pass that decided on the snapshot shares), with the
+/// budgets computed once.
 #[derive(Debug)]
-pub struct Explainer<'a> {
-    selector: CandidateSelector<'a>,
+pub struct Explainer<'s, 'a> {
+    selector: &'s CandidateSelector<'a>,
     allowances: BTreeMap<String, NodePoolAllowance>,
 }
 
-impl<'a> Explainer<'a> {
-    /// Prepares explanations over `snapshot` at `now`.
-    pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
+impl<'s, 'a> Explainer<'s, 'a> {
+    /// Prepares explanations over the selector's snapshot, at its instant.
+    pub fn new(selector: &'s CandidateSelector<'a>) -> Self {
         Self {
-            selector: CandidateSelector::new(snapshot, now, nominated),
-            allowances: budgets::allowances(snapshot, now),
+            selector,
+            allowances: budgets::allowances(selector.snapshot(), selector.now()),
         }
     }
 

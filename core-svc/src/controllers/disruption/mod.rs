@@ -392,6 +392,7 @@ struct Prepared<'a> {
 impl<'a> Prepared<'a> {
     fn new(
         inputs: PassInputs<'a>,
+        selector: &CandidateSelector<'a>,
         leaving: &'a BTreeSet<String>,
         classes: &[DisruptionClass],
     ) -> Self {
@@ -403,7 +404,6 @@ impl<'a> Prepared<'a> {
             options,
             ..
         } = inputs;
-        let selector = CandidateSelector::new(snapshot, now, inputs.nominated);
         let held_back: BTreeSet<&str> = observations
             .iter()
             .filter(|observation| {
@@ -507,9 +507,20 @@ pub fn budgets_in_flight(
 /// One pass's decision (pure; the benchmark's subject): candidates, budgets, then the methods
 /// in order until one yields a command.
 pub fn decide(inputs: PassInputs<'_>, methods: &[Box<dyn Method>]) -> PassDecision {
+    let selector = CandidateSelector::new(inputs.snapshot, inputs.now, inputs.nominated);
+    decide_with(inputs, &selector, methods)
+}
+
+/// [`decide`] over a [`CandidateSelector`] of `inputs`' snapshot, instant and nominations that
+/// the caller goes on using (to explain the nodes left out, say).
+pub fn decide_with(
+    inputs: PassInputs<'_>,
+    selector: &CandidateSelector<'_>,
+    methods: &[Box<dyn Method>],
+) -> PassDecision {
     let leaving = leaving_nodes(inputs.snapshot, inputs.in_flight);
     let classes: Vec<DisruptionClass> = methods.iter().map(|method| method.class()).collect();
-    let prepared = Prepared::new(inputs, &leaving, &classes);
+    let prepared = Prepared::new(inputs, selector, &leaving, &classes);
     let mut decision = PassDecision {
         allowed: allowed_by_pool(&prepared.budgets),
         ..PassDecision::default()
@@ -553,7 +564,8 @@ pub fn validate_held(
     commands: &[Command],
 ) -> Vec<Result<Command, (Command, Rejected)>> {
     let leaving = leaving_nodes(inputs.snapshot, inputs.in_flight);
-    let prepared = Prepared::new(inputs, &leaving, &[method.class()]);
+    let selector = CandidateSelector::new(inputs.snapshot, inputs.now, inputs.nominated);
+    let prepared = Prepared::new(inputs, &selector, &leaving, &[method.class()]);
     let input = prepared.input(method);
     commands
         .iter()
@@ -728,6 +740,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             settings: &self.ctx.settings,
         };
 
+        let selector = CandidateSelector::new(&snapshot, now, &nominated);
         let held = self.lock().held.clone();
         let mut acted_on: BTreeSet<String> = BTreeSet::new();
         let mut new_observations = Vec::new();
@@ -775,7 +788,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 requeue = Requeue::After(Duration::ZERO);
             }
         } else {
-            let decision = decide(inputs, &self.methods);
+            let decision = decide_with(inputs, &selector, &self.methods);
             self.report_allowed(&decision.allowed);
             new_observations.extend(decision.observations);
             match decision.acted {
@@ -817,7 +830,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                     .insert(observation.node.clone(), observation);
             }
         }
-        self.report_blocked(&snapshot, now, &in_flight_now, &acted_on, &nominated);
+        self.report_blocked(&selector, &in_flight_now, &acted_on);
         Ok(requeue)
     }
 
@@ -1062,12 +1075,12 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     /// [`BLOCKED_EVENT_INTERVAL`] per node unless what it says changes.
     fn report_blocked(
         &self,
-        snapshot: &Snapshot,
-        now: Timestamp,
+        selector: &CandidateSelector<'_>,
         in_flight: &[InFlight],
         acted_on: &BTreeSet<String>,
-        nominated: &BTreeSet<String>,
     ) {
+        let snapshot = selector.snapshot();
+        let now = selector.now();
         let within = |at: &Timestamp, interval: Duration| {
             at.saturating_add(interval).is_ok_and(|until| now < until)
         };
@@ -1094,9 +1107,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         }
         let observations: Vec<Observation> = state.observations.values().cloned().collect();
         let explained = explain_due(
-            snapshot,
-            now,
-            nominated,
+            selector,
             in_flight,
             due,
             &observations,
@@ -1228,14 +1239,14 @@ pub struct BlockedNode {
 /// less than `retry` ago is explained by that first: whatever else holds it (the very
 /// PodDisruptionBudget that stopped the drain, often), it is not tried again before. Pure.
 pub fn explain_due(
-    snapshot: &Snapshot,
-    now: Timestamp,
-    nominated: &BTreeSet<String>,
+    selector: &CandidateSelector<'_>,
     in_flight: &[InFlight],
     due: Vec<(String, String, Option<DisruptionReason>)>,
     observations: &[Observation],
     retry: Duration,
 ) -> Vec<BlockedNode> {
+    let snapshot = selector.snapshot();
+    let now = selector.now();
     let pool_of = |claim: &str| {
         snapshot
             .node_claim(claim)
@@ -1249,7 +1260,7 @@ pub fn explain_due(
         .iter()
         .filter_map(|(node, claim)| node_pool_name(node, claim).map(str::to_owned))
         .collect();
-    let explainer = Explainer::new(snapshot, now, nominated);
+    let explainer = Explainer::new(selector);
     let mut out = Vec::new();
     let mut again = Vec::new();
     for (node, node_claim, reason) in due {
@@ -1295,7 +1306,8 @@ pub fn explain_due(
     }
     if !again.is_empty() {
         let tainted = with_disrupted_taint(snapshot, &untainted);
-        let explainer = Explainer::new(&tainted, now, nominated);
+        let tainted_selector = CandidateSelector::new(&tainted, now, selector.nominated());
+        let explainer = Explainer::new(&tainted_selector);
         for (node, node_claim, node_pool, reason) in again {
             if let Some(explanation) = explainer.explain(&node, reason, observations) {
                 out.push(BlockedNode {
@@ -1927,15 +1939,9 @@ mod tests {
         let in_flight = orchestration::in_flight(&snapshot);
         let due = due_nodes(&snapshot, &in_flight, &BTreeSet::new());
 
-        let explained = explain_due(
-            &snapshot,
-            now(),
-            &BTreeSet::new(),
-            &in_flight,
-            due,
-            &[],
-            DEFAULT_REPLACEMENT_RETRY,
-        );
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let explained = explain_due(&selector, &in_flight, due, &[], DEFAULT_REPLACEMENT_RETRY);
 
         assert_eq!(explained.len(), 1);
         assert_eq!(explained[0].node, "node-b");
@@ -2045,10 +2051,10 @@ mod tests {
         );
         let due = due_nodes(&snapshot, &[], &BTreeSet::new());
         let explain = |observation: Observation| {
+            let nominated = BTreeSet::new();
+            let selector = CandidateSelector::new(&snapshot, now(), &nominated);
             let explained = explain_due(
-                &snapshot,
-                now(),
-                &BTreeSet::new(),
+                &selector,
                 &[],
                 due.clone(),
                 &[observation],
