@@ -48,7 +48,7 @@ use kube::core::{Selector, SelectorExt};
 
 use super::cost;
 use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
-use crate::cluster::{Snapshot, sort_key};
+use crate::cluster::Snapshot;
 use crate::controllers::nodeclaim;
 use crate::controllers::termination::drain::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
@@ -294,6 +294,13 @@ pub fn node_claim_of<'a>(
     claims.get(id).copied()
 }
 
+/// Where `pod` lives: the identity of a snapshot's pod object, which the snapshot's pods keep
+/// for as long as it is borrowed. Cheaper to hash than its (namespace, name), and a pod object
+/// from elsewhere, even one of the same name, is never taken for the snapshot's.
+fn address(pod: &Pod) -> usize {
+    std::ptr::from_ref(pod).addr()
+}
+
 /// Whether the node is initialized: the Node's `karpenter.sh/initialized: "true"` label (what
 /// upstream reads) or the NodeClaim's `Initialized=True`.
 pub fn is_initialized(node: &Node, node_claim: &NodeClaim) -> bool {
@@ -402,9 +409,9 @@ pub struct CandidateSelector<'a> {
     claims: HashMap<&'a str, &'a NodeClaim>,
     pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
     pdbs: Vec<PreparedPdb>,
-    /// The positions in `pdbs` of the budgets that select each pod of the snapshot, by
-    /// (namespace, name); a pod no budget selects is missing.
-    pdbs_of_pod: HashMap<(&'a str, &'a str), Vec<usize>>,
+    /// The positions in `pdbs` of the budgets that select each pod of the snapshot, by the
+    /// pod's address in the snapshot (see [`address`]).
+    pdbs_of_pod: HashMap<usize, Vec<usize>>,
 }
 
 impl<'a> CandidateSelector<'a> {
@@ -420,7 +427,10 @@ impl<'a> CandidateSelector<'a> {
         }
         // Each budget's selector is matched against its namespace's pods once, here: what the
         // pods' budgets are is asked for every pod of every node, several times a pass.
-        let mut pdbs_of_pod: HashMap<(&'a str, &'a str), Vec<usize>> = HashMap::new();
+        let mut pdbs_of_pod: HashMap<usize, Vec<usize>> = snapshot
+            .pods()
+            .map(|pod| (address(pod), Vec::new()))
+            .collect();
         let pdbs = snapshot
             .pdbs
             .iter()
@@ -436,7 +446,7 @@ impl<'a> CandidateSelector<'a> {
                     .filter(|pod| pdb::selects(pdb, selector.as_ref(), pod))
                     .collect();
                 for pod in &selected {
-                    pdbs_of_pod.entry(sort_key(*pod)).or_default().push(index);
+                    pdbs_of_pod.entry(address(pod)).or_default().push(index);
                 }
                 let allowance = pdb::allowance_of_selected(pdb, &selected).lowered_by_status(pdb);
                 PreparedPdb {
@@ -619,21 +629,14 @@ impl<'a> CandidateSelector<'a> {
     }
 
     fn matching_pdbs(&self, pod: &Pod) -> Vec<&PreparedPdb> {
-        let (namespace, name) = sort_key(pod);
-        let in_snapshot = self
-            .snapshot
-            .pod(namespace, name)
-            .is_some_and(|known| std::ptr::eq(known, pod));
-        if in_snapshot {
-            return self
-                .pdbs_of_pod
-                .get(&(namespace, name))
-                .into_iter()
-                .flatten()
+        if let Some(indices) = self.pdbs_of_pod.get(&address(pod)) {
+            return indices
+                .iter()
                 .filter_map(|&index| self.pdbs.get(index))
                 .collect();
         }
         // A pod from elsewhere (not this snapshot's object): match it here.
+        let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
         let empty = BTreeMap::new();
         let labels = pod.metadata.labels.as_ref().unwrap_or(&empty);
         self.pdbs

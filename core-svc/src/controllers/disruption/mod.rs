@@ -93,7 +93,7 @@ pub mod simulate;
 pub mod single;
 pub mod validation;
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -1171,18 +1171,27 @@ pub fn due_nodes(
     in_flight: &[InFlight],
     acted_on: &BTreeSet<String>,
 ) -> Vec<(String, String, Option<DisruptionReason>)> {
+    let claims = crate::disruption::candidates::node_claims_by_provider_id(snapshot);
+    let involved: HashSet<&str> = in_flight
+        .iter()
+        .flat_map(|command| {
+            command
+                .candidates
+                .iter()
+                .map(String::as_str)
+                .chain(command.replacements.iter().map(|r| r.name.as_str()))
+        })
+        .collect();
     let mut due = Vec::new();
     for node in snapshot.nodes() {
-        let Some(claim) = crate::controllers::termination::node_claim_of(snapshot, node) else {
+        let Some(claim) = crate::disruption::candidates::node_claim_of(&claims, node) else {
             continue;
         };
         let claim_name = claim.metadata.name.clone().unwrap_or_default();
         if claim.metadata.deletion_timestamp.is_some()
             || node.metadata.deletion_timestamp.is_some()
             || acted_on.contains(&claim_name)
-            || in_flight
-                .iter()
-                .any(|command| command.involves(&claim_name))
+            || involved.contains(claim_name.as_str())
         {
             continue;
         }
