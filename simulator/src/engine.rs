@@ -24,11 +24,15 @@ use aws_plugin::instance::tags::{instance_tags, launch_tags};
 use aws_plugin::node_class::ClusterIdentity;
 use aws_plugin::provider::{AwsCloudProvider, ProviderSettings};
 use core_domain::labels::{LabelPolicy, aws};
+use core_domain::resources::ResourceList;
+use core_domain::scheduler::bound::lower_bound;
 use core_svc::cloudprovider::CloudProvider;
 use core_svc::cluster::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, InMemoryCluster, Snapshot,
 };
 use core_svc::controllers::nodeclass::merge_patch_between;
+use core_svc::controllers::provisioning::catalogue::CatalogueCache;
+use core_svc::controllers::provisioning::{convert, selection};
 use core_svc::controllers::{Context, Settings};
 use core_svc::events::{Event, MemoryEvents};
 use core_svc::manager::{ControllerKind, Manager, ManagerOptions};
@@ -614,7 +618,8 @@ impl Simulation {
         let now = self.clock.now();
         self.recorder.finish(&snapshot, now);
         let final_state = final_state(&snapshot, &instances);
-        let stats = self.recorder.stats(&snapshot, &instances);
+        let mut stats = self.recorder.stats(&snapshot, &instances);
+        stats.cost_lower_bound_per_hour_at_end = self.cost_lower_bound(&snapshot, now).await;
         Ok(Report {
             scenario: self.scenario.name.clone(),
             seed: self.scenario.seed,
@@ -623,6 +628,64 @@ impl Simulation {
             final_state,
             stats,
         })
+    }
+}
+
+impl Simulation {
+    /// What [`Stats::cost_lower_bound_per_hour_at_end`] reports: the bound over the pods that
+    /// hold capacity at the end (bound to a Node, neither finished nor being deleted;
+    /// DaemonSet pods are each node's overhead instead), against the union of what the usable
+    /// NodePools allow at the end. The catalogues are asked of the plugin as core asks them,
+    /// past any simulated outage: measuring the run is not part of it.
+    async fn cost_lower_bound(&self, snapshot: &Snapshot, now: Timestamp) -> Option<f64> {
+        let provider = self.provider.inner();
+        let (usable, _) =
+            selection::usable_node_pools(snapshot, provider.supported_node_classes(), true);
+        // A TTL of zero: every NodePool's catalogue is fetched now, not reused.
+        let catalogues = CatalogueCache::new(Duration::ZERO);
+        let mut node_pools = Vec::with_capacity(usable.len());
+        for pool in &usable {
+            let name = pool.pool.metadata.name.as_deref().unwrap_or_default();
+            // A NodePool left out would raise the bound above what it allows: no bound then.
+            let types = match catalogues.get(provider, pool, now).await {
+                Ok(types) => types,
+                Err(error) => {
+                    tracing::warn!(node_pool = name, %error, "no cost bound: no catalogue");
+                    return None;
+                }
+            };
+            match convert::node_pool(pool.pool, types, ResourceList::new()) {
+                Ok(spec) => node_pools.push(spec),
+                Err(error) => {
+                    tracing::warn!(node_pool = name, %error, "no cost bound: invalid NodePool");
+                    return None;
+                }
+            }
+        }
+        // Pods and DaemonSets that do not convert are left out: fewer pods only lower the
+        // bound, and a DaemonSet core cannot read is not one it plans for either.
+        let pods: Vec<core_domain::scheduler::Pod> = snapshot
+            .pods()
+            .filter(|pod| {
+                world::bound_node(pod).is_some()
+                    && !world::is_terminal(pod)
+                    && !world::is_terminating(pod)
+                    && !world::is_daemon_set_pod(pod)
+            })
+            .filter_map(|pod| convert::pod(pod).ok())
+            .collect();
+        let daemon_set_pods: Vec<core_domain::scheduler::Pod> = snapshot
+            .daemon_sets
+            .iter()
+            .filter_map(|daemon_set| convert::daemon_set_pod(daemon_set).ok())
+            .collect();
+        match lower_bound(&pods, &node_pools, &daemon_set_pods, &self.label_policy) {
+            Ok(bound) => Some((bound.per_hour * 10_000.0).round() / 10_000.0),
+            Err(error) => {
+                tracing::warn!(%error, "no cost bound");
+                None
+            }
+        }
     }
 }
 
@@ -1017,6 +1080,8 @@ impl Recorder {
             pods_pending_max_seconds: self.pending_max.as_secs_f64(),
             orphaned_instances: orphaned as u64,
             cost_per_hour_at_end: (cost * 10_000.0).round() / 10_000.0,
+            // Asks the plugin, so `Simulation::report` fills it in.
+            cost_lower_bound_per_hour_at_end: None,
         }
     }
 }

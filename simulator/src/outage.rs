@@ -62,6 +62,12 @@ impl<P> OutageProvider<P> {
         }
     }
 
+    /// The provider behind the switch, reachable during an outage: for what the simulator
+    /// measures about the run, which is not part of the simulated world.
+    pub fn inner(&self) -> &P {
+        &self.inner
+    }
+
     fn check(&self) -> Result<(), CloudProviderError> {
         if self.outage.is_down(self.clock.now()) {
             Err(CloudProviderError::Unavailable(

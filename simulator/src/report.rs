@@ -236,6 +236,12 @@ pub struct Stats {
     pub orphaned_instances: u64,
     /// What the instances running at the end cost per hour, from their offerings' prices.
     pub cost_per_hour_at_end: f64,
+    /// A lower bound on what capacity for the pods running at the end can cost per hour: the
+    /// linear-programming optimum of covering their total requests with the offerings the
+    /// NodePools allow (`core_domain::scheduler::bound`; several NodePools: over the union of
+    /// their offerings). `null` when there is none to compute (no usable NodePool, no
+    /// catalogue, or offerings that cannot hold the pods).
+    pub cost_lower_bound_per_hour_at_end: Option<f64>,
 }
 
 #[cfg(test)]
@@ -287,6 +293,7 @@ mod tests {
             "podsPendingMaxSeconds",
             "orphanedInstances",
             "costPerHourAtEnd",
+            "costLowerBoundPerHourAtEnd",
         ] {
             assert!(stats.get(key).is_some(), "{key}");
         }

@@ -116,6 +116,12 @@ fn scale_up_from_zero_launches_capacity_for_every_pod_in_every_zone() {
         stats.pods_pending_max_seconds
     );
     assert!(stats.cost_per_hour_at_end > 0.0);
+    let bound = stats.cost_lower_bound_per_hour_at_end;
+    assert!(
+        bound.is_some_and(|bound| bound > 0.0 && bound <= stats.cost_per_hour_at_end),
+        "a bound below the cost of ${}/h: {bound:?}",
+        stats.cost_per_hour_at_end
+    );
 }
 
 #[test]

@@ -155,8 +155,11 @@ fn print_summary(report: &simulator::report::Report) {
         .filter(|i| i.state == "running" || i.state == "pending")
         .count();
     println!();
+    let bound = stats
+        .cost_lower_bound_per_hour_at_end
+        .map_or_else(|| "none".to_owned(), |bound| format!("${bound:.4}/h"));
     println!(
-        "{}: {} events over {}s; {} NodeClaims, {} nodes, {} instances running at ${:.4}/h",
+        "{}: {} events over {}s; {} NodeClaims, {} nodes, {} instances running at ${:.4}/h (lower bound {bound})",
         report.scenario,
         report.timeline.len(),
         report.end,

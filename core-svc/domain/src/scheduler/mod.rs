@@ -24,6 +24,12 @@
 //! to the back of the queue, and the run ends when a whole pass over the queue places
 //! nothing, which lets affinity and spread settle.
 //!
+//! # Measuring a plan's cost
+//!
+//! [`bound::plan_lower_bound`] gives what no plan for the same placed pods can beat: the
+//! linear-programming optimum of covering their total requests with the NodePools'
+//! offerings (see [`bound`]). Plan cost over bound is what packing and constraints cost.
+//!
 //! # Data structures, for cost
 //!
 //! - Each NodePool's instance types compatible with its template are computed once per run
@@ -67,6 +73,7 @@
 //! resolved by the caller into [`Namespaces::Listed`].
 
 mod bits;
+pub mod bound;
 mod catalog;
 mod constraints;
 mod diagnosis;

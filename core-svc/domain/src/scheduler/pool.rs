@@ -57,9 +57,7 @@ impl<'a> PoolState<'a> {
         daemon_set_pods: &[Pod],
         allow: AllowUndefined<'_>,
     ) -> Self {
-        let mut base = spec.requirements.clone();
-        base.add_all(&Requirements::from_labels(&spec.labels));
-        base.add(Requirement::in_values(LABEL_NODEPOOL, [spec.name.as_str()]));
+        let base = template_requirements(spec);
         let catalog = Catalog::new(&spec.instance_types, &base, dims);
         let all = catalog.filter(
             &Bits::full(catalog.len()),
@@ -75,10 +73,7 @@ impl<'a> PoolState<'a> {
                 limit,
             })
             .collect();
-        let daemons: Vec<&Pod> = daemon_set_pods
-            .iter()
-            .filter(|ds| daemon_runs_on(ds, &spec.taints, &base, allow))
-            .collect();
+        let daemons = daemons_on(spec, &base, daemon_set_pods, allow);
         let daemon_requests: ResourceList = daemons.iter().map(|ds| &ds.requests).sum();
         let counted_requests: Vec<ResourceList> =
             daemons.iter().map(|ds| counted(&ds.requests)).collect();
@@ -182,6 +177,29 @@ impl<'a> PoolState<'a> {
         values.dedup();
         values
     }
+}
+
+/// What every new node of `spec` satisfies: the template's requirements and labels, and
+/// `karpenter.sh/nodepool`.
+pub(super) fn template_requirements(spec: &NodePoolSpec) -> Requirements {
+    let mut base = spec.requirements.clone();
+    base.add_all(&Requirements::from_labels(&spec.labels));
+    base.add(Requirement::in_values(LABEL_NODEPOOL, [spec.name.as_str()]));
+    base
+}
+
+/// The DaemonSet pods of `daemon_set_pods` that would run on every new node of `spec`, whose
+/// template requirements are `base`: their requests are the overhead of each such node.
+pub(super) fn daemons_on<'p>(
+    spec: &NodePoolSpec,
+    base: &Requirements,
+    daemon_set_pods: &'p [Pod],
+    allow: AllowUndefined<'_>,
+) -> Vec<&'p Pod> {
+    daemon_set_pods
+        .iter()
+        .filter(|ds| daemon_runs_on(ds, &spec.taints, base, allow))
+        .collect()
 }
 
 /// Whether a DaemonSet pod would run on nodes with `taints` and `requirements`

@@ -33,6 +33,7 @@ pub(super) struct TypeSpec {
     pub(super) capacity_types: Vec<&'static str>,
     pub(super) labels: Vec<(&'static str, String)>,
     pub(super) extended: Vec<(&'static str, i64)>,
+    pub(super) pods: i64,
 }
 
 impl TypeSpec {
@@ -47,6 +48,7 @@ impl TypeSpec {
             capacity_types: vec!["on-demand"],
             labels: vec![("karpenter.k8s.aws/instance-family", family(name))],
             extended: Vec::new(),
+            pods: 110,
         }
     }
 
@@ -62,6 +64,18 @@ impl TypeSpec {
 
     pub(super) fn extended(mut self, name: &'static str, amount: i64) -> Self {
         self.extended.push((name, amount));
+        self
+    }
+
+    /// At most `pods` pods per node (110 unless set).
+    pub(super) fn pods(mut self, pods: i64) -> Self {
+        self.pods = pods;
+        self
+    }
+
+    /// One more label on the type's nodes.
+    pub(super) fn label(mut self, key: &'static str, value: &str) -> Self {
+        self.labels.push((key, value.to_owned()));
         self
     }
 
@@ -97,7 +111,7 @@ impl TypeSpec {
             }
         }
         let mut capacity =
-            resources(self.cpu * 1000, self.memory_gib).with(ResourceName::PODS, 110);
+            resources(self.cpu * 1000, self.memory_gib).with(ResourceName::PODS, self.pods);
         for (name, amount) in &self.extended {
             capacity = capacity.with(*name, *amount);
         }

@@ -1,6 +1,7 @@
 //! Behaviour tests of the scheduler, one file per concern, through [`solve`](super::solve)
 //! with the builders of [`testing`](super::testing).
 
+mod bound;
 mod existing;
 mod node_pools;
 mod packing;

@@ -1,0 +1,366 @@
+//! A lower bound on what new capacity for a set of pods can cost, to measure plans against:
+//! the optimum of the linear-programming relaxation of buying nodes for the pods' total
+//! requests.
+//!
+//! # The programme
+//!
+//! One variable `x_o >= 0` per instance type `o` a NodePool allows: how many nodes of it to
+//! buy, fractions allowed, at the price of its cheapest available offering that the NodePool's
+//! requirements accept (its other offerings hold the same and cost at least as much, so
+//! leaving them out does not change the optimum; a NodePool that allows only on-demand, or
+//! only some zones, gets those prices). Minimise `Σ price_o x_o` subject to, for every resource
+//! `r` the pods request (cpu, memory, the pod count, and ephemeral storage or extended
+//! resources such as GPUs when any pod asks for them), `Σ supply_{o,r} x_o >= demand_r`.
+//! `supply` is the type's allocatable less the NodePool's DaemonSet overhead, which the
+//! scheduler reserves on every new node of that NodePool; a type that cannot hold that
+//! overhead is left out, as the scheduler leaves it out. Several NodePools give one column per
+//! (NodePool, type), each with its own overhead and prices, so the bound is over the union of
+//! what they allow.
+//!
+//! # Why it is a lower bound
+//!
+//! A plan that places the pods on new nodes of these NodePools buys whole nodes whose
+//! allocatable, less DaemonSets, covers what its pods request, each at no less than its type's
+//! cheapest accepted offering: a feasible point of the programme, so it costs at least the
+//! optimum. What the programme leaves out (that a pod must fit on one node, whole nodes, node
+//! selectors and affinity, spread, taints, NodePool weights and limits, reservations'
+//! capacity) only constrains plans further. Plan cost over bound therefore says how much
+//! packing and constraints cost together; `1.00x` is unbeatable.
+//!
+//! # Burstable types
+//!
+//! AWS's burstable families (category `t`: t1, t2, t3, t3a, t4g) sell nominal vCPUs that run
+//! at full speed only while credits last. Counted at their nominal cpu they would make the
+//! bound buy cpu a sustained workload does not get, so they are left out unless a NodePool
+//! asks for them explicitly: an `In` requirement on the instance type, family or category that
+//! lists the type's value. The bound is then a bound on plans without burstable types; a plan
+//! that buys them can come in under it. Types of other providers carry no such category and
+//! are never left out.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, microlp, variable};
+
+use crate::instance_type::InstanceType;
+use crate::labels::{LABEL_INSTANCE_TYPE, LabelPolicy, aws};
+use crate::quantity::Quantity;
+use crate::requirements::{AllowUndefined, Operator, Requirements};
+use crate::resources::{ResourceList, ResourceName};
+use crate::scheduler::fit::{Demand, Fixed};
+use crate::scheduler::node::counted;
+use crate::scheduler::nodepool::NodePoolSpec;
+use crate::scheduler::pod::{Pod, PodId};
+use crate::scheduler::pool::{daemons_on, template_requirements};
+use crate::scheduler::{SchedulingInput, SchedulingResults};
+
+/// The instance categories whose cpu is burstable (see the module documentation).
+const BURSTABLE_CATEGORIES: [&str; 1] = ["t"];
+
+/// A resource counts as binding when the optimum's supply of it is within this fraction of
+/// the demand: the solver's answers are exact only to about this much.
+const BINDING_TOLERANCE: f64 = 1e-6;
+
+/// Solutions below this many nodes of a type are the solver's rounding noise, not a purchase.
+const NEGLIGIBLE_NODES: f64 = 1e-9;
+
+/// The optimum of the programme.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CostBound {
+    /// Its cost per hour, in the offerings' price unit.
+    pub per_hour: f64,
+    /// What it buys, in NodePool order then catalogue order. A basic optimum buys at most
+    /// one type per resource counted.
+    pub nodes: Vec<FractionalNodes>,
+    /// The resources it supplies exactly as much of as the pods request: what holds the bound
+    /// up. Sorted by name.
+    pub binding: Vec<ResourceName>,
+}
+
+/// Nodes of one type the optimum buys, a fraction of a node allowed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FractionalNodes {
+    /// The NodePool.
+    pub node_pool: String,
+    /// The instance type.
+    pub instance_type: Arc<str>,
+    /// The zone of the offering priced.
+    pub zone: Arc<str>,
+    /// Its capacity type.
+    pub capacity_type: Arc<str>,
+    /// Its price per hour.
+    pub price: f64,
+    /// How many nodes.
+    pub count: f64,
+}
+
+/// Why there is no bound.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum BoundError {
+    /// No NodePool was given.
+    #[error("no NodePool to buy capacity from")]
+    NoNodePools,
+    /// The NodePools allow no type with an available offering that holds their DaemonSets.
+    #[error(
+        "NodePools {node_pools} allow no instance type with an available offering that holds \
+         their DaemonSets ({burstable} burstable types left out)"
+    )]
+    NoOfferings {
+        /// The NodePools' names, comma-separated.
+        node_pools: String,
+        /// How many compatible types were left out as burstable.
+        burstable: usize,
+    },
+    /// The pods request a resource that no allowed type has to spare.
+    #[error(
+        "the pods request {requested} {resource} and no allowed instance type has any to spare"
+    )]
+    Infeasible {
+        /// The resource.
+        resource: ResourceName,
+        /// How much the pods request in total.
+        requested: Quantity,
+    },
+    /// An offering's price is not a price.
+    #[error(
+        "instance type {instance_type} of NodePool {node_pool} is priced {price} per hour; a \
+         price is finite and not negative"
+    )]
+    InvalidPrice {
+        /// The NodePool.
+        node_pool: String,
+        /// The instance type.
+        instance_type: String,
+        /// The price.
+        price: f64,
+    },
+    /// The solver gave no optimum (it should not: a feasible covering programme with
+    /// non-negative prices always has one).
+    #[error("the LP solver failed: {0}")]
+    Solver(String),
+}
+
+/// The bound for the pods a plan placed on new NodeClaims: the pods `estimated_cost` pays
+/// for.
+///
+/// Pods left unschedulable are not covered: the plan buys nothing for them, and covering them
+/// would compare the plan with capacity for pods it does not place (a pod no type can hold
+/// would even make the bound infeasible). Pods placed on existing nodes or in-flight
+/// NodeClaims are not covered either, since the plan's cost does not count that capacity.
+pub fn plan_lower_bound(
+    input: &SchedulingInput,
+    results: &SchedulingResults,
+) -> Result<CostBound, BoundError> {
+    let placed: HashSet<&PodId> = results
+        .new_node_claims
+        .iter()
+        .flat_map(|claim| &claim.pods)
+        .collect();
+    lower_bound(
+        input.pods.iter().filter(|pod| placed.contains(&pod.id)),
+        &input.node_pools,
+        &input.daemon_set_pods,
+        &input.label_policy,
+    )
+}
+
+/// The cheapest fractional capacity for `pods` from `node_pools`, whose new nodes run the
+/// `daemon_set_pods` that tolerate and select them (see the module documentation). No pods
+/// cost nothing, whatever is offered.
+pub fn lower_bound<'p>(
+    pods: impl IntoIterator<Item = &'p Pod>,
+    node_pools: &[NodePoolSpec],
+    daemon_set_pods: &[Pod],
+    label_policy: &LabelPolicy,
+) -> Result<CostBound, BoundError> {
+    let mut demand = ResourceList::new();
+    for pod in pods {
+        demand.saturating_add_assign(&counted(&pod.requests));
+    }
+    let rows: Vec<(ResourceName, i64)> = demand.iter().filter(|(_, n)| *n > 0).collect();
+    if rows.is_empty() {
+        return Ok(CostBound::default());
+    }
+    let columns = columns(&rows, node_pools, daemon_set_pods, label_policy)?;
+    for (row, (resource, _)) in rows.iter().enumerate() {
+        if !columns.iter().any(|c| c.supply[row] > 0.0) {
+            return Err(BoundError::Infeasible {
+                resource: resource.clone(),
+                requested: demand.quantity(resource),
+            });
+        }
+    }
+    solve(&rows, &columns)
+}
+
+/// One (NodePool, instance type) the programme may buy.
+#[derive(Debug)]
+struct Column<'a> {
+    node_pool: &'a str,
+    instance_type: &'a InstanceType,
+    zone: Arc<str>,
+    capacity_type: Arc<str>,
+    price: f64,
+    /// What a node supplies of each row's resource once its DaemonSets run.
+    supply: Vec<f64>,
+}
+
+fn columns<'a>(
+    rows: &[(ResourceName, i64)],
+    node_pools: &'a [NodePoolSpec],
+    daemon_set_pods: &[Pod],
+    label_policy: &LabelPolicy,
+) -> Result<Vec<Column<'a>>, BoundError> {
+    if node_pools.is_empty() {
+        return Err(BoundError::NoNodePools);
+    }
+    let allow = AllowUndefined::WellKnownLabels(label_policy);
+    let mut columns = Vec::new();
+    let mut burstable = 0;
+    for spec in node_pools {
+        let base = template_requirements(spec);
+        let mut overhead = ResourceList::new();
+        for daemon in daemons_on(spec, &base, daemon_set_pods, allow) {
+            overhead.saturating_add_assign(&counted(&daemon.requests));
+        }
+        let daemons = Demand::new(overhead.clone());
+        for instance_type in spec
+            .instance_types
+            .iter()
+            .filter(|t| t.is_compatible(&base))
+        {
+            if is_burstable(instance_type) && !asks_for(&base, instance_type) {
+                burstable += 1;
+                continue;
+            }
+            let allocatable = instance_type.allocatable();
+            if !daemons.fits(allocatable, &Fixed::of(allocatable)) {
+                continue;
+            }
+            let Some(offering) = instance_type.cheapest_offering(&base) else {
+                continue;
+            };
+            if !offering.price.is_finite() || offering.price < 0.0 {
+                return Err(BoundError::InvalidPrice {
+                    node_pool: spec.name.clone(),
+                    instance_type: instance_type.name().to_owned(),
+                    price: offering.price,
+                });
+            }
+            let supply: Vec<f64> = rows
+                .iter()
+                .map(|(resource, _)| {
+                    allocatable
+                        .get(resource)
+                        .saturating_sub(overhead.get(resource))
+                        .max(0) as f64
+                })
+                .collect();
+            if supply.iter().all(|s| *s <= 0.0) {
+                continue;
+            }
+            columns.push(Column {
+                node_pool: &spec.name,
+                instance_type,
+                zone: offering.zone.clone(),
+                capacity_type: offering.capacity_type.clone(),
+                price: offering.price,
+                supply,
+            });
+        }
+    }
+    if columns.is_empty() {
+        let names: Vec<&str> = node_pools.iter().map(|p| p.name.as_str()).collect();
+        return Err(BoundError::NoOfferings {
+            node_pools: names.join(", "),
+            burstable,
+        });
+    }
+    Ok(columns)
+}
+
+fn solve(rows: &[(ResourceName, i64)], columns: &[Column<'_>]) -> Result<CostBound, BoundError> {
+    let mut variables = ProblemVariables::new();
+    let x: Vec<Variable> = variables.add_vector(variable().min(0.0), columns.len());
+    let objective: Expression = columns
+        .iter()
+        .zip(&x)
+        .map(|(column, &x)| column.price * x)
+        .sum();
+    let mut model = variables.minimise(objective).using(microlp);
+    // Each row is divided by its demand: memory counts in bytes (10^12 for a large batch) and
+    // pods in units, and a right-hand side of 1 everywhere keeps the simplex well conditioned.
+    for (row, (_, demand)) in rows.iter().enumerate() {
+        let demand = *demand as f64;
+        let covered: Expression = columns
+            .iter()
+            .zip(&x)
+            .filter(|(column, _)| column.supply[row] > 0.0)
+            .map(|(column, &x)| (column.supply[row] / demand) * x)
+            .sum();
+        model = model.with(constraint!(covered >= 1.0));
+    }
+    let solution = model
+        .solve()
+        .map_err(|error| BoundError::Solver(error.to_string()))?;
+    let counts: Vec<f64> = x
+        .iter()
+        .map(|&x| good_lp::Solution::value(&solution, x).max(0.0))
+        .collect();
+    let mut bound = CostBound::default();
+    let mut supplied = vec![0.0; rows.len()];
+    for (column, &count) in columns.iter().zip(&counts) {
+        if count < NEGLIGIBLE_NODES {
+            continue;
+        }
+        bound.per_hour += column.price * count;
+        for (total, supply) in supplied.iter_mut().zip(&column.supply) {
+            *total += supply * count;
+        }
+        bound.nodes.push(FractionalNodes {
+            node_pool: column.node_pool.to_owned(),
+            instance_type: column.instance_type.name().into(),
+            zone: column.zone.clone(),
+            capacity_type: column.capacity_type.clone(),
+            price: column.price,
+            count,
+        });
+    }
+    bound.binding = rows
+        .iter()
+        .zip(&supplied)
+        .filter(|((_, demand), supplied)| **supplied <= *demand as f64 * (1.0 + BINDING_TOLERANCE))
+        .map(|((resource, _), _)| resource.clone())
+        .collect();
+    Ok(bound)
+}
+
+/// Whether the type's cpu is burstable: its category is one of [`BURSTABLE_CATEGORIES`].
+fn is_burstable(instance_type: &InstanceType) -> bool {
+    instance_type
+        .requirements()
+        .get(aws::LABEL_INSTANCE_CATEGORY)
+        .is_some_and(|category| {
+            category.operator() == Operator::In
+                && category.values().any(|v| BURSTABLE_CATEGORIES.contains(&v))
+        })
+}
+
+/// Whether `requirements` name the type explicitly: an `In` on its instance type, family or
+/// category that lists its value.
+fn asks_for(requirements: &Requirements, instance_type: &InstanceType) -> bool {
+    [
+        LABEL_INSTANCE_TYPE,
+        aws::LABEL_INSTANCE_FAMILY,
+        aws::LABEL_INSTANCE_CATEGORY,
+    ]
+    .into_iter()
+    .any(|key| {
+        let (Some(wanted), Some(own)) =
+            (requirements.get(key), instance_type.requirements().get(key))
+        else {
+            return false;
+        };
+        wanted.operator() == Operator::In && own.values().any(|v| wanted.has(v))
+    })
+}
