@@ -1186,6 +1186,31 @@ mod tests {
     }
 
     #[test]
+    fn given_a_copy_of_a_pod_from_elsewhere_then_its_budgets_are_matched_on_its_own_labels() {
+        let mut snapshot = snapshot();
+        snapshot.pdbs = vec![Arc::new(pdb(
+            "db-pdb",
+            json!({"app": "db"}),
+            json!({"maxUnavailable": 1}),
+        ))];
+        snapshot.sort();
+        let nominated = BTreeSet::new();
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        let known = snapshot.pod("default", "db-1").unwrap();
+        let names = |pdbs: Vec<&PdbAllowance>| -> Vec<String> {
+            pdbs.into_iter().map(|pdb| pdb.pdb.clone()).collect()
+        };
+        assert_eq!(names(selector.pdbs_of(known)), vec!["default/db-pdb"]);
+
+        // A copy (not the snapshot's object) is matched afresh: the same answer for the same
+        // labels, and its own answer once its labels differ.
+        let mut copy = known.clone();
+        assert_eq!(names(selector.pdbs_of(&copy)), vec!["default/db-pdb"]);
+        copy.metadata.labels = Some(BTreeMap::from([("app".into(), "web".into())]));
+        assert!(selector.pdbs_of(&copy).is_empty());
+    }
+
+    #[test]
     fn given_pods_the_drain_does_not_evict_then_their_budgets_do_not_block() {
         let mut snapshot = snapshot();
         snapshot.pdbs = vec![Arc::new(pdb(
