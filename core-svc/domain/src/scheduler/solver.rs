@@ -43,7 +43,7 @@ const FREE_LOOKS: usize = 32;
 const SMALL_OPEN: usize = 32;
 
 /// ...and so they are when at most one planned NodeClaim in this many is among them.
-const SPARSE: usize = 4;
+const SPARSE: usize = 2;
 
 /// The planned NodeClaims known to refuse the pods of one class, by index.
 #[derive(Debug, Default)]
@@ -474,14 +474,22 @@ impl State<'_> {
         // Few NodeClaims left for this class: take them in order rather than walk every one.
         // A heap rather than a sort: the walk mostly ends within the first few NodeClaims, and
         // building a heap costs a fraction of sorting them all.
-        let order: Option<BinaryHeap<Reverse<(usize, u32)>>> =
+        let order: Option<BinaryHeap<Reverse<(usize, u32)>>> = if from > 0 {
+            // The improvement pass refills onto the NodeClaims it just opened, the last few.
+            Some(
+                (from..total)
+                    .filter(|&i| !claims[i as usize].retired)
+                    .map(|i| Reverse((claims[i as usize].pods.len(), i)))
+                    .collect(),
+            )
+        } else {
             memo_key.and_then(|_| memo.few_open(total)).map(|open| {
                 open.iter()
                     .copied()
-                    .filter(|&i| i >= from)
                     .map(|i| Reverse((claims[i as usize].pods.len(), i)))
                     .collect()
-            });
+            })
+        };
         let mut chosen = None;
         let mut refused = Vec::new();
         let mut cost_refused = memo.cost_refused;
