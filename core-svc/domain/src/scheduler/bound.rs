@@ -265,7 +265,9 @@ fn zone_shares(pods: &[&Pod], zones: Vec<Arc<str>>) -> Option<ZoneShares> {
             });
         }
         for (resource, amount) in smallest.iter().flat_map(ResourceList::iter) {
-            let total = each.get(&resource).saturating_add(amount.saturating_mul(least));
+            let total = each
+                .get(&resource)
+                .saturating_add(amount.saturating_mul(least));
             each.set(&resource, total);
         }
     }
@@ -321,7 +323,13 @@ fn bound_of<'p>(
     if rows.is_empty() {
         return Ok(CostBound::default());
     }
-    let columns = columns(&rows, node_pools, daemon_set_pods, label_policy, shares.is_some())?;
+    let columns = columns(
+        &rows,
+        node_pools,
+        daemon_set_pods,
+        label_policy,
+        shares.is_some(),
+    )?;
     for (row, (resource, _)) in rows.iter().enumerate() {
         if !columns.iter().any(|c| c.supply[row] > 0.0) {
             return Err(BoundError::Infeasible {

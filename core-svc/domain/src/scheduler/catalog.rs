@@ -565,8 +565,8 @@ impl Catalog {
         let mut offered_capacity_types = vec![false; capacity_types.len()];
         // Once every allowed zone and capacity type is offered, the rest of the options can
         // only offer them again: with many NodeClaims opened, this is most of the saving.
-        let mut missing = zones.iter().filter(|z| **z).count()
-            + capacity_types.iter().filter(|c| **c).count();
+        let mut missing =
+            zones.iter().filter(|z| **z).count() + capacity_types.iter().filter(|c| **c).count();
         for index in options {
             let entry = &self.entries[index as usize];
             for offering in self.available(entry, &zones, &capacity_types, requirements, exact) {

@@ -373,7 +373,12 @@ impl NodeClaimState {
             (Some(current), Some(by_price), Some(filtered))
                 if !filtered.options.contains(current.index) =>
             {
-                cheapest(&filtered.options, by_price, current.position + 1, ctx.catalog)
+                cheapest(
+                    &filtered.options,
+                    by_price,
+                    current.position + 1,
+                    ctx.catalog,
+                )
             }
             _ => None,
         };

@@ -495,9 +495,9 @@ impl State<'_> {
         let mut cost_refused = memo.cost_refused;
         {
             let walk: Box<dyn Iterator<Item = u32> + '_> = match order {
-                Some(mut order) => {
-                    Box::new(std::iter::from_fn(move || order.pop().map(|Reverse((_, i))| i)))
-                }
+                Some(mut order) => Box::new(std::iter::from_fn(move || {
+                    order.pop().map(|Reverse((_, i))| i)
+                })),
                 None => Box::new(
                     self.claim_order
                         .iter()

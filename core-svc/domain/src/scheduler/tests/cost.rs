@@ -48,7 +48,9 @@ fn given_pods_that_fill_a_giant_type_when_solved_then_small_nodes_hold_them_for_
     assert!(cost_aware.unschedulable.is_empty());
     assert_eq!(cost_aware.placed_pod_count(), 40);
     assert!(
-        cheapest_types(&cost_aware).iter().all(|t| *t == "c5.xlarge"),
+        cheapest_types(&cost_aware)
+            .iter()
+            .all(|t| *t == "c5.xlarge"),
         "{:?}",
         cheapest_types(&cost_aware)
     );
@@ -73,7 +75,11 @@ fn given_a_nodepool_with_room_for_one_node_when_solved_then_cost_never_leaves_a_
     let pods: Vec<Pod> = (0..40).map(|i| pod(&format!("p{i:02}"), 1000)).collect();
     let pool = small_and_giant().with_limits(Limits::none().with_nodes(1), ResourceList::new());
     let results = run(&input(pods, vec![pool]));
-    assert!(results.unschedulable.is_empty(), "{:?}", results.unschedulable);
+    assert!(
+        results.unschedulable.is_empty(),
+        "{:?}",
+        results.unschedulable
+    );
     assert_eq!(cheapest_types(&results), ["c5.24xlarge"]);
 }
 
@@ -84,7 +90,10 @@ fn given_pods_that_fit_what_is_already_bought_when_solved_then_no_second_node_is
     let pods: Vec<Pod> = (0..6)
         .map(|i| pod(&format!("p{i}"), if i < 4 { 1500 } else { 250 }))
         .collect();
-    let results = run(&input(pods, vec![NodePoolSpec::new("default", catalogue())]));
+    let results = run(&input(
+        pods,
+        vec![NodePoolSpec::new("default", catalogue())],
+    ));
     assert!(results.unschedulable.is_empty());
     assert_eq!(results.node_count(), 1, "{:?}", cheapest_types(&results));
 }
@@ -114,7 +123,14 @@ fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rul
 
 fn deployments() -> impl Strategy<Value = Vec<Pod>> {
     prop::collection::vec((1usize..12, 0usize..6, 0usize..3, 0u8..3), 1..6).prop_map(|specs| {
-        const SIZES: [(i64, i64); 6] = [(100, 1), (250, 1), (500, 1), (1000, 2), (2000, 4), (1000, 8)];
+        const SIZES: [(i64, i64); 6] = [
+            (100, 1),
+            (250, 1),
+            (500, 1),
+            (1000, 2),
+            (2000, 4),
+            (1000, 8),
+        ];
         specs
             .into_iter()
             .enumerate()
@@ -139,7 +155,10 @@ fn pools() -> impl Strategy<Value = NodePoolSpec> {
 /// one pod of each other.
 fn assert_valid(given: &SchedulingInput, results: &SchedulingResults) {
     for claim in &results.new_node_claims {
-        let cheapest = claim.instance_types.first().expect("a NodeClaim has options");
+        let cheapest = claim
+            .instance_types
+            .first()
+            .expect("a NodeClaim has options");
         assert!(
             crate::resources::fits(&claim.requests, cheapest.allocatable()).is_ok(),
             "{:?} in {}",
@@ -167,10 +186,16 @@ fn assert_valid(given: &SchedulingInput, results: &SchedulingResults) {
             let app = pod.labels.get("app").cloned().unwrap_or_default();
             let rule = pod.labels.get("rule").map(String::as_str);
             if rule == Some("2") {
-                assert!(apps.insert(app.clone()), "two pods of {app} share a NodeClaim");
+                assert!(
+                    apps.insert(app.clone()),
+                    "two pods of {app} share a NodeClaim"
+                );
             }
             if rule == Some("1") {
-                assert!(!zone.contains(','), "a zone-spread pod on a NodeClaim of zones {zone}");
+                assert!(
+                    !zone.contains(','),
+                    "a zone-spread pod on a NodeClaim of zones {zone}"
+                );
                 *zone_counts.entry((app, zone.clone())).or_default() += 1;
             }
         }
@@ -181,7 +206,11 @@ fn assert_valid(given: &SchedulingInput, results: &SchedulingResults) {
     }
     for (app, counts) in by_app {
         let zones = crate::scheduler::testing::ZONES.len();
-        let min = if counts.len() < zones { 0 } else { *counts.iter().min().unwrap_or(&0) };
+        let min = if counts.len() < zones {
+            0
+        } else {
+            *counts.iter().min().unwrap_or(&0)
+        };
         let max = *counts.iter().max().unwrap_or(&0);
         assert!(max - min <= 1, "{app} spreads {counts:?} over the zones");
     }
