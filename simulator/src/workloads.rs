@@ -5,14 +5,20 @@
 //! - [`Mix::ZoneSpread`]: each deployment spreads over zones (maxSkew 1, DoNotSchedule).
 //! - [`Mix::HostnameSpread`]: each deployment spreads over nodes (maxSkew 1, DoNotSchedule).
 //! - [`Mix::HostnameAntiAffinity`]: no two pods of a deployment share a node.
+//!
+//! The pods go to one NodePool, `default`, either over the whole catalogue ([`Pool::Any`]) or
+//! restricted as a typical production NodePool is ([`Pool::Typical`]).
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
 use core_domain::instance_type::InstanceType;
-use core_domain::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws};
+use core_domain::labels::{
+    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws,
+};
 use core_domain::quantity::Quantity;
+use core_domain::requirements::{Operator, Requirement, Requirements};
 use core_domain::resources::ResourceList;
 use core_domain::scheduler::{
     LabelSelector, NodePoolSpec, Pod, PodAffinityTerm, PreferencePolicy, SchedulingInput,
@@ -61,6 +67,69 @@ impl FromStr for Mix {
             .into_iter()
             .find(|m| m.to_string() == s)
             .ok_or_else(|| format!("unknown mix {s:?}; one of: plain, zone-spread, hostname-spread, hostname-anti-affinity"))
+    }
+}
+
+/// The NodePool a benchmark's pods go to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pool {
+    /// Every instance type of the catalogue, spot and on-demand.
+    Any,
+    /// A typical production NodePool: categories c, m and r, generation above 2, amd64,
+    /// on-demand only.
+    Typical,
+}
+
+impl Pool {
+    /// Every NodePool, in report order.
+    pub const ALL: [Pool; 2] = [Pool::Any, Pool::Typical];
+
+    /// The NodePool `default` over `instance_types` with this pool's requirements.
+    pub fn node_pool(self, instance_types: &[Arc<InstanceType>]) -> NodePoolSpec {
+        let pool = NodePoolSpec::new("default", instance_types.to_vec().into());
+        match self {
+            Pool::Any => pool,
+            Pool::Typical => pool.with_requirements(&typical_requirements()),
+        }
+    }
+}
+
+/// `c`, `m`, `r`, generation > 2, amd64, on-demand.
+fn typical_requirements() -> Requirements {
+    let generation = Requirement::new(aws::LABEL_INSTANCE_GENERATION, Operator::Gt, &["2"], None);
+    [
+        Ok(Requirement::in_values(
+            aws::LABEL_INSTANCE_CATEGORY,
+            ["c", "m", "r"],
+        )),
+        generation,
+        Ok(Requirement::in_values(LABEL_ARCH, ["amd64"])),
+        Ok(Requirement::in_values(LABEL_CAPACITY_TYPE, ["on-demand"])),
+    ]
+    .into_iter()
+    // The requirements are constants known to be valid; a mistake would show as a NodePool
+    // allowing more, which the tests catch, rather than as a panic in benchmark code.
+    .filter_map(Result::ok)
+    .collect()
+}
+
+impl fmt::Display for Pool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Pool::Any => "any",
+            Pool::Typical => "typical",
+        })
+    }
+}
+
+impl FromStr for Pool {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Pool::ALL
+            .into_iter()
+            .find(|p| p.to_string() == s)
+            .ok_or_else(|| format!("unknown NodePool {s:?}; one of: any, typical"))
     }
 }
 
@@ -127,10 +196,19 @@ fn requests(cpu: &str, memory: &str) -> ResourceList {
 /// A scheduling input: `pods` onto one unconstrained NodePool `default` over `instance_types`,
 /// no existing nodes, AWS's well-known labels.
 pub fn input(pods: Vec<Pod>, instance_types: &[Arc<InstanceType>]) -> SchedulingInput {
+    input_for(pods, instance_types, Pool::Any)
+}
+
+/// [`input`] with the NodePool `pool`.
+pub fn input_for(
+    pods: Vec<Pod>,
+    instance_types: &[Arc<InstanceType>],
+    pool: Pool,
+) -> SchedulingInput {
     SchedulingInput {
         pods,
         existing_nodes: Vec::new(),
-        node_pools: vec![NodePoolSpec::new("default", instance_types.to_vec().into())],
+        node_pools: vec![pool.node_pool(instance_types)],
         daemon_set_pods: Vec::new(),
         label_policy: LabelPolicy::with_provider(
             aws::RESTRICTED_LABEL_DOMAINS,
@@ -167,6 +245,14 @@ mod tests {
             assert_ne!(a, pods(mix, 1000, 43));
             assert_eq!(mix.to_string().parse::<Mix>(), Ok(mix));
         }
+        for pool in Pool::ALL {
+            assert_eq!(pool.to_string().parse::<Pool>(), Ok(pool));
+        }
+        assert_eq!(
+            Pool::Typical.node_pool(&[]).requirements.len(),
+            4,
+            "every typical requirement is valid"
+        );
         let plain = pods(Mix::Plain, 10, 1);
         assert!(
             plain

@@ -2,7 +2,9 @@
 //! compares between versions: time, pods per second, nodes, estimated cost per hour, the
 //! cost's lower bound and the ratio of the two, pods left unschedulable and the process's peak
 //! memory. Each case runs in its own process (the binary
-//! re-runs itself), so peak memory belongs to that case alone.
+//! re-runs itself), so peak memory belongs to that case alone. The cases are every mix at
+//! every size, onto a NodePool over the whole catalogue (`any`) and onto a typical one
+//! (`typical`: c, m and r, generation above 2, amd64, on-demand).
 //!
 //! The bound (`core_domain::scheduler::bound::plan_lower_bound`) is the linear-programming
 //! optimum of covering the placed pods' total cpu, memory and pod count with the NodePool's
@@ -12,13 +14,16 @@
 //! ```text
 //! cargo run --release -p simulator --bin scheduler-report            # every case, a table
 //! cargo run --release -p simulator --bin scheduler-report -- --mix plain --pods 5000
+//! cargo run --release -p simulator --bin scheduler-report -- --pool typical --mix plain --pods 5000
+//! cargo run --release -p simulator --bin scheduler-report -- --packing first-fit   # upstream's packing
 //! ```
 
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use core_domain::scheduler::Packing;
 use core_domain::scheduler::bound::plan_lower_bound;
-use simulator::workloads::{self, Mix};
+use simulator::workloads::{self, Mix, Pool};
 
 const SIZES: [usize; 4] = [1_000, 5_000, 20_000, 50_000];
 const SEED: u64 = 42;
@@ -36,9 +41,25 @@ fn main() -> ExitCode {
             .and_then(|i| args.get(i + 1))
             .cloned()
     };
+    let packing = match value("--packing").as_deref() {
+        None | Some("cost-aware") => Packing::CostAware,
+        Some("first-fit") => Packing::FirstFit,
+        Some(other) => {
+            eprintln!("scheduler-report: --packing {other:?}: one of cost-aware, first-fit");
+            return ExitCode::from(2);
+        }
+    };
+    let pool = match value("--pool").map(|p| p.parse::<Pool>()) {
+        None => Pool::Any,
+        Some(Ok(pool)) => pool,
+        Some(Err(e)) => {
+            eprintln!("scheduler-report: --pool: {e}");
+            return ExitCode::from(2);
+        }
+    };
     match (value("--mix"), value("--pods")) {
         (Some(mix), Some(pods)) => match (mix.parse::<Mix>(), pods.parse::<usize>()) {
-            (Ok(mix), Ok(pods)) => match run_case(mix, pods) {
+            (Ok(mix), Ok(pods)) => match run_case(pool, mix, pods, packing) {
                 Ok(row) => {
                     println!("{row}");
                     ExitCode::SUCCESS
@@ -57,7 +78,7 @@ fn main() -> ExitCode {
                 ExitCode::from(2)
             }
         },
-        (None, None) => run_all(),
+        (None, None) => run_all(packing),
         _ => {
             eprintln!("scheduler-report: give both --mix and --pods, or neither for every case");
             ExitCode::from(2)
@@ -70,30 +91,42 @@ fn main() -> ExitCode {
     clippy::print_stderr,
     reason = "a report tool: its output is the report"
 )]
-fn run_all() -> ExitCode {
+fn run_all(packing: Packing) -> ExitCode {
     let Ok(me) = std::env::current_exe() else {
         eprintln!("scheduler-report: cannot find its own executable");
         return ExitCode::FAILURE;
     };
     println!(
-        "| mix | pods | solve ms | pods/s | nodes | cost $/h | bound $/h | ratio | unschedulable | peak RSS MiB |"
+        "| pool | mix | pods | solve ms | pods/s | nodes | cost $/h | bound $/h | ratio | unschedulable | peak RSS MiB |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let packing = match packing {
+        Packing::CostAware => "cost-aware",
+        Packing::FirstFit => "first-fit",
+    };
     let mut failed = false;
-    for mix in Mix::ALL {
-        for pods in SIZES {
-            let output = Command::new(&me)
-                .args(["--mix", &mix.to_string(), "--pods", &pods.to_string()])
-                .output();
-            match output {
-                Ok(o) if o.status.success() => print!("{}", String::from_utf8_lossy(&o.stdout)),
-                Ok(o) => {
-                    failed = true;
-                    eprintln!("{mix} x {pods}: {}", String::from_utf8_lossy(&o.stderr));
-                }
-                Err(e) => {
-                    failed = true;
-                    eprintln!("{mix} x {pods}: {e}");
+    for pool in Pool::ALL {
+        for mix in Mix::ALL {
+            for pods in SIZES {
+                let output = Command::new(&me)
+                    .args(["--pool", &pool.to_string(), "--mix", &mix.to_string()])
+                    .args(["--pods", &pods.to_string(), "--packing", packing])
+                    .output();
+                match output {
+                    Ok(o) if o.status.success() => {
+                        print!("{}", String::from_utf8_lossy(&o.stdout));
+                    }
+                    Ok(o) => {
+                        failed = true;
+                        eprintln!(
+                            "{pool} {mix} x {pods}: {}",
+                            String::from_utf8_lossy(&o.stderr)
+                        );
+                    }
+                    Err(e) => {
+                        failed = true;
+                        eprintln!("{pool} {mix} x {pods}: {e}");
+                    }
                 }
             }
         }
@@ -105,11 +138,11 @@ fn run_all() -> ExitCode {
     }
 }
 
-fn run_case(mix: Mix, pods: usize) -> anyhow::Result<String> {
+fn run_case(pool: Pool, mix: Mix, pods: usize, packing: Packing) -> anyhow::Result<String> {
     let instance_types = simulator::catalogue::instance_types("us-east-1", true, SEED)?;
-    let input = workloads::input(workloads::pods(mix, pods, SEED), &instance_types);
+    let input = workloads::input_for(workloads::pods(mix, pods, SEED), &instance_types, pool);
     let start = Instant::now();
-    let results = core_domain::scheduler::solve(&input)?;
+    let results = core_domain::scheduler::solve_with(&input, packing)?;
     let elapsed = start.elapsed();
     let seconds = elapsed.as_secs_f64();
     let cost = results.estimated_cost();
@@ -121,7 +154,7 @@ fn run_case(mix: Mix, pods: usize) -> anyhow::Result<String> {
         "-".to_owned()
     };
     Ok(format!(
-        "| {mix} | {pods} | {:.1} | {:.0} | {} | {:.2} | {:.2} | {ratio} | {} | {:.0} |",
+        "| {pool} | {mix} | {pods} | {:.1} | {:.0} | {} | {:.2} | {:.2} | {ratio} | {} | {:.0} |",
         seconds * 1000.0,
         pods as f64 / seconds,
         results.node_count(),

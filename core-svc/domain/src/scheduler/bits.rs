@@ -54,6 +54,26 @@ impl Bits {
         self.words.iter().all(|word| *word == 0)
     }
 
+    /// The indices in both sets.
+    pub(super) fn and(&self, other: &Bits) -> Bits {
+        Bits {
+            words: self
+                .words
+                .iter()
+                .zip(other.words.iter())
+                .map(|(a, b)| a & b)
+                .collect(),
+        }
+    }
+
+    /// Whether some index is in both sets.
+    pub(super) fn intersects(&self, other: &Bits) -> bool {
+        self.words
+            .iter()
+            .zip(other.words.iter())
+            .any(|(a, b)| a & b != 0)
+    }
+
     /// The indices, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
         self.words.iter().enumerate().flat_map(|(w, &word)| {

@@ -17,6 +17,20 @@
 //! (NodePool, type), each with its own overhead and prices, so the bound is over the union of
 //! what they allow.
 //!
+//! # Zone spread
+//!
+//! [`plan_lower_bound`] also holds the plan to what zone spread forces on it, when that can
+//! be known exactly: no node exists yet, so every zone the NodePools can launch in is a
+//! domain and starts empty. Each zone then holds at least `ceil((n - (Z - 1) * maxSkew) / Z)`
+//! of a spread's `n` pods over `Z` zones (the fullest zone has at most `maxSkew` more than
+//! the emptiest one, and together they hold all `n`), so the programme gets one column per
+//! (type, zone) at that zone's price and, for every zone, a row per resource covering what
+//! those pods request at least. Without it, a spread over zones of unequal prices would be
+//! measured against capacity bought in the cheapest zone alone, which no spread plan can
+//! buy. A spread counts only when it is certain to hold that way: `DoNotSchedule`, no
+//! `minDomains` or `matchLabelKeys`, its pods free to go to every zone, and every pod its
+//! selector counts placed under that same spread.
+//!
 //! # Why it is a lower bound
 //!
 //! A plan that places the pods on new nodes of these NodePools buys whole nodes whose
@@ -24,7 +38,8 @@
 //! cheapest accepted offering: a feasible point of the programme, so it costs at least the
 //! optimum. What the programme leaves out (that a pod must fit on one node, whole nodes, node
 //! selectors and affinity, spread, taints, NodePool weights and limits, reservations'
-//! capacity) only constrains plans further. Plan cost over bound therefore says how much
+//! capacity) only constrains plans further, and the zone rows hold for every plan that keeps
+//! the spread. Plan cost over bound therefore says how much
 //! packing and constraints cost together; `1.00x` is unbeatable.
 //!
 //! # Burstable types
@@ -43,7 +58,8 @@ use std::sync::Arc;
 use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, microlp, variable};
 
 use crate::instance_type::InstanceType;
-use crate::labels::{LABEL_INSTANCE_TYPE, LabelPolicy, aws};
+use crate::instance_type::Offering;
+use crate::labels::{LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws};
 use crate::quantity::Quantity;
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::{ResourceList, ResourceName};
@@ -52,6 +68,8 @@ use crate::scheduler::node::counted;
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::pod::{Pod, PodId};
 use crate::scheduler::pool::{daemons_on, template_requirements};
+use crate::scheduler::solver::launchable_zones;
+use crate::scheduler::{LabelSelector, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::scheduler::{SchedulingInput, SchedulingResults};
 
 /// The instance categories whose cpu is burstable (see the module documentation).
@@ -147,6 +165,9 @@ pub enum BoundError {
 /// would compare the plan with capacity for pods it does not place (a pod no type can hold
 /// would even make the bound infeasible). Pods placed on existing nodes or in-flight
 /// NodeClaims are not covered either, since the plan's cost does not count that capacity.
+///
+/// With no existing node, zone spread among those pods holds the bound up too (see the module
+/// documentation).
 pub fn plan_lower_bound(
     input: &SchedulingInput,
     results: &SchedulingResults,
@@ -156,11 +177,22 @@ pub fn plan_lower_bound(
         .iter()
         .flat_map(|claim| &claim.pods)
         .collect();
-    lower_bound(
-        input.pods.iter().filter(|pod| placed.contains(&pod.id)),
+    let pods: Vec<&Pod> = input
+        .pods
+        .iter()
+        .filter(|pod| placed.contains(&pod.id))
+        .collect();
+    let shares = if input.existing_nodes.is_empty() {
+        zone_shares(&pods, launchable_zones(input))
+    } else {
+        None
+    };
+    bound_of(
+        pods,
         &input.node_pools,
         &input.daemon_set_pods,
         &input.label_policy,
+        shares.as_ref(),
     )
 }
 
@@ -173,6 +205,116 @@ pub fn lower_bound<'p>(
     daemon_set_pods: &[Pod],
     label_policy: &LabelPolicy,
 ) -> Result<CostBound, BoundError> {
+    bound_of(pods, node_pools, daemon_set_pods, label_policy, None)
+}
+
+/// What every zone must hold of the pods' requests, whatever the plan.
+#[derive(Debug, Clone, PartialEq)]
+struct ZoneShares {
+    /// The zones, each a domain of every spread counted.
+    zones: Vec<Arc<str>>,
+    /// What each of them holds at least.
+    each: ResourceList,
+}
+
+/// The share of `pods` every zone of `zones` must hold under their zone spreads (see the
+/// module documentation), or `None` when no spread certainly forces one.
+fn zone_shares(pods: &[&Pod], zones: Vec<Arc<str>>) -> Option<ZoneShares> {
+    let count = i64::try_from(zones.len()).ok()?;
+    if count < 2 {
+        return None;
+    }
+    let mut each = ResourceList::new();
+    for (namespace, selector, max_skew) in certain_spreads(pods) {
+        let selected: Vec<&Pod> = pods
+            .iter()
+            .copied()
+            .filter(|p| p.id.namespace() == namespace && selector.matches(&p.labels))
+            .collect();
+        let spread_by = |p: &Pod| {
+            p.topology_spread_constraints.iter().any(|c| {
+                certain(c, p)
+                    && c.max_skew == max_skew
+                    && c.label_selector.as_ref() == Some(selector)
+            })
+        };
+        if !selected.iter().all(|p| spread_by(p)) {
+            continue;
+        }
+        let n = i64::try_from(selected.len()).unwrap_or(i64::MAX);
+        let least = n
+            .saturating_sub((count - 1).saturating_mul(i64::from(max_skew)))
+            .max(0);
+        // Ceiling division of a non-negative numerator by a positive count.
+        let least = (least + count - 1) / count;
+        if least == 0 {
+            continue;
+        }
+        let mut smallest: Option<ResourceList> = None;
+        for pod in &selected {
+            let requests = counted(&pod.requests);
+            smallest = Some(match smallest {
+                None => requests,
+                Some(so_far) => so_far
+                    .iter()
+                    .map(|(resource, amount)| {
+                        let other = requests.get(&resource);
+                        (resource, amount.min(other))
+                    })
+                    .fold(ResourceList::new(), |list, (r, a)| list.with(r, a)),
+            });
+        }
+        for (resource, amount) in smallest.iter().flat_map(ResourceList::iter) {
+            let total = each
+                .get(&resource)
+                .saturating_add(amount.saturating_mul(least));
+            each.set(&resource, total);
+        }
+    }
+    let forced = each.iter().any(|(_, amount)| amount > 0);
+    forced.then_some(ZoneShares { zones, each })
+}
+
+/// The distinct (namespace, selector, maxSkew) of the zone spreads among `pods` that hold as
+/// the module documentation says.
+fn certain_spreads<'p>(pods: &[&'p Pod]) -> Vec<(&'p str, &'p LabelSelector, u32)> {
+    let mut spreads: Vec<(&str, &LabelSelector, u32)> = Vec::new();
+    for pod in pods {
+        for constraint in &pod.topology_spread_constraints {
+            let Some(selector) = constraint.label_selector.as_ref() else {
+                continue;
+            };
+            let spread = (pod.id.namespace(), selector, constraint.max_skew);
+            if certain(constraint, pod) && !spreads.contains(&spread) {
+                spreads.push(spread);
+            }
+        }
+    }
+    spreads
+}
+
+/// Whether `constraint` of `pod` spreads it over every zone with a count the scheduler keeps
+/// within maxSkew.
+fn certain(constraint: &TopologySpreadConstraint, pod: &Pod) -> bool {
+    constraint.topology_key == LABEL_TOPOLOGY_ZONE
+        && constraint.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule
+        && constraint.min_domains.is_none()
+        && constraint.match_label_keys.is_empty()
+        && constraint.max_skew > 0
+        && !pod.node_selector.contains_key(LABEL_TOPOLOGY_ZONE)
+        && pod
+            .required_node_affinity
+            .iter()
+            .all(|term| term.get(LABEL_TOPOLOGY_ZONE).is_none())
+}
+
+fn bound_of<'p>(
+    pods: impl IntoIterator<Item = &'p Pod>,
+    node_pools: &[NodePoolSpec],
+    daemon_set_pods: &[Pod],
+    label_policy: &LabelPolicy,
+    shares: Option<&ZoneShares>,
+) -> Result<CostBound, BoundError> {
     let mut demand = ResourceList::new();
     for pod in pods {
         demand.saturating_add_assign(&counted(&pod.requests));
@@ -181,7 +323,13 @@ pub fn lower_bound<'p>(
     if rows.is_empty() {
         return Ok(CostBound::default());
     }
-    let columns = columns(&rows, node_pools, daemon_set_pods, label_policy)?;
+    let columns = columns(
+        &rows,
+        node_pools,
+        daemon_set_pods,
+        label_policy,
+        shares.is_some(),
+    )?;
     for (row, (resource, _)) in rows.iter().enumerate() {
         if !columns.iter().any(|c| c.supply[row] > 0.0) {
             return Err(BoundError::Infeasible {
@@ -190,7 +338,7 @@ pub fn lower_bound<'p>(
             });
         }
     }
-    solve(&rows, &columns)
+    solve(&rows, &columns, shares)
 }
 
 /// One (NodePool, instance type) the programme may buy.
@@ -205,11 +353,14 @@ struct Column<'a> {
     supply: Vec<f64>,
 }
 
+/// The programme's columns: one per (NodePool, type) at its cheapest offering, or one per
+/// (NodePool, type, zone) at each zone's cheapest when `by_zone`.
 fn columns<'a>(
     rows: &[(ResourceName, i64)],
     node_pools: &'a [NodePoolSpec],
     daemon_set_pods: &[Pod],
     label_policy: &LabelPolicy,
+    by_zone: bool,
 ) -> Result<Vec<Column<'a>>, BoundError> {
     if node_pools.is_empty() {
         return Err(BoundError::NoNodePools);
@@ -237,10 +388,23 @@ fn columns<'a>(
             if !daemons.fits(allocatable, &Fixed::of(allocatable)) {
                 continue;
             }
-            let Some(offering) = instance_type.cheapest_offering(&base) else {
-                continue;
+            let offerings: Vec<&Offering> = if by_zone {
+                let mut cheapest: Vec<&Offering> = Vec::new();
+                for offering in instance_type.available_offerings(&base) {
+                    match cheapest.iter_mut().find(|o| o.zone == offering.zone) {
+                        Some(known) if offering.price < known.price => *known = offering,
+                        Some(_) => {}
+                        None => cheapest.push(offering),
+                    }
+                }
+                cheapest
+            } else {
+                instance_type.cheapest_offering(&base).into_iter().collect()
             };
-            if !offering.price.is_finite() || offering.price < 0.0 {
+            if let Some(offering) = offerings
+                .iter()
+                .find(|o| !o.price.is_finite() || o.price < 0.0)
+            {
                 return Err(BoundError::InvalidPrice {
                     node_pool: spec.name.clone(),
                     instance_type: instance_type.name().to_owned(),
@@ -259,14 +423,16 @@ fn columns<'a>(
             if supply.iter().all(|s| *s <= 0.0) {
                 continue;
             }
-            columns.push(Column {
-                node_pool: &spec.name,
-                instance_type,
-                zone: offering.zone.clone(),
-                capacity_type: offering.capacity_type.clone(),
-                price: offering.price,
-                supply,
-            });
+            for offering in offerings {
+                columns.push(Column {
+                    node_pool: &spec.name,
+                    instance_type,
+                    zone: offering.zone.clone(),
+                    capacity_type: offering.capacity_type.clone(),
+                    price: offering.price,
+                    supply: supply.clone(),
+                });
+            }
         }
     }
     if columns.is_empty() {
@@ -279,7 +445,11 @@ fn columns<'a>(
     Ok(columns)
 }
 
-fn solve(rows: &[(ResourceName, i64)], columns: &[Column<'_>]) -> Result<CostBound, BoundError> {
+fn solve(
+    rows: &[(ResourceName, i64)],
+    columns: &[Column<'_>],
+    shares: Option<&ZoneShares>,
+) -> Result<CostBound, BoundError> {
     let mut variables = ProblemVariables::new();
     let x: Vec<Variable> = variables.add_vector(variable().min(0.0), columns.len());
     let objective: Expression = columns
@@ -299,6 +469,22 @@ fn solve(rows: &[(ResourceName, i64)], columns: &[Column<'_>]) -> Result<CostBou
             .map(|(column, &x)| (column.supply[row] / demand) * x)
             .sum();
         model = model.with(constraint!(covered >= 1.0));
+    }
+    for zone in shares.iter().flat_map(|s| &s.zones) {
+        for (row, (resource, _)) in rows.iter().enumerate() {
+            let least = shares.map_or(0, |s| s.each.get(resource));
+            if least <= 0 {
+                continue;
+            }
+            let least = least as f64;
+            let covered: Expression = columns
+                .iter()
+                .zip(&x)
+                .filter(|(column, _)| column.zone == *zone && column.supply[row] > 0.0)
+                .map(|(column, &x)| (column.supply[row] / least) * x)
+                .sum();
+            model = model.with(constraint!(covered >= 1.0));
+        }
     }
     let solution = model
         .solve()
@@ -336,7 +522,7 @@ fn solve(rows: &[(ResourceName, i64)], columns: &[Column<'_>]) -> Result<CostBou
 }
 
 /// Whether the type's cpu is burstable: its category is one of [`BURSTABLE_CATEGORIES`].
-fn is_burstable(instance_type: &InstanceType) -> bool {
+pub(super) fn is_burstable(instance_type: &InstanceType) -> bool {
     instance_type
         .requirements()
         .get(aws::LABEL_INSTANCE_CATEGORY)
@@ -348,7 +534,7 @@ fn is_burstable(instance_type: &InstanceType) -> bool {
 
 /// Whether `requirements` name the type explicitly: an `In` on its instance type, family or
 /// category that lists its value.
-fn asks_for(requirements: &Requirements, instance_type: &InstanceType) -> bool {
+pub(super) fn asks_for(requirements: &Requirements, instance_type: &InstanceType) -> bool {
     [
         LABEL_INSTANCE_TYPE,
         aws::LABEL_INSTANCE_FAMILY,

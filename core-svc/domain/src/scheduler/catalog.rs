@@ -106,7 +106,27 @@ pub(super) struct Catalog {
     extra_offering_keys: Vec<Arc<str>>,
     /// Options ordered by price for each (allowed zones, allowed capacity types).
     price_orders: HashMap<AllowedOfferings, Arc<[(u32, f64)]>>,
+    /// Each type's cheapest price for each (allowed zones, allowed capacity types).
+    price_tables: HashMap<AllowedOfferings, PriceTable>,
+    /// For each of the four resources, the types in ascending order of their allocatable of
+    /// it (then by index): see [`Catalog::grow`].
+    by_amount: [Vec<u32>; 4],
 }
+
+/// Each type's cheapest price at some requirements, by catalogue index (infinite for a type
+/// without an offering they accept), and the table's number when the catalogue keeps it: two
+/// tables with the same number are the same, so what is worked out from one can be kept.
+#[derive(Debug, Clone)]
+pub(super) struct PriceTable {
+    pub(super) id: Option<u32>,
+    pub(super) prices: Arc<[f64]>,
+}
+
+/// Where a NodeClaim's demand stands in each of the catalogue's orders by amount: every type
+/// before a position has less of that resource than the NodeClaim requests, so it is no
+/// longer an option (see [`Catalog::grow`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(super) struct Cursors([u32; 4]);
 
 impl Catalog {
     /// The types of `types` compatible with `base` (the NodePool's requirements), in order.
@@ -117,6 +137,8 @@ impl Catalog {
             listed: Vec::new(),
             extra_offering_keys: Vec::new(),
             price_orders: HashMap::new(),
+            price_tables: HashMap::new(),
+            by_amount: Default::default(),
         };
         for instance_type in types.iter().filter(|t| t.is_compatible(base)) {
             let start = catalog.offerings.len();
@@ -160,6 +182,11 @@ impl Catalog {
             });
         }
         catalog.extra_offering_keys.sort();
+        for (resource, order) in catalog.by_amount.iter_mut().enumerate() {
+            let entries = &catalog.entries;
+            *order = (0..entries.len()).map(to_u32).collect();
+            order.sort_by_key(|&i| (entries[i as usize].allocatable.amounts()[resource], i));
+        }
         catalog
     }
 
@@ -192,6 +219,53 @@ impl Catalog {
     /// The instance type at `index`.
     pub(super) fn instance_type(&self, index: usize) -> &Arc<InstanceType> {
         &self.entries[index].instance_type
+    }
+
+    /// The allocatable of the type at `index`, as four integers.
+    pub(super) fn allocatable(&self, index: usize) -> &Fixed {
+        &self.entries[index].allocatable
+    }
+
+    /// Each type's cheapest available offering that `requirements` accept, by catalogue
+    /// index, infinite for a type without one: what a NodeClaim with these requirements pays
+    /// if it launches as that type (the price `PlannedNodeClaim::cheapest_price` reads).
+    pub(super) fn prices(&mut self, requirements: &Requirements, dims: &Dimensions) -> PriceTable {
+        let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
+        let capacity_types = dims
+            .capacity_types
+            .allowed(requirements.get(LABEL_CAPACITY_TYPE));
+        let exact = self.constrains_offering_keys(requirements);
+        let compute = |catalog: &Catalog, zones: &[bool], capacity_types: &[bool]| -> Arc<[f64]> {
+            catalog
+                .entries
+                .iter()
+                .map(|entry| {
+                    catalog
+                        .available(entry, zones, capacity_types, requirements, exact)
+                        .map(|o| o.price)
+                        .min_by(f64::total_cmp)
+                        .unwrap_or(f64::INFINITY)
+                })
+                .collect()
+        };
+        if exact {
+            // Offering keys beyond zone and capacity type make the answer depend on more than
+            // the two interned allowances: not cached.
+            return PriceTable {
+                id: None,
+                prices: compute(self, &zones, &capacity_types),
+            };
+        }
+        let key = (zones, capacity_types);
+        if let Some(table) = self.price_tables.get(&key) {
+            return table.clone();
+        }
+        let table = PriceTable {
+            id: Some(to_u32(self.price_tables.len())),
+            prices: compute(self, &key.0, &key.1),
+        };
+        self.price_tables.insert(key, table.clone());
+        table
     }
 
     /// The name of the type at `index`, shared.
@@ -273,6 +347,59 @@ impl Catalog {
             smallest,
             largest,
         }
+    }
+
+    /// [`Self::filter`] for a NodeClaim whose requirements did not change and whose demand
+    /// grew to `demand` (no extended resource): the options of `from` that still fit. Only
+    /// the types the demand passed since `cursors` are looked at, so a NodeClaim pays for
+    /// each type once over all its pods rather than once per pod. `largest` is `from`'s.
+    ///
+    /// The result's bounds are loose where exact ones would cost a scan of the options:
+    /// `smallest` is each resource's amount at the new cursor (the options before it are
+    /// gone, the others may be too), and `largest` stays `from`'s unless nothing is left. A
+    /// demand within the one fits every option, and a demand beyond the other fits none,
+    /// which is all [`super::nodeclaim`] asks of them.
+    pub(super) fn grow(
+        &self,
+        from: &Bits,
+        largest: &Fixed,
+        cursors: Cursors,
+        demand: &Fixed,
+    ) -> (Filtered, Cursors) {
+        let mut options = from.clone();
+        let mut next = cursors;
+        let mut smallest = Fixed::MAX;
+        let wanted = demand.amounts();
+        let mut lows = [i64::MAX; 4];
+        for (resource, order) in self.by_amount.iter().enumerate() {
+            let mut position = next.0[resource] as usize;
+            while let Some(&index) = order.get(position) {
+                let amounts = self.entries[index as usize].allocatable.amounts();
+                if amounts[resource] >= wanted[resource] {
+                    lows[resource] = amounts[resource];
+                    break;
+                }
+                options.remove(index as usize);
+                position += 1;
+            }
+            next.0[resource] = to_u32(position);
+        }
+        if !options.is_empty() {
+            smallest = Fixed::from_amounts(lows);
+        }
+        let largest = if options.is_empty() {
+            Fixed::ZERO
+        } else {
+            *largest
+        };
+        (
+            Filtered {
+                options,
+                smallest,
+                largest,
+            },
+            next,
+        )
     }
 
     fn satisfies(&self, entry: &Entry, narrowing: &Narrowing<'_>) -> bool {
@@ -363,51 +490,52 @@ impl Catalog {
         requirements: &Requirements,
         dims: &Dimensions,
     ) -> Vec<u32> {
+        self.price_order(requirements, dims)
+            .iter()
+            .filter(|(i, _)| options.contains(*i as usize))
+            .map(|(i, _)| *i)
+            .collect()
+    }
+
+    /// Every type with an available offering `requirements` accept, with the price of its
+    /// cheapest such offering, cheapest first (then by name). Cached by the zones and capacity
+    /// types the requirements allow, unless they constrain other offering keys.
+    pub(super) fn price_order(
+        &mut self,
+        requirements: &Requirements,
+        dims: &Dimensions,
+    ) -> Arc<[(u32, f64)]> {
         let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
         let capacity_types = dims
             .capacity_types
             .allowed(requirements.get(LABEL_CAPACITY_TYPE));
-        if self.constrains_offering_keys(requirements) {
-            let mut priced: Vec<(u32, f64)> = options
-                .iter()
+        let exact = self.constrains_offering_keys(requirements);
+        let compute = |catalog: &Catalog, zones: &[bool], capacity_types: &[bool]| {
+            let mut priced: Vec<(u32, f64)> = (0..catalog.entries.len())
                 .filter_map(|i| {
-                    let entry = &self.entries[i];
-                    let price = self
-                        .available(entry, &zones, &capacity_types, requirements, true)
+                    let entry = &catalog.entries[i];
+                    let price = catalog
+                        .available(entry, zones, capacity_types, requirements, exact)
                         .map(|o| o.price)
                         .min_by(f64::total_cmp)?;
                     Some((to_u32(i), price))
                 })
                 .collect();
-            self.sort_by_price(&mut priced);
-            return priced.into_iter().map(|(i, _)| i).collect();
+            catalog.sort_by_price(&mut priced);
+            Arc::<[(u32, f64)]>::from(priced)
+        };
+        if exact {
+            // Offering keys beyond zone and capacity type make the order depend on more than
+            // the two interned allowances: not cached.
+            return compute(self, &zones, &capacity_types);
         }
         let key = (zones, capacity_types);
-        let order = match self.price_orders.get(&key) {
-            Some(order) => order.clone(),
-            None => {
-                let (zones, capacity_types) = &key;
-                let mut priced: Vec<(u32, f64)> = (0..self.entries.len())
-                    .filter_map(|i| {
-                        let entry = &self.entries[i];
-                        let price = self
-                            .available(entry, zones, capacity_types, requirements, false)
-                            .map(|o| o.price)
-                            .min_by(f64::total_cmp)?;
-                        Some((to_u32(i), price))
-                    })
-                    .collect();
-                self.sort_by_price(&mut priced);
-                let order: Arc<[(u32, f64)]> = priced.into();
-                self.price_orders.insert(key, order.clone());
-                order
-            }
-        };
+        if let Some(order) = self.price_orders.get(&key) {
+            return order.clone();
+        }
+        let order = compute(self, &key.0, &key.1);
+        self.price_orders.insert(key, order.clone());
         order
-            .iter()
-            .filter(|(i, _)| options.contains(*i as usize))
-            .map(|(i, _)| *i)
-            .collect()
     }
 
     fn sort_by_price(&self, priced: &mut [(u32, f64)]) {
@@ -435,11 +563,25 @@ impl Catalog {
         let exact = self.constrains_offering_keys(requirements);
         let mut offered_zones = vec![false; zones.len()];
         let mut offered_capacity_types = vec![false; capacity_types.len()];
+        // Once every allowed zone and capacity type is offered, the rest of the options can
+        // only offer them again: with many NodeClaims opened, this is most of the saving.
+        let mut missing =
+            zones.iter().filter(|z| **z).count() + capacity_types.iter().filter(|c| **c).count();
         for index in options {
             let entry = &self.entries[index as usize];
             for offering in self.available(entry, &zones, &capacity_types, requirements, exact) {
-                offered_zones[offering.zone as usize] = true;
-                offered_capacity_types[offering.capacity_type as usize] = true;
+                for seen in [
+                    &mut offered_zones[offering.zone as usize],
+                    &mut offered_capacity_types[offering.capacity_type as usize],
+                ] {
+                    if !*seen {
+                        *seen = true;
+                        missing = missing.saturating_sub(1);
+                    }
+                }
+            }
+            if missing == 0 {
+                break;
             }
         }
         let values = |offered: Vec<bool>, index: &ValueIndex| {

@@ -23,9 +23,15 @@ impl State<'_> {
     ) -> Refusal {
         match miss {
             Miss::HostPort(port) => Refusal::HostPort(port),
-            Miss::Topology(violation) => Refusal::Topology(violation),
+            Miss::Topology(violation) | Miss::Domain(violation) => Refusal::Topology(violation),
             Miss::MinValues(error) => Refusal::MinValues(error),
-            Miss::Requirements | Miss::Resources => self.diagnose(pool_index, plan, candidate),
+            // A new NodeClaim has no cost cap yet, so the cost misses are not expected here;
+            // if one came, what the pod needs is still the answer.
+            Miss::Requirements
+            | Miss::Resources
+            | Miss::Narrowed
+            | Miss::Cost
+            | Miss::NarrowedCost => self.diagnose(pool_index, plan, candidate),
         }
     }
 

@@ -46,6 +46,23 @@ impl Fixed {
         }))
     }
 
+    /// The difference, saturating, never below zero.
+    pub(super) fn minus(&self, other: &Fixed) -> Fixed {
+        Fixed(std::array::from_fn(|i| {
+            self.0[i].saturating_sub(other.0[i]).max(0)
+        }))
+    }
+
+    /// The amounts of cpu (millis), memory, ephemeral storage (bytes) and pods, in that order.
+    pub(super) fn from_amounts(amounts: [i64; 4]) -> Self {
+        Fixed(amounts)
+    }
+
+    /// The four amounts: cpu (millis), memory, ephemeral storage (bytes), pods.
+    pub(super) fn amounts(&self) -> [i64; 4] {
+        self.0
+    }
+
     /// The cpu amount, in millis.
     pub(super) fn cpu_millis(&self) -> i64 {
         self.0[0]

@@ -76,9 +76,12 @@ mod bits;
 pub mod bound;
 mod catalog;
 mod constraints;
+mod cost;
 mod diagnosis;
 mod dimensions;
 mod fit;
+mod ids;
+mod improve;
 mod node;
 mod nodeclaim;
 mod nodepool;
@@ -156,11 +159,33 @@ pub enum SchedulingError {
     DuplicateNode(String),
 }
 
+/// How new NodeClaims are packed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Packing {
+    /// A planned NodeClaim stops taking pods when that would cost more than opening another,
+    /// and the plan is improved afterwards (see the module documentation). What [`solve`]
+    /// does.
+    #[default]
+    CostAware,
+    /// Upstream's first-fit decreasing: a planned NodeClaim takes pods as long as some
+    /// instance type holds them. For comparisons (the benchmarks, the tests).
+    FirstFit,
+}
+
 /// Decides where the input's pods go (see the module documentation).
 pub fn solve(input: &SchedulingInput) -> Result<SchedulingResults, SchedulingError> {
+    solve_with(input, Packing::CostAware)
+}
+
+/// [`solve`] with the given packing.
+pub fn solve_with(
+    input: &SchedulingInput,
+    packing: Packing,
+) -> Result<SchedulingResults, SchedulingError> {
     validate(input)?;
-    let mut solver = solver::Solver::new(input);
+    let mut solver = solver::Solver::new(input, packing);
     solver.run(input.preference_policy);
+    solver.improve(input.preference_policy);
     Ok(solver.finish())
 }
 

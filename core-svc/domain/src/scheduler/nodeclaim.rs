@@ -8,12 +8,14 @@ use std::sync::Arc;
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, MinValuesError, Operator, Requirement, Requirements};
 use crate::scheduler::bits::Bits;
-use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
+use crate::scheduler::catalog::{Catalog, Cursors, Dimensions, Filtered, Narrowing};
 use crate::scheduler::constraints::HostPort;
+use crate::scheduler::cost::CostCap;
 use crate::scheduler::fit::{Demand, Fixed};
 use crate::scheduler::plan::Constraints;
+use crate::scheduler::preferences::Relaxation;
 use crate::scheduler::taints::Toleration;
-use crate::scheduler::topology::{Domain, PodTopology, Topology, Violation};
+use crate::scheduler::topology::{AllowedDomains, Domain, PodTopology, Topology, Violation};
 
 /// What a placement needs to know about the pod.
 #[derive(Debug, Clone, Copy)]
@@ -23,6 +25,13 @@ pub(super) struct Candidate<'c> {
     pub(super) demand: &'c Demand,
     pub(super) host_ports: &'c [HostPort],
     pub(super) tolerations: &'c [Toleration],
+    /// The pod's replica class and relaxation, when a NodeClaim that refuses it for a final
+    /// reason ([`Miss::is_final`]) refuses every pod of that class at that relaxation for the
+    /// rest of the run.
+    pub(super) class: Option<(u32, Relaxation)>,
+    /// What its rules on keys other than hostname allow (`Topology::allowed_domains`),
+    /// worked out once for every planned NodeClaim tried.
+    pub(super) allowed: &'c [AllowedDomains],
 }
 
 /// The shared state a NodeClaim consults.
@@ -32,6 +41,9 @@ pub(super) struct Context<'c> {
     pub(super) dims: &'c Dimensions,
     pub(super) topology: &'c Topology,
     pub(super) allow: AllowUndefined<'c>,
+    /// Whether NodeClaims' cost caps hold: false only when nothing but an inefficient add
+    /// can place the pod.
+    pub(super) cost_aware: bool,
 }
 
 /// Why a pod does not fit a NodeClaim (the NodePool-level reasons, taints and requirements
@@ -41,8 +53,41 @@ pub(super) enum Miss {
     HostPort(HostPort),
     Requirements,
     Resources,
+    /// A hostname rule.
     Topology(Violation),
+    /// A rule on another key (zone, capacity type, ...).
+    Domain(Violation),
+    /// Nothing fits once a rule on another key pins the NodeClaim's domain.
+    Narrowed,
     MinValues(MinValuesError),
+    /// The pod fits, but would leave the NodeClaim none of its efficient options.
+    Cost,
+    /// The same, once a rule on another key pins the NodeClaim's domain.
+    NarrowedCost,
+}
+
+impl Miss {
+    /// Whether the NodeClaim will refuse the pod, and any pod with the same requests,
+    /// constraints and topology groups, for the rest of the run: it only ever gains pods,
+    /// demand, host ports and requirements, and loses options. Rules on other keys than
+    /// hostname depend on where other pods went, and so do the misses they lead to; hostname
+    /// rules are final for pods without hostname affinity (see
+    /// `Topology::hostname_refusals_are_final`).
+    pub(super) fn is_final(&self) -> bool {
+        match self {
+            Miss::HostPort(_)
+            | Miss::Requirements
+            | Miss::Resources
+            | Miss::Topology(_)
+            | Miss::Cost => true,
+            Miss::Domain(_) | Miss::Narrowed | Miss::MinValues(_) | Miss::NarrowedCost => false,
+        }
+    }
+
+    /// Whether the pod fits but cost-aware packing sent it elsewhere.
+    pub(super) fn is_cost(&self) -> bool {
+        matches!(self, Miss::Cost | Miss::NarrowedCost)
+    }
 }
 
 /// The NodeClaim as it would be with the pod: what [`NodeClaimState::commit`] applies.
@@ -51,6 +96,31 @@ pub(super) struct Trial {
     requirements: Option<Requirements>,
     demand: Demand,
     filtered: Option<Filtered>,
+    /// Where the demand stands in the catalogue's orders, when they moved.
+    cursors: Option<Cursors>,
+    /// The cost cap the NodeClaim would have, when the options change (`Some(None)`: none,
+    /// after an add that had to ignore it).
+    cap: Option<Option<CostCap>>,
+    /// Its cheapest option, when the pod makes it grow out of the one it had.
+    cheapest: Option<Cheapest>,
+}
+
+impl Trial {
+    /// Whether the NodeClaim keeps its cheapest option: taking the pod costs nothing more.
+    pub(super) fn is_free(&self) -> bool {
+        self.cheapest.is_none()
+    }
+}
+
+/// A NodeClaim's cheapest option (at the prices of its requirements when it was opened) and
+/// that option's allocatable: a pod that fits in what it leaves costs nothing more.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cheapest {
+    index: usize,
+    /// Where it stands in the NodeClaim's price order: options only ever go, so the next
+    /// cheapest is further on and each NodeClaim walks its order once over all its pods.
+    position: usize,
+    allocatable: Fixed,
 }
 
 impl Trial {
@@ -68,7 +138,7 @@ impl Trial {
 }
 
 /// A NodeClaim planned in this run.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(super) struct NodeClaimState {
     /// The NodePool, as an index into the run's NodePools.
     pub(super) pool: usize,
@@ -80,11 +150,24 @@ pub(super) struct NodeClaimState {
     pub(super) demand: Demand,
     /// The instance types (catalogue indices) that still satisfy the requirements and fit.
     pub(super) options: Bits,
+    /// Bounds of the options' allocatable: each resource's smallest (or less) and largest.
     smallest: Fixed,
     largest: Fixed,
+    cursors: Cursors,
     /// The pods, as indices into the run's pending pods.
     pub(super) pods: Vec<usize>,
     host_ports: Vec<HostPort>,
+    /// The efficient options it may still grow into (see `cost.rs`); `None` when cost does
+    /// not limit it.
+    cap: Option<CostCap>,
+    /// The catalogue's types cheapest first, at its requirements when it was opened, and its
+    /// cheapest option in that order, for cost-aware packing.
+    by_price: Option<Arc<[(u32, f64)]>>,
+    cheapest: Option<Cheapest>,
+    /// What its NodePool's limits gave it (`PoolState::reserve`).
+    pub(super) reserved: Vec<i64>,
+    /// Whether the improvement pass replaced it: it is no longer planned.
+    pub(super) retired: bool,
 }
 
 impl NodeClaimState {
@@ -106,9 +189,46 @@ impl NodeClaimState {
             options: options.options.clone(),
             smallest: options.smallest,
             largest: options.largest,
+            cursors: Cursors::default(),
             pods: Vec::new(),
             host_ports: daemon_ports.to_vec(),
+            cap: None,
+            by_price: None,
+            cheapest: None,
+            reserved: Vec::new(),
+            retired: false,
         }
+    }
+
+    /// The same NodeClaim with index `index` and only the pod `pod`: for a NodeClaim opened
+    /// for a pod just like the one this was opened for.
+    pub(super) fn reopened(&self, index: u32, pod: usize) -> Self {
+        NodeClaimState {
+            index,
+            pods: vec![pod],
+            ..self.clone()
+        }
+    }
+
+    /// Limits what the NodeClaim may grow into from now on, and orders its options by
+    /// `by_price` (the catalogue's types cheapest first, `Catalog::price_order`) to tell a pod
+    /// that fits in its cheapest option from one that makes it grow.
+    pub(super) fn set_cost(
+        &mut self,
+        cap: Option<CostCap>,
+        by_price: Arc<[(u32, f64)]>,
+        catalog: &Catalog,
+    ) {
+        self.cap = cap;
+        self.cheapest = cheapest(&self.options, &by_price, 0, catalog);
+        self.by_price = Some(by_price);
+    }
+
+    /// Whether a pod requesting `pod` fits in what the NodeClaim's cheapest option leaves:
+    /// when no NodeClaim can take a pod that way, the pod goes to one it makes grow.
+    pub(super) fn holds_for_free(&self, pod: &Fixed) -> bool {
+        self.cheapest
+            .is_none_or(|c| self.demand.fixed.plus(pod).fits_in(&c.allocatable))
     }
 
     /// The NodeClaim's hostname domain.
@@ -118,13 +238,20 @@ impl NodeClaimState {
 
     /// Whether the pod fits, and how the NodeClaim would look with it.
     pub(super) fn try_add(&self, ctx: &Context<'_>, pod: &Candidate<'_>) -> Result<Trial, Miss> {
+        // The four integer comparisons first: with many NodeClaims planned, most trials end
+        // here, and they should cost no allocation.
+        let fixed = self.demand.fixed.plus(&pod.demand.fixed);
+        if !fixed.fits_in(&self.largest) {
+            return Err(Miss::Resources);
+        }
+        let cap = self.cap.as_ref().filter(|_| ctx.cost_aware);
+        if cap.is_some_and(|cap| !cap.may_hold(&fixed)) {
+            return Err(Miss::Cost);
+        }
         if let Some(port) = conflicting_port(&self.host_ports, pod.host_ports) {
             return Err(Miss::HostPort(port));
         }
         let demand = self.demand.plus(pod.demand);
-        if !demand.fixed.fits_in(&self.largest) {
-            return Err(Miss::Resources);
-        }
         ctx.topology
             .check_hostname(&pod.topology, self.host())
             .map_err(Miss::Topology)?;
@@ -141,16 +268,67 @@ impl NodeClaimState {
             }
         }
         let current = requirements.as_ref().unwrap_or(&self.requirements);
-        let mut filtered = if requirements.is_some() {
-            let narrowing = ctx.catalog.narrowing(&self.requirements, current, ctx.dims);
-            Some(ctx.catalog.filter(&self.options, &narrowing, &demand))
+        let domain_rules = ctx.topology.domain_rules(&pod.topology);
+        // With many NodeClaims planned, most that get this far refuse the pod on topology or
+        // cost; both are checked first where that is cheap and exact, so that only the
+        // NodeClaim that takes the pod pays for filtering all its options. A new NodeClaim
+        // is left to the full checks, whose first failure names the reason.
+        let mut pinned = false;
+        let pinned_check = (!self.pods.is_empty() && domain_rules > 0)
+            .then(|| {
+                pod.allowed
+                    .iter()
+                    .map(|rule| rule.allows(current).map(|kept| (kept, rule)))
+                    .collect::<Option<Vec<_>>>()
+            })
+            .flatten();
+        if let Some(checks) = pinned_check {
+            // Every rule's key is pinned: the rules hold exactly when each pinned value is
+            // allowed, and narrowing would change nothing.
+            if let Some((_, rule)) = checks.iter().find(|(kept, _)| !kept) {
+                return Err(Miss::Domain(rule.violation.clone()));
+            }
+            pinned = true;
+        } else if !self.pods.is_empty() && domain_rules == 1 {
+            // One rule: if it fails with the options as they are, it fails with fewer.
+            let mut narrowed = current.clone();
+            let mut offered = Offered::default();
+            ctx.topology
+                .narrow(&pod.topology, &mut narrowed, &mut |key, value, now| {
+                    offered.offers(ctx, &self.options, key, value, now)
+                })
+                .map_err(Miss::Domain)?;
+            // Unchanged: the rule's domain is already pinned, and narrowing again with the
+            // filtered options would pin the same.
+            pinned = &narrowed == current;
+        }
+        let narrowing = if requirements.is_some() {
+            Some(ctx.catalog.narrowing(&self.requirements, current, ctx.dims))
         } else if demand.extended || !demand.fixed.fits_in(&self.smallest) {
-            Some(
-                ctx.catalog
-                    .filter(&self.options, &Narrowing::none(current), &demand),
-            )
+            Some(Narrowing::none(current))
         } else {
             None
+        };
+        if let (Some(cap), Some(narrowing)) = (cap, &narrowing)
+            && ctx
+                .catalog
+                .filter(cap.efficient(), narrowing, &demand)
+                .options
+                .is_empty()
+        {
+            return Err(Miss::Cost);
+        }
+        let mut cursors = None;
+        let mut filtered = match narrowing {
+            Some(_) if requirements.is_none() && !demand.extended => {
+                let (grown, moved) =
+                    ctx.catalog
+                        .grow(&self.options, &self.largest, self.cursors, &demand.fixed);
+                cursors = Some(moved);
+                Some(grown)
+            }
+            Some(narrowing) => Some(ctx.catalog.filter(&self.options, &narrowing, &demand)),
+            None => None,
         };
         if filtered.as_ref().is_some_and(|f| f.options.is_empty()) {
             return Err(if requirements.is_some() {
@@ -159,7 +337,7 @@ impl NodeClaimState {
                 Miss::Resources
             });
         }
-        if ctx.topology.has_domain_rules(&pod.topology) {
+        if domain_rules > 0 && !pinned {
             let options = filtered.as_ref().map_or(&self.options, |f| &f.options);
             let mut narrowed = current.clone();
             let mut offered = Offered::default();
@@ -167,21 +345,50 @@ impl NodeClaimState {
                 .narrow(&pod.topology, &mut narrowed, &mut |key, value, now| {
                     offered.offers(ctx, options, key, value, now)
                 })
-                .map_err(Miss::Topology)?;
+                .map_err(Miss::Domain)?;
             if &narrowed != current {
                 let narrowing = ctx.catalog.narrowing(current, &narrowed, ctx.dims);
                 let refiltered = ctx.catalog.filter(options, &narrowing, &demand);
                 if refiltered.options.is_empty() {
-                    return Err(Miss::Resources);
+                    return Err(Miss::Narrowed);
                 }
                 filtered = Some(refiltered);
                 requirements = Some(narrowed);
             }
         }
+        let cap = match (&self.cap, &filtered) {
+            (Some(current), Some(filtered)) => {
+                let narrowed = current.narrowed(&filtered.options, ctx.catalog);
+                if narrowed.is_none() && cap.is_some() {
+                    // The early check passed with these requirements, so only a domain
+                    // pinned since can have left no efficient option.
+                    return Err(Miss::NarrowedCost);
+                }
+                Some(narrowed)
+            }
+            _ => None,
+        };
+        // Grown out of its cheapest option: the next cheapest, once per such step.
+        let cheapest = match (&self.cheapest, &self.by_price, &filtered) {
+            (Some(current), Some(by_price), Some(filtered))
+                if !filtered.options.contains(current.index) =>
+            {
+                cheapest(
+                    &filtered.options,
+                    by_price,
+                    current.position + 1,
+                    ctx.catalog,
+                )
+            }
+            _ => None,
+        };
         let trial = Trial {
             requirements,
             demand,
             filtered,
+            cursors,
+            cap,
+            cheapest,
         };
         let final_requirements = trial.requirements(self);
         if final_requirements.has_min_values() {
@@ -203,6 +410,15 @@ impl NodeClaimState {
             self.requirements = requirements;
         }
         self.demand = trial.demand;
+        if let Some(cap) = trial.cap {
+            self.cap = cap;
+        }
+        if let Some(cursors) = trial.cursors {
+            self.cursors = cursors;
+        }
+        if let Some(cheapest) = trial.cheapest {
+            self.cheapest = Some(cheapest);
+        }
         if let Some(filtered) = trial.filtered {
             self.options = filtered.options;
             self.smallest = filtered.smallest;
@@ -270,4 +486,25 @@ impl Offered {
         };
         offered.binary_search_by(|v| (**v).cmp(value)).is_ok()
     }
+}
+
+/// The first of `options` in `by_price` from position `from` on: the cheapest of them when
+/// every option before `from` is known to be gone.
+fn cheapest(
+    options: &Bits,
+    by_price: &[(u32, f64)],
+    from: usize,
+    catalog: &Catalog,
+) -> Option<Cheapest> {
+    let rest = by_price.get(from..)?;
+    rest.iter()
+        .position(|(i, _)| options.contains(*i as usize))
+        .map(|offset| {
+            let index = rest[offset].0 as usize;
+            Cheapest {
+                index,
+                position: from + offset,
+                allocatable: *catalog.allocatable(index),
+            }
+        })
 }

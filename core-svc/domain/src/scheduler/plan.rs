@@ -2,11 +2,15 @@
 //! requirements per relaxation step, and its topology groups; and the constraints it has to
 //! keep at a given relaxation.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::labels::normalize_label_key;
 use crate::requirements::Requirements;
-use crate::scheduler::constraints::{NodeInclusionPolicy, PodAffinityTerm, WhenUnsatisfiable};
+use crate::resources::ResourceList;
+use crate::scheduler::constraints::{
+    HostPort, NodeInclusionPolicy, PodAffinityTerm, WhenUnsatisfiable,
+};
 use crate::scheduler::fit::Demand;
 use crate::scheduler::node::counted;
 use crate::scheduler::pod::Pod;
@@ -14,6 +18,7 @@ use crate::scheduler::preferences::{Relaxable, Relaxation};
 use crate::scheduler::selector::{
     LabelSelector, NamespaceSet, SelectorExpression, SelectorOperator,
 };
+use crate::scheduler::taints::Toleration;
 use crate::scheduler::topology::{GroupId, GroupSpec, PodTopology, Rule, Topology};
 
 /// A pending pod, prepared once per run.
@@ -35,6 +40,10 @@ pub(super) struct PodPlan<'a> {
     pub(super) selected_by: Vec<GroupId>,
     pub(super) inverse_selecting: Vec<GroupId>,
     pub(super) relaxable: Relaxable,
+    /// Its replica class: pods with the same class have the same requests, constraints,
+    /// ports, tolerations and topology groups, so a NodeClaim decides the same for all of
+    /// them (see [`replica_classes`]).
+    pub(super) class: u32,
 }
 
 /// What a pod must keep at one relaxation.
@@ -154,6 +163,7 @@ impl<'a> PodPlan<'a> {
             selected_by: Vec::new(),
             inverse_selecting: Vec::new(),
             relaxable,
+            class: 0,
         }
     }
 
@@ -201,6 +211,18 @@ impl<'a> PodPlan<'a> {
             owned,
             tolerate_prefer_no_schedule: relaxation.tolerate_prefer_no_schedule,
         }
+    }
+
+    /// Every group the pod owns at some relaxation: its spread constraints, its required and
+    /// preferred pod affinity and anti-affinity terms.
+    pub(super) fn every_owned(&self) -> impl Iterator<Item = GroupId> + '_ {
+        self.spread
+            .iter()
+            .map(|(group, _)| *group)
+            .chain(self.affinity.iter().copied())
+            .chain(self.preferred_affinity.iter().copied())
+            .chain(self.anti_affinity.iter().copied())
+            .chain(self.preferred_anti_affinity.iter().copied())
     }
 
     /// The topology view of the pod under `constraints`.
@@ -260,4 +282,50 @@ fn with_label_keys(
         }
     }
     Some(selector)
+}
+
+/// Numbers the plans' replica classes: plans equal in everything a placement reads (requests,
+/// node requirements and preferences, topology groups, host ports, tolerations) get the same
+/// number, which they share with nothing else. A Deployment's pods are usually one class.
+pub(super) fn replica_classes(plans: &[PodPlan<'_>]) -> Vec<u32> {
+    type Key<'p> = (
+        (
+            &'p ResourceList,
+            &'p Requirements,
+            &'p [Requirements],
+            &'p [Requirements],
+        ),
+        (
+            &'p [(GroupId, WhenUnsatisfiable)],
+            &'p [GroupId],
+            &'p [GroupId],
+        ),
+        (&'p [GroupId], &'p [GroupId], &'p [GroupId]),
+        (&'p [GroupId], &'p [GroupId]),
+        (&'p [HostPort], &'p [Toleration], Relaxable),
+    );
+    let mut classes: HashMap<Key<'_>, u32> = HashMap::new();
+    plans
+        .iter()
+        .map(|plan| {
+            let key: Key<'_> = (
+                (
+                    &plan.demand.list,
+                    &plan.node_selector,
+                    &plan.required_terms,
+                    &plan.preferred_terms,
+                ),
+                (&plan.spread, &plan.affinity, &plan.preferred_affinity),
+                (
+                    &plan.anti_affinity,
+                    &plan.preferred_anti_affinity,
+                    &plan.inverse_owned,
+                ),
+                (&plan.selected_by, &plan.inverse_selecting),
+                (&plan.pod.host_ports, &plan.pod.tolerations, plan.relaxable),
+            );
+            let next = u32::try_from(classes.len()).unwrap_or(u32::MAX);
+            *classes.entry(key).or_insert(next)
+        })
+        .collect()
 }

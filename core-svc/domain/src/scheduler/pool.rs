@@ -10,6 +10,7 @@ use crate::resources::{ResourceList, ResourceName};
 use crate::scheduler::bits::Bits;
 use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
 use crate::scheduler::constraints::HostPort;
+use crate::scheduler::cost::PoolCost;
 use crate::scheduler::fit::Demand;
 use crate::scheduler::node::counted;
 use crate::scheduler::nodepool::NodePoolSpec;
@@ -47,6 +48,8 @@ pub(super) struct PoolState<'a> {
     /// The same without the pod count, for messages.
     pub(super) daemon_requests: ResourceList,
     pub(super) daemon_ports: Vec<HostPort>,
+    /// Its types as cost-aware packing weighs them.
+    pub(super) cost: PoolCost,
 }
 
 impl<'a> PoolState<'a> {
@@ -77,6 +80,8 @@ impl<'a> PoolState<'a> {
         let daemon_requests: ResourceList = daemons.iter().map(|ds| &ds.requests).sum();
         let counted_requests: Vec<ResourceList> =
             daemons.iter().map(|ds| counted(&ds.requests)).collect();
+        let daemon = Demand::new(counted_requests.iter().sum());
+        let cost = PoolCost::new(&catalog, &base, &daemon);
         let mut pool = PoolState {
             spec,
             base,
@@ -85,12 +90,13 @@ impl<'a> PoolState<'a> {
             catalog,
             remaining,
             generation: 0,
-            daemon: Demand::new(counted_requests.iter().sum()),
+            daemon,
             daemon_requests,
             daemon_ports: daemons
                 .iter()
                 .flat_map(|ds| ds.host_ports.iter().copied())
                 .collect(),
+            cost,
         };
         pool.refresh_within();
         pool
@@ -114,14 +120,44 @@ impl<'a> PoolState<'a> {
     }
 
     /// Accounts for a NodeClaim with `options` (upstream `subtractMax`): the largest of them
-    /// may be launched, so that much is no longer available.
-    pub(super) fn reserve(&mut self, options: &Bits) {
+    /// may be launched, so that much is no longer available. Returns what it took of each
+    /// limit, for [`Self::release`].
+    pub(super) fn reserve(&mut self, options: &Bits) -> Vec<i64> {
         if self.remaining.is_empty() {
-            return;
+            return Vec::new();
         }
+        let mut taken = Vec::with_capacity(self.remaining.len());
         for remaining in &mut self.remaining {
             let largest = self.catalog.largest_capacity(options, &remaining.resource);
+            let before = remaining.left;
             remaining.left = remaining.left.saturating_sub(largest);
+            taken.push(before - remaining.left);
+        }
+        self.generation += 1;
+        self.refresh_within();
+        taken
+    }
+
+    /// What the limits still allow, to [`Self::restore`] after trying something.
+    pub(super) fn snapshot(&self) -> (Vec<Remaining>, Filtered) {
+        (self.remaining.clone(), self.within.clone())
+    }
+
+    /// Puts back what [`Self::snapshot`] saved. The generation moves on rather than back, so
+    /// that nothing remembered while trying is taken for what the limits allow now.
+    pub(super) fn restore(&mut self, (remaining, within): (Vec<Remaining>, Filtered)) {
+        self.remaining = remaining;
+        self.within = within;
+        self.generation += 1;
+    }
+
+    /// Gives back what [`Self::reserve`] took for a NodeClaim that is no longer planned.
+    pub(super) fn release(&mut self, taken: &[i64]) {
+        if taken.is_empty() {
+            return;
+        }
+        for (remaining, taken) in self.remaining.iter_mut().zip(taken) {
+            remaining.left = remaining.left.saturating_add(*taken);
         }
         self.generation += 1;
         self.refresh_within();

@@ -12,7 +12,7 @@
 //! Until relaxed, preferred terms are held like required ones, as upstream does.
 
 /// How many of each relaxable constraint a pod has.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(super) struct Relaxable {
     pub(super) required_node_terms: usize,
     pub(super) preferred_affinity: usize,
@@ -25,7 +25,7 @@ pub(super) struct Relaxable {
 
 /// How much of a pod's soft constraints has been given up: counts of leading terms dropped
 /// (heaviest first for the preferred ones).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub(super) struct Relaxation {
     pub(super) required_node_terms: usize,
     pub(super) preferred_affinity: usize,

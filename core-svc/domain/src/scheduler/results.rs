@@ -92,7 +92,7 @@ impl Solver<'_> {
         let mut reasons = std::mem::take(&mut self.state.reasons);
         let mut finished: HashMap<FinishedKey, Finished> = HashMap::new();
         let mut new_node_claims = Vec::with_capacity(self.state.claims.len());
-        for claim in &self.state.claims {
+        for claim in self.state.claims.iter().filter(|c| !c.retired) {
             let pool = &mut self.state.pools[claim.pool];
             let ordered =
                 pool.catalog

@@ -4,18 +4,20 @@
 //! (by weight) that accepts it, relaxing its preferences one step at a time when nothing
 //! does; retry the pods left over until a pass places none.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::cmp::Reverse;
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
 use std::sync::Arc;
 
-use crate::labels::LABEL_HOSTNAME;
+use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::ResourceList;
 use crate::scheduler::catalog::Dimensions;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
+use crate::scheduler::ids::IdMap;
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
 use crate::scheduler::nodeclaim::{Candidate, Context, NodeClaimState, conflicting_port};
 use crate::scheduler::nodepool::NodePoolSpec;
-use crate::scheduler::plan::{Constraints, PodPlan, affinity_spec};
+use crate::scheduler::plan::{Constraints, PodPlan, affinity_spec, replica_classes};
 use crate::scheduler::pod::{Pod, PodId};
 use crate::scheduler::pool::{PoolState, daemon_runs_on};
 use crate::scheduler::preferences::Relaxation;
@@ -23,7 +25,7 @@ use crate::scheduler::queue::{Queue, placement_order};
 use crate::scheduler::reasons::{Refusal, Unschedulable};
 use crate::scheduler::taints::{Taint, TaintEffect, first_untolerated};
 use crate::scheduler::topology::{GroupId, Rule, Topology};
-use crate::scheduler::{PreferencePolicy, SchedulingInput};
+use crate::scheduler::{Packing, PreferencePolicy, SchedulingInput};
 
 /// Groups selecting a pod, and inverse groups selecting it, by (namespace, labels).
 type Selections<'a> =
@@ -32,6 +34,70 @@ type Selections<'a> =
 /// What a NodePool's refusal of a pod without topology rules depends on: the NodePool and its
 /// generation, the pod's requirements and its requests. Replicas share it.
 type RefusalKey = (usize, u64, Requirements, ResourceList);
+
+/// How many planned NodeClaims a pod looks at for one it fits in without making it grow.
+const FREE_LOOKS: usize = 32;
+
+/// Below this many NodeClaims not known to refuse a pod, they are sorted into placement
+/// order directly instead of walking every planned NodeClaim in that order...
+const SMALL_OPEN: usize = 32;
+
+/// ...and so they are when at most one planned NodeClaim in this many is among them.
+const SPARSE: usize = 2;
+
+/// The planned NodeClaims known to refuse the pods of one class, by index.
+#[derive(Debug, Default)]
+struct Refused {
+    words: Vec<u64>,
+    count: usize,
+    /// Whether one of them refused only for cost.
+    cost_refused: bool,
+    /// The NodeClaims below `seen` not known to refuse, while they are few.
+    open: Vec<u32>,
+    seen: u32,
+    /// `count` when `open` was last cleared of refusing NodeClaims.
+    open_count: usize,
+}
+
+impl Refused {
+    fn contains(&self, index: u32) -> bool {
+        contains(&self.words, index)
+    }
+
+    /// The NodeClaims of `total` not known to refuse, when there are at most
+    /// [`SMALL_OPEN`] of them or few next to `total` ([`SPARSE`]): kept as a list, cleared of refusing ones only when some were
+    /// added, and extended with the NodeClaims planned since.
+    fn few_open(&mut self, total: u32) -> Option<&[u32]> {
+        self.open.extend(self.seen..total);
+        self.seen = total;
+        if self.open_count != self.count {
+            let words = &self.words;
+            self.open.retain(|&i| !contains(words, i));
+            self.open_count = self.count;
+        }
+        // Sorting the open ones costs about as much per NodeClaim as stepping over a refusing
+        // one in the walk does: sort when they are few, or far fewer than the walk's steps.
+        let few = self.open.len() <= SMALL_OPEN || self.open.len() * SPARSE <= total as usize;
+        few.then_some(&self.open)
+    }
+
+    fn insert(&mut self, index: u32) {
+        let word = index as usize / 64;
+        if self.words.len() <= word {
+            self.words.resize(word + 1, 0);
+        }
+        if self.words[word] & (1 << (index % 64)) == 0 {
+            self.words[word] |= 1 << (index % 64);
+            self.count += 1;
+        }
+    }
+}
+
+fn contains(words: &[u64], index: u32) -> bool {
+    words
+        .get(index as usize / 64)
+        .is_some_and(|w| w & (1 << (index % 64)) != 0)
+}
 
 /// A run in progress.
 #[derive(Debug)]
@@ -50,7 +116,7 @@ pub(super) struct State<'a> {
     pub(super) nodes: Vec<NodeState<'a>>,
     pub(super) claims: Vec<NodeClaimState>,
     /// Planned NodeClaims by (pod count, index): upstream tries the emptiest first.
-    claim_order: BTreeSet<(usize, u32)>,
+    pub(super) claim_order: BTreeSet<(usize, u32)>,
     /// (pod, node) in placement order.
     pub(super) node_placements: Vec<(usize, usize)>,
     /// Why each pod is not placed, when it is not.
@@ -62,11 +128,23 @@ pub(super) struct State<'a> {
     /// and requests at all (limits and topology aside), by (NodePool, requirements,
     /// requests): lets a pod skip every NodeClaim of a NodePool that can never take it.
     feasible: HashMap<(usize, Requirements, ResourceList), bool>,
+    /// The same by (NodePool, replica class, relaxation), which is cheaper to look up.
+    feasible_by_class: IdMap<(usize, u32, Relaxation), bool>,
+    /// For each (replica class, relaxation) whose refusals are final, the planned NodeClaims
+    /// that refused it: the next pod of the class skips them.
+    refused: IdMap<(u32, Relaxation), Refused>,
+    /// NodeClaims just opened, by (NodePool, its generation, replica class, relaxation), for
+    /// pods whose refusals are final: a NodeClaim opened for the same class at the same
+    /// relaxation starts just like them, whatever was planned since (its hostname is new).
+    opened: IdMap<(usize, u64, u32, Relaxation), NodeClaimState>,
+    /// Whether planned NodeClaims stop growing when growing costs more than opening another
+    /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
+    pub(super) cost_aware: bool,
 }
 
 impl<'a> Solver<'a> {
     /// Prepares a run over `input`.
-    pub(super) fn new(input: &'a SchedulingInput) -> Self {
+    pub(super) fn new(input: &'a SchedulingInput, packing: Packing) -> Self {
         let allow = AllowUndefined::WellKnownLabels(&input.label_policy);
         let mut dims = Dimensions::default();
         for pool in &input.node_pools {
@@ -112,6 +190,10 @@ impl<'a> Solver<'a> {
         for plan in &mut plans {
             (plan.selected_by, plan.inverse_selecting) = selecting(&topology, plan.pod);
         }
+        let classes = replica_classes(&plans);
+        for (plan, class) in plans.iter_mut().zip(classes) {
+            plan.class = class;
+        }
 
         let count = plans.len();
         Solver {
@@ -129,6 +211,10 @@ impl<'a> Solver<'a> {
                 placed: vec![false; count],
                 refusals: HashMap::new(),
                 feasible: HashMap::new(),
+                feasible_by_class: IdMap::default(),
+                refused: IdMap::default(),
+                opened: IdMap::default(),
+                cost_aware: packing == Packing::CostAware,
             },
         }
     }
@@ -144,7 +230,7 @@ impl<'a> Solver<'a> {
             };
             loop {
                 let constraints = plan.constraints(&relaxation);
-                match self.state.add(pod, plan, &constraints) {
+                match self.state.add(pod, plan, &constraints, relaxation) {
                     Ok(()) => {
                         self.state.placed[pod] = true;
                         self.state.reasons[pod] = None;
@@ -218,6 +304,28 @@ fn bound_pods<'a>(
     bound
 }
 
+/// The zones the NodePools of `input` can launch in: the domains of a zone spread before any
+/// node exists, as [`declare_domains`] declares them (for the cost bound, which holds plans
+/// to what zone spread forces on them).
+pub(super) fn launchable_zones(input: &SchedulingInput) -> Vec<Arc<str>> {
+    let allow = AllowUndefined::WellKnownLabels(&input.label_policy);
+    let mut dims = Dimensions::default();
+    for pool in &input.node_pools {
+        dims.add_types(&pool.instance_types);
+    }
+    let mut zones: Vec<Arc<str>> = input
+        .node_pools
+        .iter()
+        .flat_map(|spec| {
+            PoolState::new(spec, &dims, &input.daemon_set_pods, allow)
+                .domain_values(LABEL_TOPOLOGY_ZONE, &dims)
+        })
+        .collect();
+    zones.sort();
+    zones.dedup();
+    zones
+}
+
 /// Declares the domains of every topology key: what the NodePools can launch and what the
 /// existing nodes are in.
 fn declare_domains(
@@ -259,17 +367,33 @@ impl State<'_> {
         pod: usize,
         plan: &PodPlan<'_>,
         constraints: &Constraints,
+        relaxation: Relaxation,
     ) -> Result<(), Unschedulable> {
+        let topology = plan.topology(constraints);
+        let allowed = if self.topology.has_domain_rules(&topology) {
+            self.topology.allowed_domains(&topology)
+        } else {
+            Vec::new()
+        };
         let candidate = Candidate {
             constraints,
-            topology: plan.topology(constraints),
+            topology,
             demand: &plan.demand,
             host_ports: &plan.pod.host_ports,
             tolerations: &plan.pod.tolerations,
+            class: self
+                .topology
+                .hostname_refusals_are_final(&topology)
+                .then_some((plan.class, relaxation)),
+            allowed: &allowed,
         };
-        if self.add_to_node(pod, &candidate) || self.add_to_claim(pod, &candidate) {
+        if self.add_to_node(pod, &candidate) {
             return Ok(());
         }
+        let cost_refused = match self.add_to_claim(pod, &candidate, None, 0, self.cost_aware) {
+            Ok(()) => return Ok(()),
+            Err(cost_refused) => cost_refused,
+        };
         if self.pools.is_empty() {
             return Err(Unschedulable::NoNodePool);
         }
@@ -277,6 +401,17 @@ impl State<'_> {
         for pool in 0..self.pools.len() {
             match self.launch(pool, pod, plan, &candidate) {
                 Ok(()) => return Ok(()),
+                // Cost sent the pod away from a NodeClaim of this NodePool and the NodePool
+                // cannot open another (its limits, most likely): the NodeClaim takes it after
+                // all, as it would have without cost, before any NodePool of lower weight.
+                Err(_)
+                    if cost_refused
+                        && self
+                            .add_to_claim(pod, &candidate, Some(pool), 0, false)
+                            .is_ok() =>
+                {
+                    return Ok(());
+                }
                 Err(refusal) => refusals.push((self.pools[pool].spec.name.clone(), *refusal)),
             }
         }
@@ -306,37 +441,150 @@ impl State<'_> {
         true
     }
 
-    /// Places the pod on the first planned NodeClaim that takes it, emptiest first.
-    fn add_to_claim(&mut self, pod: usize, candidate: &Candidate<'_>) -> bool {
+    /// Places the pod on the first planned NodeClaim that takes it (of NodePool `only`, when
+    /// given, and with an index of at least `from`), emptiest first; cost caps hold when
+    /// `cost_aware`. When none takes it, says whether one refused only for cost.
+    pub(super) fn add_to_claim(
+        &mut self,
+        pod: usize,
+        candidate: &Candidate<'_>,
+        only: Option<usize>,
+        from: u32,
+        cost_aware: bool,
+    ) -> Result<(), bool> {
         if self.claims.is_empty()
             || !self
                 .topology
                 .may_fit_a_claim(&candidate.topology, self.claims.len())
         {
-            return false;
+            return Err(false);
         }
         let usable: Vec<bool> = (0..self.pools.len())
-            .map(|pool| self.may_take(pool, candidate))
+            .map(|pool| only.is_none_or(|o| o == pool) && self.may_take(pool, candidate))
             .collect();
+        // What earlier pods of the same class learnt: the NodeClaims that will refuse this
+        // one too. Only the cost-aware scan of every NodePool records it, since the others
+        // refuse for fewer reasons.
+        let memo_key = candidate.class.filter(|_| cost_aware && only.is_none());
+        let mut memo = memo_key
+            .and_then(|key| self.refused.remove(&key))
+            .unwrap_or_default();
+        let claims = &self.claims;
+        let total = u32::try_from(claims.len()).unwrap_or(u32::MAX);
+        // Few NodeClaims left for this class: take them in order rather than walk every one.
+        // A heap rather than a sort: the walk mostly ends within the first few NodeClaims, and
+        // building a heap costs a fraction of sorting them all.
+        let order: Option<BinaryHeap<Reverse<(usize, u32)>>> = if from > 0 {
+            // The improvement pass refills onto the NodeClaims it just opened, the last few.
+            Some(
+                (from..total)
+                    .filter(|&i| !claims[i as usize].retired)
+                    .map(|i| Reverse((claims[i as usize].pods.len(), i)))
+                    .collect(),
+            )
+        } else {
+            memo_key.and_then(|_| memo.few_open(total)).map(|open| {
+                open.iter()
+                    .copied()
+                    .map(|i| Reverse((claims[i as usize].pods.len(), i)))
+                    .collect()
+            })
+        };
         let mut chosen = None;
-        for &(count, index) in &self.claim_order {
-            let claim = &self.claims[index as usize];
-            if !usable[claim.pool] {
-                continue;
-            }
-            let ctx = Context {
-                catalog: &self.pools[claim.pool].catalog,
-                dims: &self.dims,
-                topology: &self.topology,
-                allow: self.allow,
+        let mut refused = Vec::new();
+        let mut cost_refused = memo.cost_refused;
+        {
+            let walk: Box<dyn Iterator<Item = u32> + '_> = match order {
+                Some(mut order) => Box::new(std::iter::from_fn(move || {
+                    order.pop().map(|Reverse((_, i))| i)
+                })),
+                None => Box::new(
+                    self.claim_order
+                        .iter()
+                        .map(|&(_, index)| index)
+                        .filter(|&index| index >= from && !memo.contains(index)),
+                ),
             };
-            if let Ok(trial) = claim.try_add(&ctx, candidate) {
-                chosen = Some((count, index, trial));
-                break;
+            // Cost-aware, a pod first goes where it costs nothing more (it fits in what the
+            // NodeClaim's cheapest option leaves), and only then makes a NodeClaim grow: space
+            // already paid for is filled before more is bought. The first FREE_LOOKS NodeClaims
+            // are looked at for that; past them, the pod takes the first that holds it.
+            let mut walk = walk;
+            let mut growing = Vec::new();
+            let mut looked = 0;
+            while cost_aware && looked < FREE_LOOKS {
+                let Some(index) = walk.next() else {
+                    break;
+                };
+                let claim = &claims[index as usize];
+                if !usable[claim.pool] {
+                    refused.push(index);
+                    continue;
+                }
+                looked += 1;
+                if !claim.holds_for_free(&candidate.demand.fixed) {
+                    growing.push(index);
+                    continue;
+                }
+                let ctx = Context {
+                    catalog: &self.pools[claim.pool].catalog,
+                    dims: &self.dims,
+                    topology: &self.topology,
+                    allow: self.allow,
+                    cost_aware,
+                };
+                match claim.try_add(&ctx, candidate) {
+                    Ok(trial) if trial.is_free() => {
+                        chosen = Some((claim.pods.len(), index, trial));
+                        break;
+                    }
+                    Ok(_) => growing.push(index),
+                    Err(miss) => {
+                        cost_refused |= miss.is_cost();
+                        if miss.is_final() {
+                            refused.push(index);
+                        }
+                    }
+                }
+            }
+            if chosen.is_none() {
+                for index in growing.into_iter().chain(walk) {
+                    let claim = &claims[index as usize];
+                    if !usable[claim.pool] {
+                        refused.push(index);
+                        continue;
+                    }
+                    let ctx = Context {
+                        catalog: &self.pools[claim.pool].catalog,
+                        dims: &self.dims,
+                        topology: &self.topology,
+                        allow: self.allow,
+                        cost_aware,
+                    };
+                    match claim.try_add(&ctx, candidate) {
+                        Ok(trial) => {
+                            chosen = Some((claim.pods.len(), index, trial));
+                            break;
+                        }
+                        Err(miss) => {
+                            cost_refused |= miss.is_cost();
+                            if miss.is_final() {
+                                refused.push(index);
+                            }
+                        }
+                    }
+                }
             }
         }
+        if let Some(key) = memo_key {
+            for index in refused {
+                memo.insert(index);
+            }
+            memo.cost_refused = cost_refused;
+            self.refused.insert(key, memo);
+        }
         let Some((count, index, trial)) = chosen else {
-            return false;
+            return Err(cost_refused);
         };
         let claim = &mut self.claims[index as usize];
         self.topology.record(
@@ -348,7 +596,7 @@ impl State<'_> {
         claim.commit(trial, pod, candidate.host_ports);
         self.claim_order.remove(&(count, index));
         self.claim_order.insert((count + 1, index));
-        true
+        Ok(())
     }
 
     /// Whether NodeClaims of `pool` may take the pod at all: it tolerates the NodePool's
@@ -359,9 +607,18 @@ impl State<'_> {
         if first_untolerated(&pool.spec.taints, candidate.tolerations, tolerate_soft).is_some() {
             return false;
         }
+        let by_class = candidate
+            .class
+            .map(|(class, relaxation)| (pool_index, class, relaxation));
+        if let Some(&feasible) = by_class.and_then(|key| self.feasible_by_class.get(&key)) {
+            return feasible;
+        }
         let wanted = &candidate.constraints.requirements;
         let key = (pool_index, wanted.clone(), candidate.demand.list.clone());
         if let Some(&feasible) = self.feasible.get(&key) {
+            if let Some(by_class) = by_class {
+                self.feasible_by_class.insert(by_class, feasible);
+            }
             return feasible;
         }
         let feasible = pool.base.is_compatible(wanted, self.allow) && {
@@ -376,17 +633,48 @@ impl State<'_> {
                 .is_empty()
         };
         self.feasible.insert(key, feasible);
+        if let Some(by_class) = by_class {
+            self.feasible_by_class.insert(by_class, feasible);
+        }
         feasible
     }
 
     /// Plans a new NodeClaim of `pool` for the pod, or says why the NodePool cannot.
-    fn launch(
+    pub(super) fn launch(
         &mut self,
         pool_index: usize,
         pod: usize,
         plan: &PodPlan<'_>,
         candidate: &Candidate<'_>,
     ) -> Result<(), Box<Refusal>> {
+        let index = u32::try_from(self.claims.len()).unwrap_or(u32::MAX);
+        // Where a rule on another key than hostname picks the new NodeClaim's domain, it
+        // depends on where other pods went: only pods without one reuse an opening.
+        let opened_key = candidate
+            .class
+            .filter(|_| self.topology.domain_rules(&candidate.topology) == 0)
+            .map(|(class, relaxation)| {
+                (
+                    pool_index,
+                    self.pools[pool_index].generation,
+                    class,
+                    relaxation,
+                )
+            });
+        if let Some(opened) = opened_key.and_then(|key| self.opened.get(&key)) {
+            let claim = opened.reopened(index, pod);
+            self.topology.record(
+                &candidate.topology,
+                claim.host(),
+                &claim.requirements,
+                self.allow,
+            );
+            let mut claim = claim;
+            claim.reserved = self.pools[pool_index].reserve(&claim.options);
+            self.claims.push(claim);
+            self.claim_order.insert((1, index));
+            return Ok(());
+        }
         let pool = &self.pools[pool_index];
         let constraints = candidate.constraints;
         if let Some(taint) = first_untolerated(
@@ -421,7 +709,6 @@ impl State<'_> {
         if let Some(refusal) = key.as_ref().and_then(|k| self.refusals.get(k)) {
             return Err(Box::new(refusal.clone()));
         }
-        let index = u32::try_from(self.claims.len()).unwrap_or(u32::MAX);
         let mut claim = NodeClaimState::new(
             pool_index,
             index,
@@ -435,6 +722,7 @@ impl State<'_> {
             dims: &self.dims,
             topology: &self.topology,
             allow: self.allow,
+            cost_aware: self.cost_aware,
         };
         let trial = match claim.try_add(&ctx, candidate) {
             Ok(trial) => trial,
@@ -453,7 +741,22 @@ impl State<'_> {
             self.allow,
         );
         claim.commit(trial, pod, candidate.host_ports);
-        self.pools[pool_index].reserve(&claim.options);
+        let pool = &mut self.pools[pool_index];
+        if self.cost_aware {
+            let prices = pool.catalog.prices(&claim.requirements, &self.dims);
+            let cap = pool.cost.cap(
+                &claim.options,
+                &prices,
+                &candidate.demand.fixed,
+                &pool.catalog,
+            );
+            let by_price = pool.catalog.price_order(&claim.requirements, &self.dims);
+            claim.set_cost(cap, by_price, &pool.catalog);
+        }
+        claim.reserved = pool.reserve(&claim.options);
+        if let Some(key) = opened_key {
+            self.opened.insert(key, claim.clone());
+        }
         self.claims.push(claim);
         self.claim_order.insert((1, index));
         Ok(())

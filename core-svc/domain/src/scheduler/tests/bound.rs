@@ -273,3 +273,68 @@ fn given_a_plan_then_its_bound_covers_its_placed_pods_and_is_below_its_cost() {
         assert!(plan.per_hour > 0.0);
     }
 }
+
+/// One type in zone-a at 1.0 an hour and one just like it in zone-b and zone-c at 2.0, and
+/// six 1-core pods of `app=web`, each spread over zones (maxSkew 1) when `spread`.
+fn zones_priced_apart(spread: impl Fn(usize) -> bool) -> crate::scheduler::SchedulingInput {
+    let pool = NodePoolSpec::new(
+        "default",
+        types(&[
+            TypeSpec::new("c5.xlarge", 4, 16, 1.0).zones(&["zone-a"]),
+            TypeSpec::new("m5.xlarge", 4, 16, 2.0).zones(&["zone-b", "zone-c"]),
+        ]),
+    );
+    let web = crate::scheduler::LabelSelector::matching([("app", "web")]);
+    let pods = (0..6)
+        .map(|i| {
+            let pod = pod(&format!("w{i}"), 1000).with_label("app", "web");
+            if spread(i) {
+                pod.with_spread(crate::scheduler::TopologySpreadConstraint::new(
+                    LABEL_TOPOLOGY_ZONE,
+                    1,
+                    web.clone(),
+                ))
+            } else {
+                pod
+            }
+        })
+        .collect();
+    input(pods, vec![pool])
+}
+
+#[test]
+fn given_a_zone_spread_over_zones_priced_apart_then_the_bound_buys_each_zone_its_share() {
+    // Each of the three zones holds at least two of the six pods: two cores in zone-a at
+    // 1.0 per four cores, two in each of the others at 2.0, or 0.5 + 1.0 + 1.0. Without the
+    // spread, all six cores would come from zone-a: 1.5.
+    let given = zones_priced_apart(|_| true);
+    let results = run(&given);
+    let bound = plan_lower_bound(&given, &results).expect("a bound");
+    assert!((bound.per_hour - 2.5).abs() < EPSILON, "{bound:?}");
+    assert!(results.estimated_cost() >= bound.per_hour - EPSILON);
+    let zones: Vec<&str> = bound.nodes.iter().map(|n| &*n.zone).collect();
+    assert_eq!(zones, ["zone-a", "zone-b", "zone-c"], "{bound:?}");
+}
+
+#[test]
+fn given_a_zone_spread_that_counts_pods_not_spread_then_the_bound_ignores_it() {
+    // The last pod carries no spread but the spread counts it: it may go anywhere, so the
+    // spread forces no share on any zone.
+    let given = zones_priced_apart(|i| i < 5);
+    let bound = plan_lower_bound(&given, &run(&given)).expect("a bound");
+    assert!((bound.per_hour - 1.5).abs() < EPSILON, "{bound:?}");
+}
+
+#[test]
+fn given_an_existing_node_then_zone_spread_adds_nothing_to_the_bound() {
+    // A node's pods count toward the spread, so the zones' shares of the new pods are not
+    // known without them: the bound leaves the spread out.
+    let mut given = zones_priced_apart(|_| true);
+    given.existing_nodes = vec![crate::scheduler::ExistingNode::new(
+        "node-a",
+        [(LABEL_TOPOLOGY_ZONE, "zone-a")],
+        ResourceList::new(),
+    )];
+    let bound = plan_lower_bound(&given, &run(&given)).expect("a bound");
+    assert!((bound.per_hour - 1.5).abs() < EPSILON, "{bound:?}");
+}

@@ -2,6 +2,7 @@
 //! with the builders of [`testing`](super::testing).
 
 mod bound;
+mod cost;
 mod existing;
 mod node_pools;
 mod packing;

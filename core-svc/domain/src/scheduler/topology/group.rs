@@ -1,11 +1,12 @@
 //! A topology group: the rule it enforces, the pods it counts, and its counts per domain.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Requirements};
+use crate::scheduler::ids::IdMap;
 use crate::scheduler::selector::{LabelSelector, NamespaceSet};
 
 /// An index into the topology's groups (or into its inverse groups).
@@ -76,7 +77,7 @@ pub(super) struct Group {
     /// Whether the key is the hostname, whose domains are nodes and need no narrowing.
     pub(super) hostname: bool,
     /// Selected pods per domain; absent means none.
-    pub(super) counts: HashMap<Domain, u32>,
+    pub(super) counts: IdMap<Domain, u32>,
     /// The sum of `counts`.
     pub(super) total: u64,
     /// For hostname groups, how many planned NodeClaims have each count (index 1 and up;
@@ -91,7 +92,7 @@ impl Group {
         Group {
             hostname: &*spec.key == LABEL_HOSTNAME,
             spec,
-            counts: HashMap::new(),
+            counts: IdMap::default(),
             total: 0,
             claims_with_count: Vec::new(),
         }
@@ -115,6 +116,30 @@ impl Group {
             self.claims_with_count[count] += 1;
             if count > 1 {
                 self.claims_with_count[count - 1] -= 1;
+            }
+        }
+    }
+
+    /// Counts one selected pod less in `domain`, which has one: a pod the improvement pass
+    /// moves off a planned NodeClaim.
+    pub(super) fn unrecord(&mut self, domain: Domain) {
+        let Some(count) = self.counts.get_mut(&domain) else {
+            return;
+        };
+        let before = *count as usize;
+        *count = count.saturating_sub(1);
+        if *count == 0 {
+            self.counts.remove(&domain);
+        }
+        self.total = self.total.saturating_sub(1);
+        if self.hostname && matches!(domain, Domain::Claim(_)) {
+            if let Some(with_before) = self.claims_with_count.get_mut(before) {
+                *with_before = with_before.saturating_sub(1);
+            }
+            if before > 1
+                && let Some(with_after) = self.claims_with_count.get_mut(before - 1)
+            {
+                *with_after += 1;
             }
         }
     }

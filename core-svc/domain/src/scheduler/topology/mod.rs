@@ -23,6 +23,29 @@ use crate::requirements::{AllowUndefined, Operator, Requirement, Requirements};
 use group::Group;
 pub(super) use group::{Domain, GroupId, GroupSpec, Rule, Violation};
 
+/// The domains one rule of a pod allows (see [`Topology::allowed_domains`]).
+#[derive(Debug, Clone)]
+pub(super) struct AllowedDomains {
+    /// The rule's key.
+    pub(super) key: Arc<str>,
+    /// The values it allows, sorted.
+    pub(super) values: Vec<Arc<str>>,
+    /// What placing the pod elsewhere would violate.
+    pub(super) violation: Violation,
+}
+
+impl AllowedDomains {
+    /// Whether a target whose requirements pin `key` to one value keeps the rule: `None`
+    /// when they do not pin it.
+    pub(super) fn allows(&self, requirements: &Requirements) -> Option<bool> {
+        let pinned = requirements
+            .get(&self.key)
+            .filter(|r| r.operator() == Operator::In && r.len() == 1)?;
+        let value = pinned.values().next()?;
+        Some(self.values.binary_search_by(|v| (**v).cmp(value)).is_ok())
+    }
+}
+
 /// What the topology needs to know about the pod being placed.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct PodTopology<'a> {
@@ -226,6 +249,68 @@ impl Topology {
         })
     }
 
+    /// Whether a planned NodeClaim whose hostname rules refuse the pod will refuse it for the
+    /// rest of the run: none of its hostname rules is an affinity (which a NodeClaim may come
+    /// to satisfy). Hostname spread and anti-affinity refuse a NodeClaim for the pods it
+    /// holds, and it only ever gains pods.
+    pub(super) fn hostname_refusals_are_final(&self, pod: &PodTopology<'_>) -> bool {
+        pod.owned.iter().all(|&id| {
+            let group = &self.groups[id];
+            !group.hostname || group.spec.rule != Rule::Affinity
+        })
+    }
+
+    /// For each of the pod's rules on a key other than hostname, the key, the values it
+    /// allows a target that constrains nothing, and the violation. A target pinned to one
+    /// value of each such key keeps the pod's rules exactly when each pinned value is among
+    /// its rule's: what [`Self::narrow`] decides for it, without its options or a copy of its
+    /// requirements.
+    pub(super) fn allowed_domains(&self, pod: &PodTopology<'_>) -> Vec<AllowedDomains> {
+        let unconstrained = Requirements::new();
+        let owned = pod.owned.iter().map(|&id| (&self.groups[id], id, false));
+        let inverse = pod
+            .inverse_selecting
+            .iter()
+            .map(|&id| (&self.inverse[id], id, true));
+        owned
+            .chain(inverse)
+            .filter(|(group, _, _)| !group.hostname)
+            .map(|(group, id, is_inverse)| {
+                let selects_itself = !is_inverse && pod.selected_by.contains(&id);
+                let mut values: Vec<Arc<str>> = self
+                    .candidates(
+                        group,
+                        selects_itself,
+                        is_inverse,
+                        pod.strict,
+                        &unconstrained,
+                    )
+                    .into_iter()
+                    .map(|d| self.values[d as usize].clone())
+                    .collect();
+                values.sort();
+                AllowedDomains {
+                    key: group.spec.key.clone(),
+                    values,
+                    violation: group.violation(is_inverse),
+                }
+            })
+            .collect()
+    }
+
+    /// How many rules the pod has on keys other than hostname.
+    pub(super) fn domain_rules(&self, pod: &PodTopology<'_>) -> usize {
+        pod.owned
+            .iter()
+            .filter(|&&id| !self.groups[id].hostname)
+            .count()
+            + pod
+                .inverse_selecting
+                .iter()
+                .filter(|&&id| !self.inverse[id].hostname)
+                .count()
+    }
+
     /// Whether the pod has rules on keys other than hostname.
     pub(super) fn has_domain_rules(&self, pod: &PodTopology<'_>) -> bool {
         pod.owned.iter().any(|&id| !self.groups[id].hostname)
@@ -361,6 +446,77 @@ impl Topology {
             requirements,
             allow,
         );
+    }
+
+    /// Undoes [`Self::record`] of a pod on the planned NodeClaim `host` for its hostname
+    /// groups: the pod is moving to another NodeClaim. Its other groups keep their counts, as
+    /// the pod keeps its domain of their keys.
+    pub(super) fn unrecord_hostname(
+        &mut self,
+        selected_by: &[GroupId],
+        inverse_owned: &[GroupId],
+        host: Domain,
+    ) {
+        for &id in selected_by {
+            if self.groups[id].hostname {
+                self.groups[id].unrecord(host);
+            }
+        }
+        for &id in inverse_owned {
+            if self.inverse[id].hostname {
+                self.inverse[id].unrecord(host);
+            }
+        }
+    }
+
+    /// Records a pod on the planned NodeClaim `host` for its hostname groups only: undoes
+    /// [`Self::unrecord_hostname`].
+    pub(super) fn record_hostname(
+        &mut self,
+        selected_by: &[GroupId],
+        inverse_owned: &[GroupId],
+        host: Domain,
+    ) {
+        for &id in selected_by {
+            if self.groups[id].hostname {
+                self.groups[id].record(host);
+            }
+        }
+        for &id in inverse_owned {
+            if self.inverse[id].hostname {
+                self.inverse[id].record(host);
+            }
+        }
+    }
+
+    /// Whether group `id` is on hostname.
+    pub(super) fn is_hostname(&self, id: GroupId) -> bool {
+        self.groups[id].hostname
+    }
+
+    /// Whether inverse group `id` is on hostname.
+    pub(super) fn inverse_is_hostname(&self, id: GroupId) -> bool {
+        self.inverse[id].hostname
+    }
+
+    /// The key of group `id`.
+    pub(super) fn key(&self, id: GroupId) -> &Arc<str> {
+        &self.groups[id].spec.key
+    }
+
+    /// The key of inverse group `id`.
+    pub(super) fn inverse_key(&self, id: GroupId) -> &Arc<str> {
+        &self.inverse[id].spec.key
+    }
+
+    /// Whether group `id` is an affinity.
+    pub(super) fn is_affinity(&self, id: GroupId) -> bool {
+        self.groups[id].spec.rule == Rule::Affinity
+    }
+
+    /// Whether group `id` counts only pods on some nodes (a spread's node filter).
+    pub(super) fn has_node_filter(&self, id: GroupId) -> bool {
+        !self.groups[id].spec.node_filter.is_empty()
     }
 
     fn record_with(

@@ -1,0 +1,187 @@
+//! Cost-aware packing: how far a planned NodeClaim may grow before adding pods to it costs
+//! more than opening another.
+//!
+//! # Why
+//!
+//! First-fit decreasing puts every pod into the emptiest planned NodeClaim that can still
+//! hold it, whatever that does to its options. A NodeClaim keeps growing until only the very
+//! largest types can hold it, and those are rarely priced like the rest: a thousand plain pods
+//! end on three giant nodes at fifteen times what covering their requests could cost
+//! ([`super::bound`]). Upstream packs the same way and leaves the difference to
+//! consolidation; deciding it here means launching the right capacity the first time.
+//!
+//! # The model
+//!
+//! A NodeClaim is opened for a pod. Each of its options is weighed by what it costs per pod
+//! like that one it could hold: its price (at the NodeClaim's requirements: its zone, spot if
+//! allowed) over how many such pods its allocatable, less the NodePool's DaemonSets, holds
+//! (fractions allowed, the fewest over the resources the pod requests). The NodeClaim keeps
+//! as *efficient* the options within [`SLACK`] of the best of them. The pods that follow are
+//! mostly of the same deployment or of similar size (placement goes largest first), so the
+//! first pod's shape stands for theirs.
+//!
+//! The reference is the NodeClaim's own first options, not the whole catalogue, so that a
+//! NodeClaim whose first pod needs a GPU, a zone, an architecture or a giant type is compared
+//! with what such pods can have. An add that would leave none of the efficient options is
+//! refused and the pod goes to another NodeClaim or a new one; when nothing else can take it
+//! (the NodePool's limits leave no room for a new NodeClaim) the add is accepted after all,
+//! so cost never makes a pod unschedulable. The options themselves are untouched: a
+//! NodeClaim still launches as the cheapest type that holds its pods, and CreateFleet still
+//! chooses among all of them.
+//!
+//! Burstable types are never the reference, as they are not in the bound (see
+//! [`super::bound`]): their nominal cpu is not what a sustained workload gets. They stay
+//! options like any other.
+
+use std::sync::Arc;
+
+use crate::requirements::Requirements;
+use crate::scheduler::bits::Bits;
+use crate::scheduler::bound::{asks_for, is_burstable};
+use crate::scheduler::catalog::{Catalog, PriceTable};
+use crate::scheduler::fit::{Demand, Fixed};
+use crate::scheduler::ids::IdMap;
+
+/// How much worse than the best of its first options a NodeClaim's cheapest way to hold its
+/// pods may get before a pod is sent elsewhere: options within this factor of the best cost
+/// ratio are efficient.
+pub(super) const SLACK: f64 = 1.10;
+
+/// A NodePool's types as cost-aware packing weighs them.
+#[derive(Debug)]
+pub(super) struct PoolCost {
+    /// What a node of each catalogue type has for pods once the NodePool's DaemonSets run;
+    /// `None` for a type that is never a reference (burstable, or unable to hold the
+    /// DaemonSets).
+    supply: Vec<Option<Fixed>>,
+    /// The caps worked out so far, by (price table, first pod's requests, options): the
+    /// NodeClaims opened for the pods of one deployment in one zone all start alike, and
+    /// weighing every option is most of what opening a NodeClaim costs.
+    known: IdMap<(u32, [i64; 4], Bits), Option<CostCap>>,
+}
+
+impl PoolCost {
+    /// The types of `catalog`, a NodePool with template `base` and DaemonSet overhead
+    /// `daemon`.
+    pub(super) fn new(catalog: &Catalog, base: &Requirements, daemon: &Demand) -> Self {
+        let supply = (0..catalog.len())
+            .map(|i| {
+                let instance_type = catalog.instance_type(i);
+                if is_burstable(instance_type) && !asks_for(base, instance_type) {
+                    return None;
+                }
+                let allocatable = catalog.allocatable(i);
+                daemon
+                    .fixed
+                    .fits_in(allocatable)
+                    .then(|| allocatable.minus(&daemon.fixed))
+            })
+            .collect();
+        PoolCost {
+            supply,
+            known: IdMap::default(),
+        }
+    }
+
+    /// The efficient options of a NodeClaim just opened with `options` for a pod requesting
+    /// `first`, at `prices` (at the NodeClaim's requirements); `None` when none of them can
+    /// be weighed.
+    pub(super) fn cap(
+        &mut self,
+        options: &Bits,
+        prices: &PriceTable,
+        first: &Fixed,
+        catalog: &Catalog,
+    ) -> Option<CostCap> {
+        let Some(id) = prices.id else {
+            return self.weigh(options, &prices.prices, first, catalog);
+        };
+        let key = (id, first.amounts(), options.clone());
+        if let Some(known) = self.known.get(&key) {
+            return known.clone();
+        }
+        let cap = self.weigh(options, &prices.prices, first, catalog);
+        self.known.insert(key, cap.clone());
+        cap
+    }
+
+    fn weigh(
+        &self,
+        options: &Bits,
+        prices: &[f64],
+        first: &Fixed,
+        catalog: &Catalog,
+    ) -> Option<CostCap> {
+        let per_pod = |i: usize| {
+            let supply = self.supply.get(i)?.as_ref()?;
+            let price = prices.get(i).copied().filter(|p| p.is_finite())?;
+            Some(price / copies(supply, first)?)
+        };
+        let best = options.iter().filter_map(per_pod).min_by(f64::total_cmp)?;
+        let mut efficient = Bits::empty(catalog.len());
+        for i in options.iter() {
+            if per_pod(i).is_some_and(|price| price <= best * SLACK) {
+                efficient.insert(i);
+            }
+        }
+        Some(CostCap::of(efficient, catalog))
+    }
+}
+
+/// How many pods requesting `pod` a node with `supply` holds, fractions allowed: the fewest
+/// over the resources the pod requests. `None` when it requests nothing.
+fn copies(supply: &Fixed, pod: &Fixed) -> Option<f64> {
+    supply
+        .amounts()
+        .iter()
+        .zip(pod.amounts())
+        .filter(|(_, wanted)| *wanted > 0)
+        .map(|(has, wanted)| *has as f64 / wanted as f64)
+        .min_by(f64::total_cmp)
+        .filter(|copies| *copies > 0.0)
+}
+
+/// What a planned NodeClaim may still grow into: its efficient options that remain.
+#[derive(Debug, Clone)]
+pub(super) struct CostCap {
+    /// The efficient options that still hold the NodeClaim's pods; never empty.
+    efficient: Arc<Bits>,
+    /// The largest allocatable of each resource among them: a demand that exceeds it is
+    /// refused without looking at the options.
+    largest: Fixed,
+}
+
+impl CostCap {
+    fn of(efficient: Bits, catalog: &Catalog) -> Self {
+        let largest = efficient.iter().fold(Fixed::ZERO, |largest, i| {
+            largest.max(catalog.allocatable(i))
+        });
+        CostCap {
+            efficient: Arc::new(efficient),
+            largest,
+        }
+    }
+
+    /// The efficient options.
+    pub(super) fn efficient(&self) -> &Bits {
+        &self.efficient
+    }
+
+    /// Whether a NodeClaim whose pods and DaemonSets request `demand` may still be efficient.
+    pub(super) fn may_hold(&self, demand: &Fixed) -> bool {
+        demand.fits_in(&self.largest)
+    }
+
+    /// The cap once the NodeClaim's options are `options`, or `None` when none of them is
+    /// efficient any more: the add that leaves them is refused.
+    pub(super) fn narrowed(&self, options: &Bits, catalog: &Catalog) -> Option<CostCap> {
+        if !options.intersects(&self.efficient) {
+            return None;
+        }
+        let remaining = options.and(&self.efficient);
+        if remaining == *self.efficient {
+            return Some(self.clone());
+        }
+        Some(CostCap::of(remaining, catalog))
+    }
+}

@@ -1,0 +1,341 @@
+//! The improvement pass: after every pod is placed, the planned NodeClaims that waste the
+//! most are emptied a few at a time and their pods placed again onto new NodeClaims of the
+//! same NodePool, by the same rules as the first placement; the change is kept only when the
+//! new NodeClaims cost less than the ones they replace. A split (one NodeClaim into cheaper
+//! ones) and a merge (several small ones into one) are both such a change.
+//!
+//! # What may move
+//!
+//! A pod moves only where that cannot break a rule that another pod kept when it was placed:
+//!
+//! - a pod selected by an affinity (of any key) stays, since the pod that joined it relies on
+//!   it being where it is; so does a pod with a hostname affinity of its own, and one counted
+//!   by a hostname spread that counts only some nodes (its node filter);
+//! - a pod keeps its domain for every key other than hostname that a rule it is involved in
+//!   names (its zone, say): the NodeClaims it is placed on again are given its NodeClaim's
+//!   requirement on that key, so the counts of those rules do not change;
+//! - its hostname counts move with it, and placing it again checks its hostname rules and
+//!   the anti-affinity of the pods already on the NodeClaim as the first placement does.
+//!
+//! A NodeClaim is emptied only when all its pods may move. The pods are placed again from
+//! their full preferences, relaxing as the first placement does; when one cannot be placed,
+//! or the result does not cost less, everything is put back as it was.
+//!
+//! # How much
+//!
+//! The pass is bounded by work, not time, so that it stays a pure function of its input: it
+//! moves at most [`BUDGET`] times as many pods as the run placed on new NodeClaims.
+
+use crate::requirements::Requirements;
+use crate::scheduler::PreferencePolicy;
+use crate::scheduler::nodeclaim::Candidate;
+use crate::scheduler::plan::PodPlan;
+use crate::scheduler::preferences::Relaxation;
+use crate::scheduler::queue::placement_order;
+use crate::scheduler::solver::{Solver, State};
+use crate::scheduler::topology::{GroupId, PodTopology, Topology};
+
+/// How many NodeClaims are emptied and refilled together.
+const BATCH: usize = 8;
+
+/// The pass moves at most one pod in this many of those placed on new NodeClaims, beyond
+/// the whole refill of a NodePool with few pods.
+const BUDGET_DIVISOR: usize = 4;
+
+/// A NodePool with at most this many pods on new NodeClaims is refilled whole.
+const WHOLE: usize = 1000;
+
+/// NodeClaims whose most used resource uses less than this share of their cheapest option
+/// are the ones worth emptying.
+const HALF: f64 = 0.5;
+
+/// A change must save at least this much per hour: prices are floating point.
+const SAVING: f64 = 1e-9;
+
+impl Solver<'_> {
+    /// Improves the planned NodeClaims as the module documentation says.
+    pub(super) fn improve(&mut self, policy: PreferencePolicy) {
+        if !self.state.cost_aware || self.state.claims.is_empty() {
+            return;
+        }
+        let mut rank = vec![0; self.plans.len()];
+        for (position, pod) in placement_order(&self.plans).into_iter().enumerate() {
+            rank[pod] = position;
+        }
+        let movable: Vec<bool> = self.plans.iter().map(|p| self.state.movable(p)).collect();
+        let mut by_pool: Vec<Vec<u32>> = vec![Vec::new(); self.state.pools.len()];
+        let mut placed = 0;
+        for (index, claim) in self.state.claims.iter().enumerate() {
+            placed += claim.pods.len();
+            if !claim.retired && claim.pods.iter().all(|&pod| movable[pod]) {
+                by_pool[claim.pool].push(u32::try_from(index).unwrap_or(u32::MAX));
+            }
+        }
+        let mut budget = placed / BUDGET_DIVISOR;
+        for (pool, claims) in by_pool.into_iter().enumerate() {
+            let pods: usize = claims
+                .iter()
+                .map(|&i| self.state.claims[i as usize].pods.len())
+                .sum();
+            if pods == 0 {
+                continue;
+            }
+            // Few enough pods: upstream's packing of all of them, whole, which the caps
+            // may have beaten or not. Then no plan of these pods costs more than upstream's.
+            if pods <= WHOLE && self.refill(pool, &claims, &rank, policy, false) {
+                continue;
+            }
+            let mut wasteful: Vec<(f64, u32)> = claims
+                .iter()
+                .filter_map(|&index| {
+                    let (price, used) = self.state.usage(index as usize)?;
+                    (used < HALF).then_some((price * (1.0 - used), index))
+                })
+                .collect();
+            wasteful.sort_by(|(a, i), (b, j)| b.total_cmp(a).then(i.cmp(j)));
+            for batch in wasteful.chunks(BATCH) {
+                let indices: Vec<u32> = batch.iter().map(|(_, index)| *index).collect();
+                let pods: usize = indices
+                    .iter()
+                    .map(|&i| self.state.claims[i as usize].pods.len())
+                    .sum();
+                if pods > budget {
+                    break;
+                }
+                budget -= pods;
+                // Upstream's packing first: where the caps split pods that one larger node
+                // holds for less, it merges them back; then the caps again, which may split
+                // what was merged.
+                let _ = self.refill(pool, &indices, &rank, policy, false)
+                    || self.refill(pool, &indices, &rank, policy, true);
+            }
+        }
+    }
+
+    /// Empties the NodeClaims `indices` of NodePool `pool` and places their pods again on new
+    /// NodeClaims, keeping the change if it costs less. Returns whether it did.
+    fn refill(
+        &mut self,
+        pool: usize,
+        indices: &[u32],
+        rank: &[usize],
+        policy: PreferencePolicy,
+        capped: bool,
+    ) -> bool {
+        let plans = &self.plans;
+        let state = &mut self.state;
+        let cost_aware = std::mem::replace(&mut state.cost_aware, capped);
+        let before: f64 = indices.iter().map(|&i| state.price(i as usize)).sum();
+        if !before.is_finite() {
+            return false;
+        }
+        let limits = state.pools[pool].snapshot();
+        let mut moving: Vec<(usize, Requirements)> = Vec::new();
+        for &index in indices {
+            let claim = &state.claims[index as usize];
+            for &pod in &claim.pods {
+                moving.push((pod, state.pins(&plans[pod], &claim.requirements)));
+            }
+        }
+        moving.sort_by_key(|(pod, _)| rank[*pod]);
+        for &index in indices {
+            state.take_out(index as usize, plans);
+        }
+        let first_new = state.claims.len();
+        let placed = moving.iter().all(|(pod, pins)| {
+            state.place_again(*pod, &plans[*pod], pins, pool, first_new, policy)
+        });
+        state.cost_aware = cost_aware;
+        let after: f64 = (first_new..state.claims.len())
+            .map(|i| state.price(i))
+            .sum();
+        if placed && after < before - SAVING {
+            return true;
+        }
+        for index in first_new..state.claims.len() {
+            state.take_out(index, plans);
+        }
+        state.claims.truncate(first_new);
+        for &index in indices {
+            state.put_in(index as usize, plans);
+        }
+        state.pools[pool].restore(limits);
+        false
+    }
+}
+
+impl State<'_> {
+    /// Whether the improvement pass may move the pod (see the module documentation).
+    fn movable(&self, plan: &PodPlan<'_>) -> bool {
+        let topology = &self.topology;
+        !plan.selected_by.iter().any(|&g| {
+            topology.is_affinity(g) || (topology.is_hostname(g) && topology.has_node_filter(g))
+        }) && !plan
+            .every_owned()
+            .any(|g| topology.is_hostname(g) && topology.is_affinity(g))
+    }
+
+    /// The requirements of the pod's NodeClaim (`requirements`) on every key other than
+    /// hostname that a rule the pod is involved in names: where it must stay.
+    fn pins(&self, plan: &PodPlan<'_>, requirements: &Requirements) -> Requirements {
+        let topology = &self.topology;
+        let keys = plan
+            .every_owned()
+            .chain(plan.selected_by.iter().copied())
+            .filter(|&g| !topology.is_hostname(g))
+            .map(|g| topology.key(g))
+            .chain(
+                plan.inverse_owned
+                    .iter()
+                    .chain(&plan.inverse_selecting)
+                    .filter(|&&g| !topology.inverse_is_hostname(g))
+                    .map(|&g| topology.inverse_key(g)),
+            );
+        let mut pins = Requirements::new();
+        for key in keys {
+            if let Some(requirement) = requirements.get(key) {
+                pins.add(requirement.clone());
+            }
+        }
+        pins
+    }
+
+    /// What the planned NodeClaim `index` costs an hour if it launches as its cheapest
+    /// option (as `PlannedNodeClaim::cheapest_price` reads it).
+    pub(super) fn price(&mut self, index: usize) -> f64 {
+        self.cheapest(index)
+            .map_or(f64::INFINITY, |(_, price)| price)
+    }
+
+    /// The cheapest option of the planned NodeClaim `index` and its price.
+    fn cheapest(&mut self, index: usize) -> Option<(usize, f64)> {
+        let claim = &self.claims[index];
+        let pool = &mut self.pools[claim.pool];
+        pool.catalog
+            .price_order(&claim.requirements, &self.dims)
+            .iter()
+            .find(|(i, _)| claim.options.contains(*i as usize))
+            .map(|&(i, price)| (i as usize, price))
+    }
+
+    /// The price of the planned NodeClaim `index` and how much of its cheapest option its
+    /// most used resource uses (a share).
+    fn usage(&mut self, index: usize) -> Option<(f64, f64)> {
+        let (cheapest, price) = self.cheapest(index)?;
+        let claim = &self.claims[index];
+        let allocatable = self.pools[claim.pool]
+            .catalog
+            .allocatable(cheapest)
+            .amounts();
+        let used = claim
+            .demand
+            .fixed
+            .amounts()
+            .iter()
+            .zip(allocatable)
+            .filter(|(_, has)| *has > 0)
+            .map(|(wants, has)| *wants as f64 / has as f64)
+            .fold(0.0, f64::max);
+        Some((price, used.min(1.0)))
+    }
+
+    /// Takes the planned NodeClaim `index` out of the plan, its pods with it.
+    fn take_out(&mut self, index: usize, plans: &[PodPlan<'_>]) {
+        let claim = &mut self.claims[index];
+        let host = claim.host();
+        for &pod in &claim.pods {
+            let plan = &plans[pod];
+            self.topology
+                .unrecord_hostname(&plan.selected_by, &plan.inverse_owned, host);
+        }
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        self.claim_order.remove(&(claim.pods.len(), index));
+        self.pools[claim.pool].release(&claim.reserved);
+        claim.retired = true;
+    }
+
+    /// Puts back a planned NodeClaim [`Self::take_out`] took out (its NodePool's limits are
+    /// restored by the caller).
+    fn put_in(&mut self, index: usize, plans: &[PodPlan<'_>]) {
+        let claim = &mut self.claims[index];
+        let host = claim.host();
+        for &pod in &claim.pods {
+            let plan = &plans[pod];
+            self.topology
+                .record_hostname(&plan.selected_by, &plan.inverse_owned, host);
+        }
+        let index = u32::try_from(index).unwrap_or(u32::MAX);
+        self.claim_order.insert((claim.pods.len(), index));
+        claim.retired = false;
+    }
+
+    /// Places the pod again, on a planned NodeClaim of NodePool `pool` from `first_new` on or
+    /// a new one, within `pins`, relaxing its preferences as its first placement did.
+    fn place_again(
+        &mut self,
+        pod: usize,
+        plan: &PodPlan<'_>,
+        pins: &Requirements,
+        pool: usize,
+        first_new: usize,
+        policy: PreferencePolicy,
+    ) -> bool {
+        let from = u32::try_from(first_new).unwrap_or(u32::MAX);
+        let selected_by = hostname(&self.topology, &plan.selected_by, false);
+        let inverse_selecting = hostname(&self.topology, &plan.inverse_selecting, true);
+        let inverse_owned = hostname(&self.topology, &plan.inverse_owned, true);
+        let mut relaxation = match policy {
+            PreferencePolicy::Respect => Relaxation::default(),
+            PreferencePolicy::Ignore => Relaxation::ignoring_preferences(&plan.relaxable),
+        };
+        loop {
+            let mut constraints = plan.constraints(&relaxation);
+            if constraints.requirements.is_compatible(pins, self.allow) {
+                constraints.requirements.add_all(pins);
+                // Rules on other keys hold: the pod keeps its domains of their keys.
+                let owned = hostname(&self.topology, &constraints.owned, false);
+                let candidate = Candidate {
+                    constraints: &constraints,
+                    topology: PodTopology {
+                        owned: &owned,
+                        selected_by: &selected_by,
+                        inverse_selecting: &inverse_selecting,
+                        inverse_owned: &inverse_owned,
+                        strict: &constraints.strict,
+                    },
+                    demand: &plan.demand,
+                    host_ports: &plan.pod.host_ports,
+                    tolerations: &plan.pod.tolerations,
+                    class: None,
+                    allowed: &[],
+                };
+                if self
+                    .add_to_claim(pod, &candidate, Some(pool), from, self.cost_aware)
+                    .is_ok()
+                    || self.launch(pool, pod, plan, &candidate).is_ok()
+                {
+                    return true;
+                }
+            }
+            match relaxation.next(&plan.relaxable) {
+                Some(next) => relaxation = next,
+                None => return false,
+            }
+        }
+    }
+}
+
+/// The hostname groups of `groups` (inverse groups when `inverse`).
+fn hostname(topology: &Topology, groups: &[GroupId], inverse: bool) -> Vec<GroupId> {
+    groups
+        .iter()
+        .copied()
+        .filter(|&g| {
+            if inverse {
+                topology.inverse_is_hostname(g)
+            } else {
+                topology.is_hostname(g)
+            }
+        })
+        .collect()
+}

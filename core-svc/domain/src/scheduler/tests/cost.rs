@@ -1,0 +1,240 @@
+//! Cost-aware packing: NodeClaims stop growing where growing costs more than opening
+//! another, never at the price of a constraint, and never cost more than first-fit packing.
+
+use proptest::prelude::*;
+
+use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
+use crate::resources::ResourceList;
+use crate::scheduler::testing::{TypeSpec, catalogue, input, pod, resources, run};
+use crate::scheduler::{
+    LabelSelector, Limits, NodePoolSpec, Packing, Pod, PodAffinityTerm, SchedulingInput,
+    SchedulingResults, TopologySpreadConstraint, solve_with,
+};
+
+/// A small type priced by size and a giant one at twice that rate, as the largest types of
+/// a real catalogue often are (metal, the newest generations, the last spot capacity).
+fn small_and_giant() -> NodePoolSpec {
+    let types = [
+        TypeSpec::new("c5.xlarge", 4, 8, 0.20),
+        TypeSpec::new("c5.24xlarge", 96, 192, 9.60),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    NodePoolSpec::new("default", types)
+}
+
+fn cheapest_types(results: &SchedulingResults) -> Vec<&str> {
+    results
+        .new_node_claims
+        .iter()
+        .filter_map(|c| c.instance_types.first().map(|t| t.name()))
+        .collect()
+}
+
+#[test]
+fn given_pods_that_fill_a_giant_type_when_solved_then_small_nodes_hold_them_for_less() {
+    let pods: Vec<Pod> = (0..40).map(|i| pod(&format!("p{i:02}"), 1000)).collect();
+    let given = input(pods, vec![small_and_giant()]);
+
+    let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+    assert_eq!(
+        cheapest_types(&first_fit),
+        ["c5.24xlarge"],
+        "first-fit grows one NodeClaim until only the giant holds it"
+    );
+
+    let cost_aware = run(&given);
+    assert!(cost_aware.unschedulable.is_empty());
+    assert_eq!(cost_aware.placed_pod_count(), 40);
+    assert!(
+        cheapest_types(&cost_aware)
+            .iter()
+            .all(|t| *t == "c5.xlarge"),
+        "{:?}",
+        cheapest_types(&cost_aware)
+    );
+    assert!(
+        cost_aware.estimated_cost() < first_fit.estimated_cost() / 2.0,
+        "{} against {}",
+        cost_aware.estimated_cost(),
+        first_fit.estimated_cost()
+    );
+    // The giant stays an option of every NodeClaim that it can hold: CreateFleet still
+    // chooses among every type that fits, cheapest first.
+    assert!(
+        cost_aware
+            .new_node_claims
+            .iter()
+            .all(|c| c.instance_types.iter().any(|t| t.name() == "c5.24xlarge"))
+    );
+}
+
+#[test]
+fn given_a_nodepool_with_room_for_one_node_when_solved_then_cost_never_leaves_a_pod_behind() {
+    let pods: Vec<Pod> = (0..40).map(|i| pod(&format!("p{i:02}"), 1000)).collect();
+    let pool = small_and_giant().with_limits(Limits::none().with_nodes(1), ResourceList::new());
+    let results = run(&input(pods, vec![pool]));
+    assert!(
+        results.unschedulable.is_empty(),
+        "{:?}",
+        results.unschedulable
+    );
+    assert_eq!(cheapest_types(&results), ["c5.24xlarge"]);
+}
+
+#[test]
+fn given_pods_that_fit_what_is_already_bought_when_solved_then_no_second_node_is_opened() {
+    // Two 1-core pods fit the cheapest type that holds the first four: opening another node
+    // for them would cost more.
+    let pods: Vec<Pod> = (0..6)
+        .map(|i| pod(&format!("p{i}"), if i < 4 { 1500 } else { 250 }))
+        .collect();
+    let results = run(&input(
+        pods,
+        vec![NodePoolSpec::new("default", catalogue())],
+    ));
+    assert!(results.unschedulable.is_empty());
+    assert_eq!(results.node_count(), 1, "{:?}", cheapest_types(&results));
+}
+
+/// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
+fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
+    let name = format!("app{app}");
+    let selector = LabelSelector::matching([("app", name.as_str())]);
+    (0..replicas)
+        .map(|r| {
+            let pod = Pod::new("default", &format!("{name}-{r}"))
+                .with_label("app", &name)
+                .with_label("rule", &rule.to_string())
+                .with_requests(resources(cpu_millis, memory_gib));
+            match rule {
+                1 => pod.with_spread(TopologySpreadConstraint::new(
+                    LABEL_TOPOLOGY_ZONE,
+                    1,
+                    selector.clone(),
+                )),
+                2 => pod.with_anti_affinity(PodAffinityTerm::new(LABEL_HOSTNAME, selector.clone())),
+                _ => pod,
+            }
+        })
+        .collect()
+}
+
+fn deployments() -> impl Strategy<Value = Vec<Pod>> {
+    prop::collection::vec((1usize..12, 0usize..6, 0usize..3, 0u8..3), 1..6).prop_map(|specs| {
+        const SIZES: [(i64, i64); 6] = [
+            (100, 1),
+            (250, 1),
+            (500, 1),
+            (1000, 2),
+            (2000, 4),
+            (1000, 8),
+        ];
+        specs
+            .into_iter()
+            .enumerate()
+            .flat_map(|(app, (replicas, size, _, rule))| {
+                let (cpu, memory) = SIZES[size];
+                deployment(app, replicas, cpu, memory, rule)
+            })
+            .collect()
+    })
+}
+
+fn pools() -> impl Strategy<Value = NodePoolSpec> {
+    prop_oneof![
+        Just(NodePoolSpec::new("default", catalogue())),
+        Just(small_and_giant()),
+    ]
+}
+
+/// Every hard rule a plan must keep, checked from the outside: what each NodeClaim's pods
+/// request fits its cheapest option, no two pods of a deployment with hostname
+/// anti-affinity share a NodeClaim, and zone spread keeps each deployment's zones within
+/// one pod of each other.
+fn assert_valid(given: &SchedulingInput, results: &SchedulingResults) {
+    for claim in &results.new_node_claims {
+        let cheapest = claim
+            .instance_types
+            .first()
+            .expect("a NodeClaim has options");
+        assert!(
+            crate::resources::fits(&claim.requests, cheapest.allocatable()).is_ok(),
+            "{:?} in {}",
+            claim.requests,
+            cheapest.name()
+        );
+    }
+    let pod_of = |id: &crate::scheduler::PodId| {
+        given
+            .pods
+            .iter()
+            .find(|p| p.id == *id)
+            .expect("a placed pod is an input pod")
+    };
+    let mut zone_counts: std::collections::BTreeMap<(String, String), usize> = Default::default();
+    for claim in &results.new_node_claims {
+        let mut apps = std::collections::BTreeSet::new();
+        let zone = claim
+            .requirements
+            .get(LABEL_TOPOLOGY_ZONE)
+            .map(|r| r.values().collect::<Vec<_>>().join(","))
+            .unwrap_or_default();
+        for id in &claim.pods {
+            let pod = pod_of(id);
+            let app = pod.labels.get("app").cloned().unwrap_or_default();
+            let rule = pod.labels.get("rule").map(String::as_str);
+            if rule == Some("2") {
+                assert!(
+                    apps.insert(app.clone()),
+                    "two pods of {app} share a NodeClaim"
+                );
+            }
+            if rule == Some("1") {
+                assert!(
+                    !zone.contains(','),
+                    "a zone-spread pod on a NodeClaim of zones {zone}"
+                );
+                *zone_counts.entry((app, zone.clone())).or_default() += 1;
+            }
+        }
+    }
+    let mut by_app: std::collections::BTreeMap<&str, Vec<usize>> = Default::default();
+    for ((app, _), count) in &zone_counts {
+        by_app.entry(app).or_default().push(*count);
+    }
+    for (app, counts) in by_app {
+        let zones = crate::scheduler::testing::ZONES.len();
+        let min = if counts.len() < zones {
+            0
+        } else {
+            *counts.iter().min().unwrap_or(&0)
+        };
+        let max = *counts.iter().max().unwrap_or(&0);
+        assert!(max - min <= 1, "{app} spreads {counts:?} over the zones");
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    #[test]
+    fn cost_aware_packing_keeps_every_rule_and_never_costs_more_than_first_fit(
+        pods in deployments(),
+        pool in pools(),
+    ) {
+        let given = input(pods, vec![pool]);
+        let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+        let cost_aware = solve_with(&given, Packing::CostAware).expect("valid input");
+        assert_valid(&given, &first_fit);
+        assert_valid(&given, &cost_aware);
+        prop_assert!(cost_aware.placed_pod_count() >= first_fit.placed_pod_count());
+        prop_assert!(
+            cost_aware.estimated_cost() <= first_fit.estimated_cost() + 1e-9,
+            "cost-aware {} against first-fit {}",
+            cost_aware.estimated_cost(),
+            first_fit.estimated_cost()
+        );
+    }
+}
