@@ -21,6 +21,7 @@
 pub mod events;
 pub mod requests;
 mod slim;
+mod store;
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
@@ -40,7 +41,6 @@ use kube::Resource;
 use kube::api::{DynamicObject, GroupVersionKind};
 use kube::core::params::GetParams;
 use kube::core::{Request, Status};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use serde::Serialize;
@@ -51,6 +51,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::requests::{Target, cluster_error, eviction_error};
+use self::store::{Store, Writer};
 use super::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot, sort_key,
 };
@@ -139,7 +140,7 @@ struct Reflected<K: Resource + 'static>
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    store: Store<K>,
+    store: Arc<Store<K>>,
     dyntype: K::DynamicType,
     overlay: Mutex<BTreeMap<(String, String), Overlaid<K>>>,
     /// What is dropped from an object before it is cached (store and overlay alike).
@@ -176,7 +177,7 @@ where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
-    fn new(store: Store<K>, dyntype: K::DynamicType, slim: fn(&mut K)) -> Self {
+    fn new(store: Arc<Store<K>>, dyntype: K::DynamicType, slim: fn(&mut K)) -> Self {
         Self {
             store,
             dyntype,
@@ -186,12 +187,11 @@ where
     }
 
     /// The store's objects with the overlay laid over them, in (namespace, name) order;
-    /// overlay entries the store has caught up with are dropped. The store's `Arc`s are
-    /// sorted in place by borrowed keys, so a snapshot of the whole cluster allocates one
-    /// vector per kind and copies no object and no name.
+    /// overlay entries the store has caught up with are dropped. The store keeps its `Arc`s
+    /// in that order, so a snapshot of the whole cluster allocates one vector per kind and
+    /// copies no object and no name.
     fn view(&self, now: Instant) -> Vec<Arc<K>> {
         let mut objects = self.store.state();
-        objects.sort_unstable_by(|a, b| sort_key(a.as_ref()).cmp(&sort_key(b.as_ref())));
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
         overlay.retain(|(namespace, name), entry| {
             let found = objects.binary_search_by(|object| {
@@ -263,20 +263,20 @@ where
         changes: &Arc<Changes>,
         slim: fn(&mut K),
     ) -> (Self, JoinHandle<()>) {
-        let writer = reflector::store::Writer::new(dyntype.clone());
-        let store = writer.as_reader();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(slim),
-        );
+        let store = Arc::new(Store::new());
+        let mut writer = Writer::new(Arc::clone(&store));
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(slim);
         let changes = Arc::clone(changes);
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changes.bump(),
+                    Ok(event) => {
+                        writer.apply(event);
+                        changes.bump();
+                    }
                     // The watcher relists on its own (with backoff); the store keeps what it
                     // had meanwhile.
                     Err(error) => {
@@ -404,8 +404,7 @@ impl KubeCluster {
     /// Waits until every reflector has its first complete list.
     pub async fn wait_synced(&self) {
         async fn ready<K: ClusterObject>(cluster: &KubeCluster) {
-            // A dropped writer means the task ended, which only happens at shutdown.
-            let _ = cluster.reflected::<K>().store.wait_until_ready().await;
+            cluster.reflected::<K>().store.wait_until_ready().await;
         }
         ready::<NodePool>(self).await;
         ready::<NodeClaim>(self).await;
@@ -415,7 +414,7 @@ impl KubeCluster {
         ready::<DaemonSet>(self).await;
         ready::<PriorityClass>(self).await;
         for reflected in &self.shared.node_classes {
-            let _ = reflected.store.wait_until_ready().await;
+            reflected.store.wait_until_ready().await;
         }
     }
 
