@@ -20,6 +20,8 @@
 
 pub mod events;
 pub mod requests;
+mod slim;
+mod store;
 
 use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
@@ -39,7 +41,6 @@ use kube::Resource;
 use kube::api::{DynamicObject, GroupVersionKind};
 use kube::core::params::GetParams;
 use kube::core::{Request, Status};
-use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
 use serde::Serialize;
@@ -50,6 +51,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use self::requests::{Target, cluster_error, eviction_error};
+use self::store::{Store, Writer};
 use super::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot, sort_key,
 };
@@ -138,9 +140,11 @@ struct Reflected<K: Resource + 'static>
 where
     K::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    store: Store<K>,
+    store: Arc<Store<K>>,
     dyntype: K::DynamicType,
     overlay: Mutex<BTreeMap<(String, String), Overlaid<K>>>,
+    /// What is dropped from an object before it is cached (store and overlay alike).
+    slim: fn(&mut K),
 }
 
 enum Overlaid<K> {
@@ -173,26 +177,27 @@ where
     K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
     K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
 {
-    fn new(store: Store<K>, dyntype: K::DynamicType) -> Self {
+    fn new(store: Arc<Store<K>>, dyntype: K::DynamicType, slim: fn(&mut K)) -> Self {
         Self {
             store,
             dyntype,
             overlay: Mutex::new(BTreeMap::new()),
+            slim,
         }
     }
 
     /// The store's objects with the overlay laid over them, in (namespace, name) order;
-    /// overlay entries the store has caught up with are dropped.
+    /// overlay entries the store has caught up with are dropped. The store keeps its `Arc`s
+    /// in that order, so a snapshot of the whole cluster allocates one vector per kind and
+    /// copies no object and no name.
     fn view(&self, now: Instant) -> Vec<Arc<K>> {
-        let mut objects: BTreeMap<(String, String), Arc<K>> = self
-            .store
-            .state()
-            .into_iter()
-            .map(|object| (key_of(object.as_ref()), object))
-            .collect();
+        let mut objects = self.store.state();
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
-        overlay.retain(|key, entry| {
-            let stored = objects.get(key);
+        overlay.retain(|(namespace, name), entry| {
+            let found = objects.binary_search_by(|object| {
+                sort_key(object.as_ref()).cmp(&(namespace.as_str(), name.as_str()))
+            });
+            let stored = found.ok().map(|at| &objects[at]);
             match entry {
                 Overlaid::Written { at, .. } | Overlaid::Deleted { at, .. }
                     if now.saturating_duration_since(*at) > OVERLAY_TTL =>
@@ -204,7 +209,10 @@ where
                     if caught_up(current, object.meta().resource_version.as_deref()) {
                         return false;
                     }
-                    objects.insert(key.clone(), Arc::clone(object));
+                    match found {
+                        Ok(at) => objects[at] = Arc::clone(object),
+                        Err(at) => objects.insert(at, Arc::clone(object)),
+                    }
                     true
                 }
                 Overlaid::Deleted { uid, .. } => {
@@ -212,22 +220,24 @@ where
                         return false;
                     };
                     let same = uid.is_none() || stored_object.meta().uid == *uid;
-                    if same {
-                        objects.remove(key);
+                    if same && let Ok(at) = found {
+                        objects.remove(at);
                     }
                     same
                 }
             }
         });
-        objects.into_values().collect()
+        objects
     }
 
     fn written(&self, object: &K) {
+        let mut cached = object.clone();
+        (self.slim)(&mut cached);
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
         overlay.insert(
             key_of(object),
             Overlaid::Written {
-                object: Arc::new(object.clone()),
+                object: Arc::new(cached),
                 at: Instant::now(),
             },
         );
@@ -244,27 +254,29 @@ where
         );
     }
 
-    /// Starts the list-and-watch of `api` into a new store; every event bumps `changes`.
+    /// Starts the list-and-watch of `api` into a new store, each object slimmed by `slim`;
+    /// every event bumps `changes`.
     fn start(
         api: Api<K>,
         dyntype: K::DynamicType,
         label: String,
         changes: &Arc<Changes>,
+        slim: fn(&mut K),
     ) -> (Self, JoinHandle<()>) {
-        let writer = reflector::store::Writer::new(dyntype.clone());
-        let store = writer.as_reader();
-        let stream = reflector::reflector(
-            writer,
-            watcher(api, watcher::Config::default())
-                .default_backoff()
-                .modify(strip_managed_fields),
-        );
+        let store = Arc::new(Store::new());
+        let mut writer = Writer::new(Arc::clone(&store));
+        let stream = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .modify(slim);
         let changes = Arc::clone(changes);
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
-                    Ok(_) => changes.bump(),
+                    Ok(event) => {
+                        writer.apply(event);
+                        changes.bump();
+                    }
                     // The watcher relists on its own (with backoff); the store keeps what it
                     // had meanwhile.
                     Err(error) => {
@@ -273,16 +285,8 @@ where
                 }
             }
         });
-        (Self::new(store, dyntype), task)
+        (Self::new(store, dyntype, slim), task)
     }
-}
-
-/// Drops an object's `managedFields` before it is cached: core never reads them, they are
-/// often as large as the rest of the object, and an update without them leaves the server's
-/// as they are (upstream's manager strips them the same way:
-/// kubernetes-sigs/karpenter `pkg/operator/operator.go`, `cache.TransformStripManagedFields`).
-fn strip_managed_fields<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
 }
 
 /// The kube client for `config`, as the adapter needs it: without kube's default retry layer,
@@ -314,19 +318,55 @@ impl KubeCluster {
             changes: &Arc<Changes>,
             typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
             tasks: &mut Vec<JoinHandle<()>>,
+            slim: fn(&mut K),
         ) {
-            let (reflected, task) =
-                Reflected::<K>::start(Api::all(client.clone()), (), K::KIND.to_owned(), changes);
+            let (reflected, task) = Reflected::<K>::start(
+                Api::all(client.clone()),
+                (),
+                K::KIND.to_owned(),
+                changes,
+                slim,
+            );
             typed.insert(TypeId::of::<K>(), Box::new(reflected));
             tasks.push(task);
         }
-        add::<NodePool>(&client, &changes, &mut typed, &mut tasks);
-        add::<NodeClaim>(&client, &changes, &mut typed, &mut tasks);
-        add::<Node>(&client, &changes, &mut typed, &mut tasks);
-        add::<Pod>(&client, &changes, &mut typed, &mut tasks);
-        add::<PodDisruptionBudget>(&client, &changes, &mut typed, &mut tasks);
-        add::<DaemonSet>(&client, &changes, &mut typed, &mut tasks);
-        add::<PriorityClass>(&client, &changes, &mut typed, &mut tasks);
+        add::<NodePool>(
+            &client,
+            &changes,
+            &mut typed,
+            &mut tasks,
+            slim::managed_fields,
+        );
+        add::<NodeClaim>(
+            &client,
+            &changes,
+            &mut typed,
+            &mut tasks,
+            slim::managed_fields,
+        );
+        add::<Node>(&client, &changes, &mut typed, &mut tasks, slim::node);
+        add::<Pod>(&client, &changes, &mut typed, &mut tasks, slim::pod);
+        add::<PodDisruptionBudget>(
+            &client,
+            &changes,
+            &mut typed,
+            &mut tasks,
+            slim::managed_fields,
+        );
+        add::<DaemonSet>(
+            &client,
+            &changes,
+            &mut typed,
+            &mut tasks,
+            slim::managed_fields,
+        );
+        add::<PriorityClass>(
+            &client,
+            &changes,
+            &mut typed,
+            &mut tasks,
+            slim::managed_fields,
+        );
         let mut reflected_classes = Vec::new();
         for kind in node_classes {
             let gvk = GroupVersionKind::gvk(&kind.group, &kind.version, &kind.kind);
@@ -340,7 +380,13 @@ impl KubeCluster {
                         source,
                     })?;
             let api = Api::<DynamicObject>::all_with(client.clone(), &resource);
-            let (reflected, task) = Reflected::start(api, resource, kind.kind.clone(), &changes);
+            let (reflected, task) = Reflected::start(
+                api,
+                resource,
+                kind.kind.clone(),
+                &changes,
+                slim::managed_fields,
+            );
             reflected_classes.push(reflected);
             tasks.push(task);
         }
@@ -358,8 +404,7 @@ impl KubeCluster {
     /// Waits until every reflector has its first complete list.
     pub async fn wait_synced(&self) {
         async fn ready<K: ClusterObject>(cluster: &KubeCluster) {
-            // A dropped writer means the task ended, which only happens at shutdown.
-            let _ = cluster.reflected::<K>().store.wait_until_ready().await;
+            cluster.reflected::<K>().store.wait_until_ready().await;
         }
         ready::<NodePool>(self).await;
         ready::<NodeClaim>(self).await;
@@ -369,7 +414,7 @@ impl KubeCluster {
         ready::<DaemonSet>(self).await;
         ready::<PriorityClass>(self).await;
         for reflected in &self.shared.node_classes {
-            let _ = reflected.store.wait_until_ready().await;
+            reflected.store.wait_until_ready().await;
         }
     }
 
@@ -809,7 +854,7 @@ mod tests {
         .unwrap_or_default();
         let annotations = pod.metadata.annotations.clone();
         assert!(pod.metadata.managed_fields.is_some());
-        strip_managed_fields(&mut pod);
+        slim::managed_fields(&mut pod);
         assert_eq!(pod.metadata.managed_fields, None);
         assert_eq!(pod.metadata.annotations, annotations);
         assert_eq!(pod.metadata.name.as_deref(), Some("web-0"));
