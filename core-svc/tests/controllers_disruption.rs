@@ -1310,3 +1310,112 @@ async fn given_a_restart_mid_drain_when_a_new_controller_runs_then_the_drain_kee
     assert!(!world.node_tainted("node-a").await);
     assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
 }
+
+/// The Pod `default/name`.
+async fn pod_named(world: &World, name: &str) -> Pod {
+    world
+        .cluster
+        .get::<Pod>(Some("default"), name)
+        .await
+        .unwrap()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn given_a_do_not_disrupt_duration_when_quiet_polls_are_skipped_then_drift_acts_at_the_first_poll_after_it_ends()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("batch", "1")], drifted()).await;
+    world
+        .cluster
+        .merge_patch::<Pod>(
+            Some("default"),
+            "batch",
+            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "95s" } } }),
+        )
+        .await
+        .unwrap();
+    let t0 = world.now();
+    let until =
+        match core_svc::disruption::do_not_disrupt::evaluate(&pod_named(&world, "batch").await, t0)
+        {
+            core_svc::disruption::DoNotDisrupt::Until { until, .. } => until,
+            other => panic!("the pod is protected for 95 s: {other:?}"),
+        };
+
+    world.tick(secs(10)).await;
+    // Blocked (and reported) at t0: nothing can change before the report's minimum spacing.
+    assert_eq!(
+        world.disruption.skips_polls_until(),
+        Some(t0 + secs(60)),
+        "polls are skipped until the first time threshold"
+    );
+    let mut replaced_at = None;
+    for _ in 0..30 {
+        world.tick(secs(10)).await;
+        if let Some(replacement) = replacements(&world.claims().await).first() {
+            replaced_at = replacement
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0);
+            break;
+        }
+    }
+    // Polls run every 10 s from t0: the first at or after the protection's end acts.
+    let first_poll_after = (0..)
+        .map(|n| t0 + secs(10 * n))
+        .find(|poll| *poll >= until)
+        .unwrap();
+    assert_eq!(replaced_at, Some(first_poll_after));
+    assert_eq!(
+        world.events("DisruptionBlocked").len(),
+        1,
+        "reported once, as without skipping"
+    );
+}
+
+#[tokio::test]
+async fn given_a_quiet_controller_when_the_cluster_changes_then_the_next_poll_runs_in_full() {
+    let world = World::new(json!({ "disruption": {
+        "consolidationPolicy": "WhenEmpty", "consolidateAfter": "30s", "budgets": [{ "nodes": "100%" }],
+    } }))
+    .await;
+    // Empty, but not Consolidatable yet: nothing to do.
+    world.node("a", &[], json!([])).await;
+    world.disruption.reconcile().await.unwrap();
+    let quiet = world.disruption.skips_polls_until();
+    assert!(
+        quiet.is_some_and(|until| until > world.now() + secs(10)),
+        "{quiet:?}"
+    );
+
+    world.clock.advance(secs(5));
+    let claim = world.claim("default-a").await.unwrap();
+    let mut conditions = serde_json::to_value(claim.status.unwrap().conditions).unwrap();
+    conditions.as_array_mut().unwrap().push(
+        json!({ "type": "Consolidatable", "status": "True", "lastTransitionTime": world.now() }),
+    );
+    world
+        .cluster
+        .merge_patch_status::<NodeClaim>(
+            None,
+            "default-a",
+            &json!({ "status": { "conditions": conditions } }),
+        )
+        .await
+        .unwrap();
+    world.clock.advance(secs(5));
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(
+        world.disruption.skips_polls_until(),
+        None,
+        "decided: held for validation"
+    );
+
+    world.clock.advance(secs(15));
+    world.disruption.reconcile().await.unwrap();
+    let started = world.events("DisruptionStarted");
+    assert_eq!(started.len(), 1, "{started:?}");
+    assert_eq!(started[0].fields["reason"], "Empty");
+}

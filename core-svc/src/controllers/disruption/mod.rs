@@ -41,6 +41,15 @@
 //!    [`BLOCKED_EVENT_MIN_SPACING`] (a drain next door flips a node between "its pod's PDB is
 //!    spent" and "nothing cheaper" every second).
 //!
+//! Quiet polls: a pass that decided, started, wrote and observed nothing, with no command in
+//! flight, no node nominated and no candidate for consolidation, remembers the cluster's
+//! revision, the nominations' generation and [`quiet_until`], the first instant at which a
+//! time threshold could change what a pass decides or reports (do-not-disrupt durations,
+//! retry delays, the `DisruptionBlocked` spacing, the catalogues' TTL; budgets with a
+//! schedule make no pass quiet). Until then a poll that sees the same revision and
+//! nominations returns at once, as the pass would have decided the same nothing: a quiet
+//! fleet costs a pass per threshold, not one per 10 s.
+//!
 //! In memory (lost on restart without harm): the command held for validation (re-decided
 //! after a restart), the observations of failed attempts (failed replacements and drain
 //! timeouts: explanations lose their last detail, a failed node is retried at once), the
@@ -379,6 +388,11 @@ pub struct PassDecision {
     pub observations: Vec<Observation>,
     /// How many more nodes each NodePool may start disrupting, per reason.
     pub allowed: BTreeMap<String, BTreeMap<DisruptionReason, u32>>,
+    /// Whether a candidate passed consolidation's gates ([`consolidation::passes_consolidation_gates`]):
+    /// multi- and single-node consolidation then weigh candidates in their order by disruption
+    /// cost, which moves with time (the lifetime left), so a pass that decided nothing may not
+    /// stay so on the same cluster.
+    pub consolidation_considered: bool,
 }
 
 /// Everything the methods of one pass share, computed once.
@@ -523,6 +537,11 @@ pub fn decide_with(
     let prepared = Prepared::new(inputs, selector, &leaving, &classes);
     let mut decision = PassDecision {
         allowed: allowed_by_pool(&prepared.budgets),
+        consolidation_considered: prepared
+            .candidates
+            .values()
+            .flatten()
+            .any(consolidation::passes_consolidation_gates),
         ..PassDecision::default()
     };
     for (index, method) in methods.iter().enumerate() {
@@ -610,6 +629,22 @@ struct State {
     recorded: HashMap<(String, String), Timestamp>,
     /// Pods (`namespace/name`) whose invalid `do-not-disrupt` value was reported, with it.
     invalid_reported: HashMap<String, String>,
+    /// The last pass decided and wrote nothing: what it saw, and until when a pass on the same
+    /// inputs would do the same.
+    quiet: Option<Quiet>,
+}
+
+/// What a pass that decided, wrote and reported nothing saw, and until when a pass seeing the
+/// same would do the same: the polls before `until` that see the same cluster revision and
+/// the same nominations are skipped ([`quiet_until`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Quiet {
+    /// The cluster's revision before the pass read its snapshot.
+    revision: u64,
+    /// The nominations' generation then.
+    nominations: u64,
+    /// The first instant at which a time threshold may change what a pass decides or reports.
+    until: Timestamp,
 }
 
 /// The disruption controller (see the module documentation).
@@ -684,14 +719,39 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         self
     }
 
+    /// Until when polls are skipped: after a pass that decided, wrote and reported nothing,
+    /// a poll before this instant that sees the same cluster revision and nominations returns
+    /// at once ([`quiet_until`] says why that changes nothing); `None` when the next poll runs
+    /// in full.
+    pub fn skips_polls_until(&self) -> Option<Timestamp> {
+        self.lock().quiet.map(|quiet| quiet.until)
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // Every update is a whole-value insert or replace: a panic cannot leave it half-written.
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     async fn pass(&self) -> Result<Requeue, ControllerError> {
-        let mut snapshot = self.ctx.cluster.snapshot().await?;
+        // Read before the snapshot: a change that lands in between makes the next pass run.
+        let revision = self.ctx.cluster.revision();
+        let nominations = self.nominations.generation();
         let now = self.ctx.clock.now();
+        {
+            let mut state = self.lock();
+            let seen = Quiet {
+                revision,
+                nominations,
+                until: now,
+            };
+            match state.quiet {
+                Some(quiet) if still_quiet(quiet, seen) => {
+                    return Ok(Requeue::After(POLLING_PERIOD));
+                }
+                _ => state.quiet = None,
+            }
+        }
+        let mut snapshot = self.ctx.cluster.snapshot().await?;
         let (wrote, mut requeue) = self.orchestrate(&snapshot, now).await?;
         if wrote {
             snapshot = self.ctx.cluster.snapshot().await?;
@@ -742,6 +802,8 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
 
         let selector = CandidateSelector::new(&snapshot, now, &nominated);
         let held = self.lock().held.clone();
+        // Whether this pass decided and wrote nothing, so that the next may be skipped.
+        let mut quiet_candidate = false;
         let mut acted_on: BTreeSet<String> = BTreeSet::new();
         let mut new_observations = Vec::new();
         // Commands started this pass count as in flight for the explanations: the snapshot
@@ -791,6 +853,12 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             let decision = decide_with(inputs, &selector, &self.methods);
             self.report_allowed(&decision.allowed);
             new_observations.extend(decision.observations);
+            quiet_candidate = !wrote
+                && in_flight.is_empty()
+                && nominated.is_empty()
+                && decision.acted.is_none()
+                && !decision.consolidation_considered
+                && new_observations.is_empty();
             match decision.acted {
                 Some((method, outcome)) if outcome.needs_validation => {
                     let names: Vec<String> = outcome
@@ -831,6 +899,24 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             }
         }
         self.report_blocked(&selector, &in_flight_now, &acted_on);
+        if quiet_candidate && requeue == Requeue::After(POLLING_PERIOD) {
+            let mut state = self.lock();
+            let blocked: Vec<Timestamp> = state.blocked.values().map(|(_, at)| *at).collect();
+            let observations: Vec<Observation> = state.observations.values().cloned().collect();
+            let until = quiet_until(
+                &snapshot,
+                now,
+                &observations,
+                &blocked,
+                self.instance_types.fresh_until(),
+                self.options.replacement_retry,
+            );
+            state.quiet = until.map(|until| Quiet {
+                revision,
+                nominations,
+                until,
+            });
+        }
         Ok(requeue)
     }
 
@@ -1161,6 +1247,79 @@ impl<C: Cluster, P: CloudProvider> Controller for DisruptionController<C, P> {
     fn reconcile(&self) -> impl Future<Output = Result<Requeue, ControllerError>> + Send {
         self.pass()
     }
+}
+
+/// Whether a pass seeing `seen` (its revision, nominations and instant in `until`) may be
+/// skipped after the quiet pass `quiet`: the same cluster revision and nominations, and not
+/// yet `quiet.until`.
+fn still_quiet(quiet: Quiet, seen: Quiet) -> bool {
+    quiet.revision == seen.revision
+        && quiet.nominations == seen.nominations
+        && seen.until < quiet.until
+}
+
+/// After a pass at `now` on `snapshot` that decided nothing, started nothing, wrote nothing,
+/// observed nothing, found no node nominated, no command in flight and no candidate for
+/// consolidation: the first instant at which a pass on the same snapshot and the same
+/// nominations could decide or report something else, as every input that moves with time
+/// alone gives it:
+///
+/// - a NodePool budget with a schedule: its window opens and closes with time (`None`: no
+///   skipping at all);
+/// - a pod's `do-not-disrupt` duration ends;
+/// - an observation's retry delay (`retry`) ends: a failed replacement or drain timeout holds
+///   its node back and explains it until then;
+/// - a node's last `DisruptionBlocked` (`blocked`, when each was recorded) leaves the
+///   [`BLOCKED_EVENT_MIN_SPACING`] (it is explained again then, maybe with news) or, explained
+///   since, comes up for its [`BLOCKED_EVENT_INTERVAL`] repeat;
+/// - the cached catalogues (`catalogues_fresh_until`) are fetched again and may differ.
+///
+/// Nominations only end with time (a nominated node makes the pass no quiet one), and budgets
+/// without a schedule, candidates, PodDisruptionBudgets, emptiness and drift depend on the
+/// snapshot alone. `None` when no such instant can be told. Pure.
+pub fn quiet_until(
+    snapshot: &Snapshot,
+    now: Timestamp,
+    observations: &[Observation],
+    blocked: &[Timestamp],
+    catalogues_fresh_until: Option<Timestamp>,
+    retry: Duration,
+) -> Option<Timestamp> {
+    let scheduled = snapshot.node_pools().any(|pool| {
+        budgets::effective_budgets(pool)
+            .iter()
+            .any(|budget| budget.schedule.is_some() || budget.duration.is_some())
+    });
+    if scheduled {
+        return None;
+    }
+    let later = |at: Timestamp, after: Duration| at.saturating_add(after).unwrap_or(Timestamp::MAX);
+    let do_not_disrupt =
+        snapshot
+            .pods()
+            .filter_map(|pod| match do_not_disrupt::evaluate(pod, now) {
+                crate::disruption::DoNotDisrupt::Until { until, .. } => Some(until),
+                _ => None,
+            });
+    let retries = observations
+        .iter()
+        .map(|observation| later(observation.at, retry));
+    let events = blocked.iter().map(|&at| {
+        let spaced = later(at, BLOCKED_EVENT_MIN_SPACING);
+        if now < spaced {
+            spaced
+        } else {
+            later(at, BLOCKED_EVENT_INTERVAL)
+        }
+    });
+    let until = do_not_disrupt
+        .chain(retries)
+        .chain(events)
+        .chain(catalogues_fresh_until)
+        .filter(|&at| at > now)
+        .min()
+        .unwrap_or(Timestamp::MAX);
+    Some(until)
 }
 
 /// The nodes due for disruption that nothing is doing anything about: a NodeClaim `Drifted=True`
@@ -2096,5 +2255,108 @@ mod tests {
             ),
             "once retried, the node explains as any other: {old:?}"
         );
+    }
+
+    fn quiet_fleet(pool_disruption: Value, pods: Vec<k8s_openapi::api::core::v1::Pod>) -> Snapshot {
+        snapshot(
+            vec![pool("default", pool_disruption)],
+            vec![managed("a", "default", vec![])],
+            pods,
+        )
+    }
+
+    const RETRY: Duration = Duration::from_secs(60);
+
+    #[test]
+    fn with_nothing_that_moves_with_time_a_quiet_pass_stays_quiet_for_ever() {
+        let snapshot = quiet_fleet(Value::Null, vec![pod("web", Some("node-a"), "1")]);
+        assert_eq!(
+            quiet_until(&snapshot, now(), &[], &[], None, RETRY),
+            Some(Timestamp::MAX)
+        );
+    }
+
+    #[test]
+    fn a_budget_with_a_schedule_makes_no_pass_skippable() {
+        let snapshot = quiet_fleet(
+            json!({ "budgets": [{ "nodes": "0", "schedule": "0 11 * * *", "duration": "2h" }] }),
+            vec![],
+        );
+        assert_eq!(quiet_until(&snapshot, now(), &[], &[], None, RETRY), None);
+    }
+
+    #[test]
+    fn the_earliest_time_threshold_ends_the_quiet() {
+        let mut protected = pod("batch", Some("node-a"), "1");
+        protected.metadata.creation_timestamp = Some(Time(testing::at(-5)));
+        protected.metadata.annotations = Some(BTreeMap::from([(
+            "karpenter.sh/do-not-disrupt".to_owned(),
+            "95s".to_owned(),
+        )]));
+        let snapshot = quiet_fleet(Value::Null, vec![protected]);
+        let fresh = Some(testing::at(180));
+        // The pod's protection ends 95 s after it started.
+        assert_eq!(
+            quiet_until(&snapshot, now(), &[], &[], fresh, RETRY),
+            Some(testing::at(90))
+        );
+        // A DisruptionBlocked 20 s ago: explained again once the minimum spacing is over.
+        assert_eq!(
+            quiet_until(&snapshot, now(), &[], &[testing::at(-20)], fresh, RETRY),
+            Some(testing::at(40))
+        );
+        // One 100 s ago, explained since: its repeat is due 5 minutes after it.
+        assert_eq!(
+            quiet_until(
+                &Snapshot::default(),
+                now(),
+                &[],
+                &[testing::at(-100)],
+                fresh,
+                RETRY
+            ),
+            Some(testing::at(180))
+        );
+        assert_eq!(
+            quiet_until(
+                &Snapshot::default(),
+                now(),
+                &[],
+                &[testing::at(-100)],
+                None,
+                RETRY
+            ),
+            Some(testing::at(200))
+        );
+        // A failed replacement 30 s ago holds its node back until the retry delay is over.
+        let failed = Observation {
+            node: "node-a".into(),
+            at: testing::at(-30),
+            what: Observed::ReplacementFailed {
+                reason: "no capacity".into(),
+            },
+        };
+        assert_eq!(
+            quiet_until(&Snapshot::default(), now(), &[failed], &[], fresh, RETRY),
+            Some(testing::at(30))
+        );
+    }
+
+    #[test]
+    fn a_quiet_pass_is_skipped_only_on_the_same_revision_and_nominations_before_its_end() {
+        let quiet = Quiet {
+            revision: 7,
+            nominations: 2,
+            until: testing::at(60),
+        };
+        let seen = |revision, nominations, at| Quiet {
+            revision,
+            nominations,
+            until: testing::at(at),
+        };
+        assert!(still_quiet(quiet, seen(7, 2, 50)));
+        assert!(!still_quiet(quiet, seen(7, 2, 60)), "the threshold passes");
+        assert!(!still_quiet(quiet, seen(8, 2, 10)), "the cluster changed");
+        assert!(!still_quiet(quiet, seen(7, 3, 10)), "a node was nominated");
     }
 }

@@ -103,6 +103,15 @@ impl CatalogueCache {
         Ok(types)
     }
 
+    /// When the first cached catalogue stops being fresh (and the next [`get`](Self::get) of
+    /// its NodePool asks the cloud again); `None` when nothing is cached.
+    pub fn fresh_until(&self) -> Option<Timestamp> {
+        self.lock()
+            .values()
+            .map(|cached| later(cached.fetched, self.ttl))
+            .min()
+    }
+
     /// Every cached catalogue by NodePool name, fresh or not.
     pub fn all(&self) -> HashMap<String, Catalogue> {
         self.lock()

@@ -76,6 +76,9 @@ pub struct Nomination {
 pub struct Nominations {
     window: Duration,
     by_pod: HashMap<String, Nomination>,
+    /// How many nominations were ever made: it moves on each [`Nominations::nominate`], so a
+    /// reader can tell that none was made since it last looked.
+    generation: u64,
 }
 
 impl Nominations {
@@ -84,11 +87,13 @@ impl Nominations {
         Self {
             window,
             by_pod: HashMap::new(),
+            generation: 0,
         }
     }
 
     /// Nominates the pod `uid` to `target` at `now`, replacing an earlier nomination.
     pub fn nominate(&mut self, uid: &str, target: Target, now: Timestamp) {
+        self.generation = self.generation.wrapping_add(1);
         self.by_pod.insert(
             uid.to_owned(),
             Nomination {
@@ -108,6 +113,12 @@ impl Nominations {
     /// The nominations that hold, by pod UID.
     pub fn iter(&self) -> impl Iterator<Item = (&str, &Nomination)> + '_ {
         self.by_pod.iter().map(|(uid, n)| (uid.as_str(), n))
+    }
+
+    /// Moves on every nomination made (never on one dropped): equal generations mean no
+    /// node has been nominated in between.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// How many nominations hold.
@@ -200,6 +211,11 @@ impl SharedNominations {
     /// See [`Nominations::nominated_nodes`].
     pub fn nominated_nodes(&self, snapshot: &Snapshot, now: Timestamp) -> BTreeSet<String> {
         self.lock().nominated_nodes(snapshot, now)
+    }
+
+    /// See [`Nominations::generation`].
+    pub fn generation(&self) -> u64 {
+        self.lock().generation()
     }
 }
 
