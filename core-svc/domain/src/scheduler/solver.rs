@@ -15,7 +15,7 @@ use crate::scheduler::catalog::Dimensions;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
-use crate::scheduler::nodeclaim::{Candidate, Context, NodeClaimState, conflicting_port};
+use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState, conflicting_port};
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::plan::{Constraints, PodPlan, affinity_spec, replica_classes};
 use crate::scheduler::pod::{Pod, PodId};
@@ -512,20 +512,7 @@ impl State<'_> {
             let mut walk = walk;
             let mut growing = Vec::new();
             let mut looked = 0;
-            while cost_aware && looked < FREE_LOOKS {
-                let Some(index) = walk.next() else {
-                    break;
-                };
-                let claim = &claims[index as usize];
-                if !usable[claim.pool] {
-                    refused.push(index);
-                    continue;
-                }
-                looked += 1;
-                if !claim.holds_for_free(&candidate.demand.fixed) {
-                    growing.push(index);
-                    continue;
-                }
+            let try_at = |claim: &NodeClaimState| {
                 let ctx = Context {
                     catalog: &self.pools[claim.pool].catalog,
                     dims: &self.dims,
@@ -533,45 +520,51 @@ impl State<'_> {
                     allow: self.allow,
                     cost_aware,
                 };
-                match claim.try_add(&ctx, candidate) {
+                claim.try_add(&ctx, candidate)
+            };
+            // A NodeClaim that refuses for good is remembered for the pod's class.
+            let mut missed = |miss: Miss, index: u32| {
+                cost_refused |= miss.is_cost();
+                if miss.is_final() {
+                    refused.push(index);
+                }
+            };
+            while cost_aware && looked < FREE_LOOKS {
+                let Some(index) = walk.next() else {
+                    break;
+                };
+                let claim = &claims[index as usize];
+                if !usable[claim.pool] {
+                    missed(Miss::Requirements, index);
+                    continue;
+                }
+                looked += 1;
+                if !claim.holds_for_free(&candidate.demand.fixed) {
+                    growing.push(index);
+                    continue;
+                }
+                match try_at(claim) {
                     Ok(trial) if trial.is_free() => {
                         chosen = Some((claim.pods.len(), index, trial));
                         break;
                     }
                     Ok(_) => growing.push(index),
-                    Err(miss) => {
-                        cost_refused |= miss.is_cost();
-                        if miss.is_final() {
-                            refused.push(index);
-                        }
-                    }
+                    Err(miss) => missed(miss, index),
                 }
             }
             if chosen.is_none() {
                 for index in growing.into_iter().chain(walk) {
                     let claim = &claims[index as usize];
                     if !usable[claim.pool] {
-                        refused.push(index);
+                        missed(Miss::Requirements, index);
                         continue;
                     }
-                    let ctx = Context {
-                        catalog: &self.pools[claim.pool].catalog,
-                        dims: &self.dims,
-                        topology: &self.topology,
-                        allow: self.allow,
-                        cost_aware,
-                    };
-                    match claim.try_add(&ctx, candidate) {
+                    match try_at(claim) {
                         Ok(trial) => {
                             chosen = Some((claim.pods.len(), index, trial));
                             break;
                         }
-                        Err(miss) => {
-                            cost_refused |= miss.is_cost();
-                            if miss.is_final() {
-                                refused.push(index);
-                            }
-                        }
+                        Err(miss) => missed(miss, index),
                     }
                 }
             }

@@ -457,16 +457,7 @@ impl Topology {
         inverse_owned: &[GroupId],
         host: Domain,
     ) {
-        for &id in selected_by {
-            if self.groups[id].hostname {
-                self.groups[id].unrecord(host);
-            }
-        }
-        for &id in inverse_owned {
-            if self.inverse[id].hostname {
-                self.inverse[id].unrecord(host);
-            }
-        }
+        self.count_hostname(selected_by, inverse_owned, host, Group::unrecord);
     }
 
     /// Records a pod on the planned NodeClaim `host` for its hostname groups only: undoes
@@ -477,14 +468,24 @@ impl Topology {
         inverse_owned: &[GroupId],
         host: Domain,
     ) {
+        self.count_hostname(selected_by, inverse_owned, host, Group::record);
+    }
+
+    fn count_hostname(
+        &mut self,
+        selected_by: &[GroupId],
+        inverse_owned: &[GroupId],
+        host: Domain,
+        count: fn(&mut Group, Domain),
+    ) {
         for &id in selected_by {
             if self.groups[id].hostname {
-                self.groups[id].record(host);
+                count(&mut self.groups[id], host);
             }
         }
         for &id in inverse_owned {
             if self.inverse[id].hostname {
-                self.inverse[id].record(host);
+                count(&mut self.inverse[id], host);
             }
         }
     }
