@@ -217,7 +217,7 @@ fn assert_valid(given: &SchedulingInput, results: &SchedulingResults) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
     fn cost_aware_packing_keeps_every_rule_and_never_costs_more_than_first_fit(
