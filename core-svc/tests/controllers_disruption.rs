@@ -641,15 +641,7 @@ async fn given_a_pod_with_do_not_disrupt_when_drift_runs_then_its_node_is_held_u
  {
     let mut world = World::new(json!({})).await;
     world.node("a", &[("batch", "1")], drifted()).await;
-    world
-        .cluster
-        .merge_patch::<Pod>(
-            Some("default"),
-            "batch",
-            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "true" } } }),
-        )
-        .await
-        .unwrap();
+    world.set_do_not_disrupt("batch", Some("true")).await;
 
     world.ticks(10, secs(10)).await;
 
@@ -672,15 +664,7 @@ async fn given_a_pod_with_do_not_disrupt_when_drift_runs_then_its_node_is_held_u
         blocked[0].message
     );
 
-    world
-        .cluster
-        .merge_patch::<Pod>(
-            Some("default"),
-            "batch",
-            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": null } } }),
-        )
-        .await
-        .unwrap();
+    world.set_do_not_disrupt("batch", None).await;
     world.ticks(30, secs(5)).await;
 
     assert!(
@@ -1067,6 +1051,18 @@ fn has_disruption_condition(claim: &NodeClaim) -> bool {
 }
 
 impl World {
+    /// Sets the `karpenter.sh/do-not-disrupt` annotation of pod `default/{pod}`, or removes it.
+    async fn set_do_not_disrupt(&self, pod: &str, value: Option<&str>) {
+        self.cluster
+            .merge_patch::<Pod>(
+                Some("default"),
+                pod,
+                &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": value } } }),
+            )
+            .await
+            .unwrap();
+    }
+
     async fn node_tainted(&self, name: &str) -> bool {
         self.cluster
             .get::<Node>(None, name)
@@ -1326,15 +1322,7 @@ async fn given_a_do_not_disrupt_duration_when_quiet_polls_are_skipped_then_drift
  {
     let mut world = World::new(json!({})).await;
     world.node("a", &[("batch", "1")], drifted()).await;
-    world
-        .cluster
-        .merge_patch::<Pod>(
-            Some("default"),
-            "batch",
-            &json!({ "metadata": { "annotations": { "karpenter.sh/do-not-disrupt": "95s" } } }),
-        )
-        .await
-        .unwrap();
+    world.set_do_not_disrupt("batch", Some("95s")).await;
     let t0 = world.now();
     let until =
         match core_svc::disruption::do_not_disrupt::evaluate(&pod_named(&world, "batch").await, t0)
