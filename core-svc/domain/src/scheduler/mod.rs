@@ -12,7 +12,7 @@
 //!
 //! # The algorithm
 //!
-//! First-fit decreasing, as upstream: pods are taken by cpu, then memory, descending (then
+//! Decreasing placement, as upstream: pods are taken by cpu, then memory, descending (then
 //! oldest, then UID). Each pod goes to the first existing node that takes it (initialised
 //! nodes first, by name), else to a NodeClaim planned in this run (those with the fewest pods
 //! first), else to a new NodeClaim of the first NodePool, by weight, that can launch one for
@@ -23,6 +23,17 @@
 //! taints; until relaxed, preferences are held as requirements. A pod that still fails goes
 //! to the back of the queue, and the run ends when a whole pass over the queue places
 //! nothing, which lets affinity and spread settle.
+//!
+//! # Cost-aware packing
+//!
+//! Upstream lets a planned NodeClaim take pods as long as some instance type holds them, so
+//! it grows until only the largest, often dearest, types can. Here a planned NodeClaim keeps
+//! as efficient the options priced within 10% of its best per pod like its first, and refuses
+//! a pod that would leave it none (`cost.rs`): the pod goes to another NodeClaim or a new one,
+//! or back to it when nothing else can take it. An improvement pass then re-places the pods
+//! of the most wasteful NodeClaims when that costs less (`improve.rs`). Up to 1,000 pending
+//! pods, first-fit's plan is made too and the better one kept. [`Packing::FirstFit`] keeps
+//! upstream's packing for comparison. No hard rule is traded for cost.
 //!
 //! # Measuring a plan's cost
 //!
