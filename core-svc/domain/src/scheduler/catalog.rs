@@ -104,22 +104,24 @@ pub(super) struct Catalog {
     listed: Vec<u32>,
     /// Offering requirement keys beyond zone and capacity type, sorted.
     extra_offering_keys: Vec<Arc<str>>,
-    /// Options ordered by price for each (allowed zones, allowed capacity types).
-    price_orders: HashMap<AllowedOfferings, Arc<[(u32, f64)]>>,
-    /// Each type's cheapest price for each (allowed zones, allowed capacity types).
+    /// The types' prices for each (allowed zones, allowed capacity types).
     price_tables: HashMap<AllowedOfferings, PriceTable>,
     /// For each of the four resources, the types in ascending order of their allocatable of
     /// it (then by index): see [`Catalog::grow`].
     by_amount: [Vec<u32>; 4],
 }
 
-/// Each type's cheapest price at some requirements, by catalogue index (infinite for a type
-/// without an offering they accept), and the table's number when the catalogue keeps it: two
-/// tables with the same number are the same, so what is worked out from one can be kept.
+/// Each type's cheapest price at some requirements, two ways, and the table's number when the
+/// catalogue keeps it: two tables with the same number are the same, so what is worked out
+/// from one can be kept.
 #[derive(Debug, Clone)]
 pub(super) struct PriceTable {
     pub(super) id: Option<u32>,
+    /// By catalogue index, infinite for a type without an offering the requirements accept.
     pub(super) prices: Arc<[f64]>,
+    /// The types with such an offering and its price, cheapest first (then by name, as
+    /// [`crate::instance_type::order_by_price`]).
+    pub(super) order: Arc<[(u32, f64)]>,
 }
 
 /// Where a NodeClaim's demand stands in each of the catalogue's orders by amount: every type
@@ -136,7 +138,6 @@ impl Catalog {
             offerings: Vec::new(),
             listed: Vec::new(),
             extra_offering_keys: Vec::new(),
-            price_orders: HashMap::new(),
             price_tables: HashMap::new(),
             by_amount: Default::default(),
         };
@@ -226,44 +227,49 @@ impl Catalog {
         &self.entries[index].allocatable
     }
 
-    /// Each type's cheapest available offering that `requirements` accept, by catalogue
-    /// index, infinite for a type without one: what a NodeClaim with these requirements pays
-    /// if it launches as that type (the price `PlannedNodeClaim::cheapest_price` reads).
+    /// Each type's cheapest available offering that `requirements` accept: what a NodeClaim
+    /// with these requirements pays if it launches as that type (the price
+    /// `PlannedNodeClaim::cheapest_price` reads). Cached by the zones and capacity types the
+    /// requirements allow, unless they constrain other offering keys.
     pub(super) fn prices(&mut self, requirements: &Requirements, dims: &Dimensions) -> PriceTable {
         let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
         let capacity_types = dims
             .capacity_types
             .allowed(requirements.get(LABEL_CAPACITY_TYPE));
         let exact = self.constrains_offering_keys(requirements);
-        let compute = |catalog: &Catalog, zones: &[bool], capacity_types: &[bool]| -> Arc<[f64]> {
-            catalog
-                .entries
-                .iter()
-                .map(|entry| {
-                    catalog
+        let compute = |catalog: &Catalog, zones: &[bool], capacity_types: &[bool], id| {
+            let mut priced: Vec<(u32, f64)> = (0..catalog.entries.len())
+                .filter_map(|i| {
+                    let entry = &catalog.entries[i];
+                    let price = catalog
                         .available(entry, zones, capacity_types, requirements, exact)
                         .map(|o| o.price)
-                        .min_by(f64::total_cmp)
-                        .unwrap_or(f64::INFINITY)
+                        .min_by(f64::total_cmp)?;
+                    Some((to_u32(i), price))
                 })
-                .collect()
+                .collect();
+            catalog.sort_by_price(&mut priced);
+            let mut prices = vec![f64::INFINITY; catalog.entries.len()];
+            for &(index, price) in &priced {
+                prices[index as usize] = price;
+            }
+            PriceTable {
+                id,
+                prices: prices.into(),
+                order: priced.into(),
+            }
         };
         if exact {
             // Offering keys beyond zone and capacity type make the answer depend on more than
             // the two interned allowances: not cached.
-            return PriceTable {
-                id: None,
-                prices: compute(self, &zones, &capacity_types),
-            };
+            return compute(self, &zones, &capacity_types, None);
         }
         let key = (zones, capacity_types);
         if let Some(table) = self.price_tables.get(&key) {
             return table.clone();
         }
-        let table = PriceTable {
-            id: Some(to_u32(self.price_tables.len())),
-            prices: compute(self, &key.0, &key.1),
-        };
+        let id = Some(to_u32(self.price_tables.len()));
+        let table = compute(self, &key.0, &key.1, id);
         self.price_tables.insert(key, table.clone());
         table
     }
@@ -490,52 +496,12 @@ impl Catalog {
         requirements: &Requirements,
         dims: &Dimensions,
     ) -> Vec<u32> {
-        self.price_order(requirements, dims)
+        self.prices(requirements, dims)
+            .order
             .iter()
             .filter(|(i, _)| options.contains(*i as usize))
             .map(|(i, _)| *i)
             .collect()
-    }
-
-    /// Every type with an available offering `requirements` accept, with the price of its
-    /// cheapest such offering, cheapest first (then by name). Cached by the zones and capacity
-    /// types the requirements allow, unless they constrain other offering keys.
-    pub(super) fn price_order(
-        &mut self,
-        requirements: &Requirements,
-        dims: &Dimensions,
-    ) -> Arc<[(u32, f64)]> {
-        let zones = dims.zones.allowed(requirements.get(LABEL_TOPOLOGY_ZONE));
-        let capacity_types = dims
-            .capacity_types
-            .allowed(requirements.get(LABEL_CAPACITY_TYPE));
-        let exact = self.constrains_offering_keys(requirements);
-        let compute = |catalog: &Catalog, zones: &[bool], capacity_types: &[bool]| {
-            let mut priced: Vec<(u32, f64)> = (0..catalog.entries.len())
-                .filter_map(|i| {
-                    let entry = &catalog.entries[i];
-                    let price = catalog
-                        .available(entry, zones, capacity_types, requirements, exact)
-                        .map(|o| o.price)
-                        .min_by(f64::total_cmp)?;
-                    Some((to_u32(i), price))
-                })
-                .collect();
-            catalog.sort_by_price(&mut priced);
-            Arc::<[(u32, f64)]>::from(priced)
-        };
-        if exact {
-            // Offering keys beyond zone and capacity type make the order depend on more than
-            // the two interned allowances: not cached.
-            return compute(self, &zones, &capacity_types);
-        }
-        let key = (zones, capacity_types);
-        if let Some(order) = self.price_orders.get(&key) {
-            return order.clone();
-        }
-        let order = compute(self, &key.0, &key.1);
-        self.price_orders.insert(key, order.clone());
-        order
     }
 
     fn sort_by_price(&self, priced: &mut [(u32, f64)]) {

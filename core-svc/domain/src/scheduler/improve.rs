@@ -212,7 +212,8 @@ impl State<'_> {
         let claim = &self.claims[index];
         let pool = &mut self.pools[claim.pool];
         pool.catalog
-            .price_order(&claim.requirements, &self.dims)
+            .prices(&claim.requirements, &self.dims)
+            .order
             .iter()
             .find(|(i, _)| claim.options.contains(*i as usize))
             .map(|&(i, price)| (i as usize, price))

@@ -211,7 +211,7 @@ impl NodeClaimState {
     }
 
     /// Limits what the NodeClaim may grow into from now on, and orders its options by
-    /// `by_price` (the catalogue's types cheapest first, `Catalog::price_order`) to tell a pod
+    /// `by_price` (the catalogue's types cheapest first, `PriceTable::order`) to tell a pod
     /// that fits in its cheapest option from one that makes it grow.
     pub(super) fn set_cost(
         &mut self,

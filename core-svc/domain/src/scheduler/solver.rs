@@ -743,8 +743,7 @@ impl State<'_> {
                 &candidate.demand.fixed,
                 &pool.catalog,
             );
-            let by_price = pool.catalog.price_order(&claim.requirements, &self.dims);
-            claim.set_cost(cap, by_price, &pool.catalog);
+            claim.set_cost(cap, prices.order, &pool.catalog);
         }
         claim.reserved = pool.reserve(&claim.options);
         if let Some(key) = opened_key {
