@@ -125,6 +125,44 @@ fn scale_up_from_zero_launches_capacity_for_every_pod_in_every_zone() {
 }
 
 #[test]
+fn a_scale_up_is_planned_once_and_nothing_it_launched_is_consolidated_while_the_pods_stay() {
+    let report = run(&example("scale-up-stays-put"));
+
+    let created = events(&report, "NodeClaimCreated");
+    let batches: BTreeSet<u64> = created.iter().map(|e| e.t as u64).collect();
+    assert_eq!(
+        batches.len(),
+        1,
+        "every pod planned in the first batch; a later batch means pods landed off the plan: {batches:?}"
+    );
+    assert_lifecycle_in_order(&report);
+    assert!(
+        events(&report, "DisruptionStarted").is_empty(),
+        "consolidation undid none of the plan"
+    );
+    let stats = &report.stats;
+    assert_eq!(stats.node_claims_deleted, 0);
+    assert_eq!(stats.node_claims_created, created.len() as u64);
+    assert!(
+        stats.pods_pending_max_seconds <= 65.0,
+        "launch (30s) + registration (30s) + batching, once: {}",
+        stats.pods_pending_max_seconds
+    );
+    let workloads: Vec<_> = report
+        .final_state
+        .pods
+        .iter()
+        .filter(|p| p.namespace == "default")
+        .collect();
+    assert_eq!(workloads.len(), 30 + 40 + 6);
+    assert!(
+        workloads
+            .iter()
+            .all(|p| p.phase == "Running" && p.node.is_some())
+    );
+}
+
+#[test]
 fn new_ami_drifts_what_the_old_image_launched_and_replaces_it_with_the_new_one() {
     let report = run(&example("new-ami"));
     let published = 720.0;

@@ -32,6 +32,7 @@
 pub mod batcher;
 pub mod catalogue;
 pub mod convert;
+pub mod hints;
 pub mod input;
 pub mod nodeclaims;
 pub mod nominations;
@@ -198,13 +199,15 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let snapshot = self.ctx.cluster.snapshot().await?;
         let now = self.ctx.clock.now();
         let waiting = selection::waiting_pods(&snapshot);
-        let batch = {
+        let hinted;
+        let next = {
             let mut state = self.lock();
             let mut nominations = self.nominations.lock();
             let uids: Vec<String> = waiting.iter().map(|pod| pod_uid(pod)).collect();
             let live: HashSet<&str> = uids.iter().map(String::as_str).collect();
             nominations.prune(&snapshot, &live, now);
             state.cooldowns.prune(now, &live);
+            hinted = hints::hints(&snapshot, &nominations);
             let arrivals: Vec<&str> = uids
                 .iter()
                 .map(String::as_str)
@@ -212,27 +215,52 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                 .filter(|uid| !state.cooldowns.is_held(uid, now))
                 .collect();
             match state.batcher.observe(now, arrivals) {
-                BatchState::Empty => return Ok(state.wake_up(&nominations, now)),
+                BatchState::Empty => Err(state.wake_up(&nominations, now)),
                 BatchState::Open { closes_in } => {
-                    return Ok(Requeue::After(closes_in).min(state.wake_up(&nominations, now)));
+                    Err(Requeue::After(closes_in).min(state.wake_up(&nominations, now)))
                 }
-                BatchState::Closed => state.batcher.reset(),
-            }
-            let mut batch = Batch {
-                pods: Vec::new(),
-                reserved: Vec::new(),
-            };
-            for (pod, uid) in waiting.iter().zip(&uids) {
-                match nominations.get(uid) {
-                    Some(nomination) => batch.reserved.push((*pod, nomination.target.clone())),
-                    None => batch.pods.push(*pod),
+                BatchState::Closed => {
+                    state.batcher.reset();
+                    let mut batch = Batch {
+                        pods: Vec::new(),
+                        reserved: Vec::new(),
+                    };
+                    for (pod, uid) in waiting.iter().zip(&uids) {
+                        match nominations.get(uid) {
+                            Some(nomination) => {
+                                batch.reserved.push((*pod, nomination.target.clone()));
+                            }
+                            None => batch.pods.push(*pod),
+                        }
+                    }
+                    self.instance_types
+                        .retain(|name| snapshot.node_pool(name).is_some());
+                    Ok(batch)
                 }
             }
-            self.instance_types
-                .retain(|name| snapshot.node_pool(name).is_some());
-            batch
         };
-        self.decide(&snapshot, now, &batch).await
+        self.write_hints(&hinted).await;
+        match next {
+            Ok(batch) => self.decide(&snapshot, now, &batch).await,
+            Err(requeue) => Ok(requeue),
+        }
+    }
+
+    /// Writes the placement hints ([`hints`]). A hint that cannot be written is only logged:
+    /// it is an optimisation, and the next pass tries again while the pod waits.
+    async fn write_hints(&self, hinted: &[hints::Hint<'_>]) {
+        for hint in hinted {
+            let namespace = hint.pod.metadata.namespace.as_deref().unwrap_or_default();
+            let name = hint.pod.metadata.name.as_deref().unwrap_or_default();
+            if let Err(error) = self
+                .ctx
+                .cluster
+                .merge_patch_status::<Pod>(Some(namespace), name, &hint.patch())
+                .await
+            {
+                tracing::debug!(pod = %format!("{namespace}/{name}"), node = hint.node, %error, "cannot hint the pod's node to the kube-scheduler");
+            }
+        }
     }
 
     async fn decide(

@@ -7,13 +7,14 @@
 //! provisioner judges them. Every taint of a Node counts, startup taints included, as they do
 //! for the kube-scheduler.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use core_domain::labels::LabelPolicy;
-use core_domain::scheduler::{ExistingNode, PreferencePolicy, SchedulingInput, solve};
+use core_domain::labels::{LABEL_HOSTNAME, LabelPolicy};
+use core_domain::scheduler::{ExistingNode, PodId, PreferencePolicy, SchedulingInput, solve};
 use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::convert;
+use core_svc::controllers::provisioning::selection::nominated_node;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -52,6 +53,12 @@ fn is_marked_unschedulable(pod: &Pod) -> bool {
 }
 
 /// One scheduling cycle over every pending pod.
+///
+/// Pods whose `status.nominatedNodeName` names a schedulable Node are tried on that Node
+/// first, as the kube-scheduler does (it evaluates the nominated node before any other and
+/// takes it when the pod fits, kubernetes/kubernetes `pkg/scheduler/schedule_one.go`,
+/// `evaluateNominatedNode`); the provisioner names the Node it planned each pod for. Those
+/// that do not fit there, and every other pod, are then placed on any Node.
 pub async fn step(
     cluster: &Arc<InMemoryCluster>,
     snapshot: &Snapshot,
@@ -62,27 +69,69 @@ pub async fn step(
     if pending.is_empty() {
         return;
     }
-    let mut pods = Vec::with_capacity(pending.len());
+    let mut nominated = Vec::new();
+    let mut others = Vec::new();
     let mut refused: Vec<(&Pod, String)> = Vec::new();
+    let mut nodes = schedulable_nodes(snapshot);
+    let schedulable: HashMap<String, usize> = nodes
+        .iter()
+        .enumerate()
+        .map(|(at, node)| (node.name.clone(), at))
+        .collect();
     for pod in &pending {
         match convert::pod(pod) {
-            Ok(converted) => pods.push(converted),
+            Ok(converted) => match nominated_node(pod).filter(|n| schedulable.contains_key(*n)) {
+                Some(node) => nominated.push((converted, node)),
+                None => others.push(converted),
+            },
             Err(error) => refused.push((pod, format!("the pod cannot be read: {error}"))),
         }
     }
-    let input = SchedulingInput {
+    let input = |pods, existing_nodes| SchedulingInput {
         pods,
-        existing_nodes: schedulable_nodes(snapshot),
+        existing_nodes,
         node_pools: Vec::new(),
         daemon_set_pods: Vec::new(),
         label_policy: policy.clone(),
         preference_policy: PreferencePolicy::Respect,
     };
+    if !nominated.is_empty() {
+        let pinned = nominated
+            .iter()
+            .map(|(pod, node)| {
+                let mut pinned = pod.clone();
+                pinned
+                    .node_selector
+                    .insert(LABEL_HOSTNAME.to_owned(), (*node).to_owned());
+                pinned
+            })
+            .collect();
+        let placed: HashMap<PodId, String> = match solve(&input(pinned, nodes.clone())) {
+            Ok(results) => results.existing_placements.into_iter().collect(),
+            Err(error) => {
+                tracing::warn!(%error, "scheduler: the scheduling input is invalid");
+                return;
+            }
+        };
+        for (pod, _) in nominated {
+            match placed.get(&pod.id).and_then(|node| schedulable.get(node)) {
+                Some(&at) => {
+                    let (namespace, name) = (pod.id.namespace(), pod.id.name());
+                    let node = &nodes[at].name;
+                    note(cluster.bind_pod(namespace, name, node), || {
+                        format!("scheduler: binding {namespace}/{name} to {node}")
+                    });
+                    nodes[at] = nodes[at].clone().with_pod(pod);
+                }
+                None => others.push(pod),
+            }
+        }
+    }
     let by_id: BTreeMap<(&str, &str), &Pod> = pending
         .iter()
         .map(|pod| ((namespace_of(pod), name_of(&pod.metadata)), *pod))
         .collect();
-    match solve(&input) {
+    match solve(&input(others, nodes)) {
         Ok(results) => {
             for (id, node) in &results.existing_placements {
                 let (namespace, name) = (id.namespace(), id.name());

@@ -22,7 +22,16 @@ pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
 /// `IsProvisionable`): unbound, not terminating, Pending, `PodScheduled=False` with reason
 /// `Unschedulable`, not nominated by the kube-scheduler's preemption, not a DaemonSet's or a
 /// static pod.
+///
+/// This is upstream's rule on the pod alone, which reads every `nominatedNodeName` as a
+/// preemption; [`waiting_pods`] refines it with the cluster's view (see [`Preemptions`]).
 pub fn is_provisionable(pod: &Pod) -> bool {
+    is_unschedulable(pod) && nominated_node(pod).is_none()
+}
+
+/// Upstream's `IsProvisionable` but for the nomination: the kube-scheduler tried the pod and
+/// found no node for it.
+fn is_unschedulable(pod: &Pod) -> bool {
     let status = pod.status.as_ref();
     let unschedulable = status
         .and_then(|status| status.conditions.as_ref())
@@ -36,16 +45,70 @@ pub fn is_provisionable(pod: &Pod) -> bool {
     let pending = status
         .and_then(|status| status.phase.as_deref())
         .is_none_or(|phase| phase == "Pending");
-    let preempting = status
-        .and_then(|status| status.nominated_node_name.as_deref())
-        .is_some_and(|name| !name.is_empty());
     node_name(pod).is_none()
         && !is_terminating(pod)
         && pending
         && unschedulable
-        && !preempting
         && !is_daemon_set_pod(pod)
         && !is_static_pod(pod)
+}
+
+/// The pod's `status.nominatedNodeName`, when set.
+pub fn nominated_node(pod: &Pod) -> Option<&str> {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.nominated_node_name.as_deref())
+        .filter(|name| !name.is_empty())
+}
+
+/// Which `nominatedNodeName`s are the kube-scheduler's preemptions in progress.
+///
+/// Two writers set the field. The kube-scheduler sets it when it preempts lower-priority pods
+/// for the pod, and the pod then waits for their graceful termination: upstream skips such a
+/// pod, as no new capacity is needed. The provisioner sets it too, as a placement hint for
+/// the kube-scheduler on the Nodes of the NodeClaims it launched ([`super::hints`]; Kubernetes
+/// KEP-5278 lets external components do so): a pod hinted at a Node that could not take it
+/// after all must still get capacity.
+///
+/// So a nomination counts as a preemption only when it names a live Node (not gone, not being
+/// deleted) that no NodeClaim manages, or a managed Node where some pod is terminating (the
+/// victims). A nomination of a Node that is gone or being deleted is stale whoever wrote it.
+#[derive(Debug)]
+pub struct Preemptions<'a> {
+    live: HashSet<&'a str>,
+    managed: HashSet<&'a str>,
+    with_terminating_pods: HashSet<&'a str>,
+}
+
+impl<'a> Preemptions<'a> {
+    /// The Nodes of `snapshot` as nomination targets.
+    pub fn new(snapshot: &'a Snapshot) -> Self {
+        let deleting = deleting_nodes(snapshot);
+        let live = snapshot
+            .nodes()
+            .filter_map(|node| node.metadata.name.as_deref())
+            .filter(|name| !deleting.contains(name))
+            .collect();
+        let managed = super::hints::nodes_of_claims(snapshot)
+            .map(|(_, node)| node)
+            .collect();
+        let with_terminating_pods = snapshot
+            .pods()
+            .filter(|pod| is_terminating(pod))
+            .filter_map(node_name)
+            .collect();
+        Self {
+            live,
+            managed,
+            with_terminating_pods,
+        }
+    }
+
+    /// Whether a pod nominated to `node` waits for a preemption there.
+    pub fn is_preemption(&self, node: &str) -> bool {
+        self.live.contains(node)
+            && (!self.managed.contains(node) || self.with_terminating_pods.contains(node))
+    }
 }
 
 /// Whether the pod would have to move if its node went away (upstream `IsReschedulable`):
@@ -119,10 +182,14 @@ pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
 /// reschedulable pods of the nodes being deleted.
 pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
     let deleting = deleting_nodes(snapshot);
+    let preemptions = Preemptions::new(snapshot);
     snapshot
         .pods()
         .filter(|pod| match node_name(pod) {
-            None => is_provisionable(pod),
+            None => {
+                is_unschedulable(pod)
+                    && nominated_node(pod).is_none_or(|node| !preemptions.is_preemption(node))
+            }
             Some(node) => deleting.contains(node) && is_reschedulable(pod),
         })
         .collect()
@@ -392,6 +459,58 @@ mod tests {
             .filter_map(|p| p.metadata.name.as_deref())
             .collect();
         assert_eq!(names, ["on-claimed", "on-deleting", "pending"]);
+    }
+
+    #[test]
+    fn given_nominated_pods_then_only_a_preemption_in_progress_keeps_one_from_waiting() {
+        let node = |name: &str| -> Node {
+            from_json(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }))
+        };
+        let claim = |name: &str, node: &str| -> NodeClaim {
+            from_json(json!({
+                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+                "metadata": { "name": name },
+                "spec": { "nodeClassRef": { "group": "g", "kind": "K", "name": "n" }, "requirements": [] },
+                "status": { "nodeName": node },
+            }))
+        };
+        let nominated =
+            |name: &str, node: &str| pod(name, json!({ "status": { "nominatedNodeName": node } }));
+        let victim = pod(
+            "victim",
+            json!({
+                "metadata": { "deletionTimestamp": "2025-01-01T00:00:00Z" },
+                "spec": { "nodeName": "managed-preempting" },
+                "status": { "phase": "Running", "conditions": [] },
+            }),
+        );
+        let mut snapshot = Snapshot {
+            nodes: ["unmanaged", "managed", "managed-preempting"]
+                .map(|name| Arc::new(node(name)))
+                .to_vec(),
+            node_claims: vec![
+                Arc::new(claim("a", "managed")),
+                Arc::new(claim("b", "managed-preempting")),
+            ],
+            pods: vec![
+                Arc::new(nominated("on-unmanaged", "unmanaged")),
+                Arc::new(nominated("hinted", "managed")),
+                Arc::new(nominated("preemptor", "managed-preempting")),
+                Arc::new(nominated("stale", "gone")),
+                Arc::new(victim),
+            ],
+            ..Snapshot::default()
+        };
+        snapshot.sort();
+        let names: Vec<&str> = waiting_pods(&snapshot)
+            .into_iter()
+            .filter_map(|p| p.metadata.name.as_deref())
+            .collect();
+        assert_eq!(names, ["hinted", "stale"]);
+        assert!(
+            snapshot.pods().all(|pod| !is_provisionable(pod)),
+            "upstream's rule on the pod alone reads every nomination as a preemption"
+        );
     }
 
     fn node_class(name: &str, ready: &str) -> DynamicObject {
