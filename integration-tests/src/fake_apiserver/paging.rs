@@ -84,7 +84,7 @@ impl Continue {
     /// A token this server handed out, or why not.
     pub(crate) fn decode(token: &str) -> Result<Self, String> {
         let invalid = |why: &str| format!("continue key is not valid: {why}");
-        if token.len() % 2 != 0 {
+        if !token.len().is_multiple_of(2) {
             return Err(invalid("odd length"));
         }
         let bytes = (0..token.len())
