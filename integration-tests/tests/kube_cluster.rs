@@ -144,3 +144,126 @@ async fn given_a_budget_refuses_then_the_eviction_is_sent_once_and_answered_bloc
     // none of them repeated by the client.
     assert_eq!(server.evictions() - before, 3);
 }
+
+fn node_named(name: &str) -> Node {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+    }))
+    .expect("a node")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_a_limit_then_pages_come_from_one_state_and_an_expired_continue_is_410() {
+    let (server, memory, cluster) = start().await;
+    for index in 0..5 {
+        memory
+            .create(&node_named(&format!("paged-{index}")))
+            .await
+            .expect("create");
+    }
+    server.sync().await;
+    let config = kube::Config::new(server.url().parse().expect("a URL"));
+    let client = core_svc::cluster::apiserver::client(config).expect("a client");
+    let nodes: kube::Api<Node> = kube::Api::all(client);
+    let names = |list: &kube::core::ObjectList<Node>| -> Vec<String> {
+        list.items
+            .iter()
+            .filter_map(|node| node.metadata.name.clone())
+            .collect()
+    };
+
+    let first = nodes
+        .list(&kube::api::ListParams::default().limit(2))
+        .await
+        .expect("the first page");
+    assert_eq!(names(&first), ["paged-0", "paged-1"]);
+    let token = first.metadata.continue_.clone().expect("a continue token");
+    // A change between pages is not seen by the list's later pages: they are cut from the
+    // first page's state, at its resourceVersion.
+    memory
+        .delete::<Node>(None, "paged-2", Default::default())
+        .await
+        .expect("delete");
+    memory.create(&node_named("paged-9")).await.expect("create");
+    server.sync().await;
+    let mut seen = names(&first);
+    let mut token = Some(token);
+    while let Some(next) = token {
+        let page = nodes
+            .list(
+                &kube::api::ListParams::default()
+                    .limit(2)
+                    .continue_token(&next),
+            )
+            .await
+            .expect("a next page");
+        assert_eq!(
+            page.metadata.resource_version,
+            first.metadata.resource_version
+        );
+        seen.extend(names(&page));
+        token = page.metadata.continue_.filter(|token| !token.is_empty());
+    }
+    assert_eq!(
+        seen,
+        ["paged-0", "paged-1", "paged-2", "paged-3", "paged-4"]
+    );
+
+    // Once the server no longer keeps that state, the token is refused with 410 Expired.
+    let first = nodes
+        .list(&kube::api::ListParams::default().limit(2))
+        .await
+        .expect("a first page");
+    let token = first.metadata.continue_.expect("a continue token");
+    server.compact();
+    match nodes
+        .list(
+            &kube::api::ListParams::default()
+                .limit(2)
+                .continue_token(&token),
+        )
+        .await
+    {
+        Err(kube::Error::Api(status)) => {
+            assert_eq!((status.code, status.reason.as_str()), (410, "Expired"));
+        }
+        other => panic!("an expired continue answered {other:?}"),
+    }
+    // The adapter, which pages its lists, still holds every node.
+    eventually(&cluster, "every node, paged", |s| {
+        s.node("paged-9").is_some() && s.node("paged-2").is_none() && s.node("paged-4").is_some()
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn given_more_objects_than_a_page_then_the_adapter_lists_them_all() {
+    let memory = InMemoryCluster::new(Arc::new(SystemClock), 11);
+    let count = core_svc::cluster::apiserver::LIST_PAGE_SIZE as usize * 2 + 1;
+    for index in 0..count {
+        memory
+            .create(&node_named(&format!("fleet-{index:04}")))
+            .await
+            .expect("create");
+    }
+    let server = FakeApiServer::start(
+        "127.0.0.1:0".parse().expect("an address"),
+        memory.clone(),
+        Vec::new(),
+    )
+    .await
+    .expect("the fake API server starts");
+    let config = kube::Config::new(server.url().parse().expect("a URL"));
+    let client = core_svc::cluster::apiserver::client(config).expect("a client");
+    let cluster = KubeCluster::start(client, &[])
+        .await
+        .expect("the adapter starts");
+    tokio::time::timeout(Duration::from_secs(20), cluster.wait_synced())
+        .await
+        .expect("the reflectors sync");
+    let snapshot = cluster.snapshot().await.expect("snapshot");
+    assert_eq!(snapshot.nodes.len(), count);
+    // Three pages of nodes: the first and two continued.
+    assert!(server.continued_lists() >= 2, "the adapter did not page");
+    assert!(snapshot.node("fleet-0000").is_some() && snapshot.node("fleet-1000").is_some());
+}

@@ -12,6 +12,7 @@ use axum::response::{IntoResponse, Response};
 use core_svc::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions};
 use serde_json::{Value, json};
 
+use super::paging::{self, Continue};
 use super::resources::{self, Backend, Op, Resource};
 use super::selectors::Selectors;
 use super::store::{PlainCall, State, stamp};
@@ -403,19 +404,7 @@ async fn dispatch(
             Method::GET if is_watch(query) => {
                 watch(state, target.index, namespace, selector, query).await
             }
-            Method::GET => {
-                let (mut items, version) = state.list(target.index, namespace).await;
-                items.retain(|item| selector.matches(item));
-                respond(
-                    200,
-                    &json!({
-                        "kind": format!("{}List", resource.kind),
-                        "apiVersion": resource.api_version(),
-                        "metadata": {"resourceVersion": version.to_string()},
-                        "items": items,
-                    }),
-                )
-            }
+            Method::GET => list(state, &resource, target.index, namespace, &selector, query).await,
             Method::POST => {
                 let mut object = match parse_body(body) {
                     Ok(object) => object,
@@ -761,6 +750,83 @@ async fn evict(state: &Shared, namespace: &str, name: &str, body: &Bytes) -> Res
         Ok(()) => respond(201, &status_body(201, "", "", Vec::new())),
         Err(error) => error_response(&error),
     }
+}
+
+/// A list, whole or one page of it (`limit`, `continue`). A first page cuts the state it
+/// reads into pages and keeps it; the next pages come from that state, whatever changed since,
+/// as the API server's do from etcd's revision; a token for a state no longer kept is `410
+/// Expired`, which makes a client list anew.
+async fn list(
+    state: &Shared,
+    resource: &Resource,
+    index: usize,
+    namespace: Option<&str>,
+    selector: &Selectors,
+    query: &HashMap<String, String>,
+) -> Response {
+    let limit = match query.get("limit").map(|limit| limit.parse::<usize>()) {
+        None => None,
+        // `limit=0` is no limit, as the API server reads it.
+        Some(Ok(0)) => None,
+        Some(Ok(limit)) => Some(limit),
+        Some(Err(_)) => return bad_request("limit must be a non-negative integer"),
+    };
+    let token = match query.get("continue").filter(|token| !token.is_empty()) {
+        None => None,
+        Some(token) => match Continue::decode(token) {
+            Ok(token) => Some(token),
+            Err(message) => return bad_request(&message),
+        },
+    };
+    let (items, version) = match &token {
+        Some(token) => match state.kept_list(index, token.version) {
+            Some(items) => {
+                state
+                    .continued_lists
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                (items, token.version)
+            }
+            None => {
+                return respond(
+                    410,
+                    &status_body(
+                        410,
+                        "Expired",
+                        "The provided continue parameter is too old to display a consistent \
+                         list result. You can start a new list without the continue parameter.",
+                        Vec::new(),
+                    ),
+                );
+            }
+        },
+        None => {
+            let (items, version) = state.list(index, None).await;
+            (Arc::new(items), version)
+        }
+    };
+    let after = token
+        .as_ref()
+        .map(|token| (token.after.0.as_str(), token.after.1.as_str()));
+    let (page, next) = paging::page(&items, after, limit, |item| {
+        namespace.is_none_or(|namespace| paging::key_of(item).0 == namespace)
+            && selector.matches(item)
+    });
+    let mut metadata = json!({"resourceVersion": version.to_string()});
+    if let Some(after) = next {
+        if token.is_none() {
+            state.keep_list(index, version, &items);
+        }
+        metadata["continue"] = Value::String(Continue { version, after }.encode());
+    }
+    respond(
+        200,
+        &json!({
+            "kind": format!("{}List", resource.kind),
+            "apiVersion": resource.api_version(),
+            "metadata": metadata,
+            "items": page,
+        }),
+    )
 }
 
 fn is_watch(query: &HashMap<String, String>) -> bool {

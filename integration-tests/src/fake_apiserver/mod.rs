@@ -12,8 +12,9 @@
 //!
 //! What it serves: discovery (`/api`, `/apis`, each group-version's resource list), list and
 //! watch with `resourceVersion` (bookmarks; `410 Gone` for a version older than its history),
-//! get, create, replace, merge and JSON patches, `/status`, delete with `DeleteOptions`, the
-//! `policy/v1` eviction subresource, `labelSelector` and `fieldSelector` on lists and watches,
+//! list paging (`limit` and `continue`: every page cut from the first page's state, `410
+//! Expired` for a token it can no longer serve), get, create, replace, merge and JSON patches,
+//! `/status`, delete with `DeleteOptions`, the `policy/v1` eviction subresource, `labelSelector` and `fieldSelector` on lists and watches,
 //! and streaming lists (`sendInitialEvents`). Errors are `Status` objects with the API server's
 //! codes and reasons.
 //!
@@ -25,6 +26,7 @@
 mod apps;
 mod http_api;
 pub mod kwok;
+mod paging;
 mod resources;
 mod selectors;
 mod store;
@@ -106,6 +108,13 @@ impl FakeApiServer {
     pub fn evictions(&self) -> u64 {
         self.state
             .evictions
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many list pages the server has served after a first one (with a `continue`).
+    pub fn continued_lists(&self) -> u64 {
+        self.state
+            .continued_lists
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 

@@ -2,7 +2,7 @@
 //! plain store of Leases and Events.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
 use serde::Serialize;
@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use tokio::sync::watch;
 
 use super::apps;
+use super::paging::KeptLists;
 use super::resources::{self, Backend, NodeClassResource, Resource, Typed};
 
 /// How many watch events the history keeps; a watch resuming from an older version gets
@@ -83,6 +84,10 @@ pub(crate) struct State {
     pub(crate) evictions: std::sync::atomic::AtomicU64,
     /// Serializes diffs, so events come out in resourceVersion order.
     sync_lock: tokio::sync::Mutex<()>,
+    /// The states paged lists are cut from.
+    kept_lists: Mutex<KeptLists>,
+    /// List pages served after a first one (requests with a `continue` token).
+    pub(crate) continued_lists: std::sync::atomic::AtomicU64,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -156,6 +161,8 @@ impl State {
             published,
             evictions: std::sync::atomic::AtomicU64::new(0),
             sync_lock: tokio::sync::Mutex::new(()),
+            kept_lists: Mutex::new(KeptLists::default()),
+            continued_lists: std::sync::atomic::AtomicU64::new(0),
         }
     }
 
@@ -168,6 +175,26 @@ impl State {
         let latest = history.latest.clone();
         history.events.clear();
         history.compacted = latest;
+        lock(&self.kept_lists).clear();
+    }
+
+    /// Keeps the state a paged list of resource `index` at `version` is cut from.
+    pub(crate) fn keep_list(&self, index: usize, version: u64, items: &Arc<Vec<Value>>) {
+        lock(&self.kept_lists).keep(index, version, items);
+    }
+
+    /// The state of resource `index` a paged list at `version` is cut from, unless it is gone
+    /// (forgotten, or older than the watch history: compacted).
+    pub(crate) fn kept_list(&self, index: usize, version: u64) -> Option<Arc<Vec<Value>>> {
+        let compacted = lock(&self.history)
+            .compacted
+            .get(&index)
+            .copied()
+            .unwrap_or(0);
+        if version < compacted {
+            return None;
+        }
+        lock(&self.kept_lists).find(index, version)
     }
 
     /// A receiver that changes whenever events are published.
