@@ -908,7 +908,7 @@ mod tests {
         // Asked out of order and twice: each once, in id order, as a scan would give.
         let asked = [ids[2].clone(), ids[0].clone(), ids[2].clone()];
         assert_eq!(
-            found(ResourceQuery::ids(asked.clone())).await,
+            found(ResourceQuery::ids(asked)).await,
             [ids[0].clone(), ids[2].clone()]
         );
         // The tag filters still apply to the instances asked for by id.
