@@ -5,7 +5,7 @@
 //! `running`; after termination `shutting-down` until the termination delay has passed, then
 //! `terminated`. Capacity errors are configured per instance type, zone and capacity type.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -688,10 +688,21 @@ impl Ec2 for MemoryEc2 {
         let mut state = self.state();
         state.calls.record("DescribeInstances");
         let answer = check_ids(&query.ids, &state.instances).map(|()| {
-            state
-                .instances
-                .values()
-                .filter(|r| passes(query, &r.instance.id, &r.instance.tags))
+            if query.ids.is_empty() {
+                return state
+                    .instances
+                    .values()
+                    .filter(|r| all_pass(&query.tags, &r.instance.tags))
+                    .map(|r| state.instance(r))
+                    .collect();
+            }
+            // By id, not by a scan of every instance: core asks about one instance at a time
+            // (drift, Get) across a fleet of hundreds. Sorted and deduplicated, so the answer
+            // is what the scan gives: each instance once, in id order.
+            let ids: BTreeSet<&str> = query.ids.iter().map(String::as_str).collect();
+            ids.into_iter()
+                .filter_map(|id| state.instances.get(id))
+                .filter(|r| all_pass(&query.tags, &r.instance.tags))
                 .map(|r| state.instance(r))
                 .collect()
         });
@@ -866,6 +877,51 @@ mod tests {
         assert_eq!(state().await, InstanceState::ShuttingDown);
         ec2.advance(Duration::from_secs(1));
         assert_eq!(state().await, InstanceState::Terminated);
+    }
+
+    #[tokio::test]
+    async fn instances_asked_for_by_id_come_once_each_in_id_order_with_tags_still_filtering() {
+        let ec2 = memory();
+        let (lt, subnet) = template(&ec2).await;
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            let launched = ec2
+                .create_fleet(&fleet(&lt, &subnet, &["m5.large"], CapacityType::OnDemand))
+                .await
+                .expect("fleet");
+            ids.push(launched.instances[0].id.clone());
+        }
+        ec2.create_tags(&ids[1..2], &[Tag::new("role", "picked")])
+            .await
+            .expect("tags");
+        let found = |query: ResourceQuery| {
+            let ec2 = &ec2;
+            async move {
+                ec2.describe_instances(&query)
+                    .await
+                    .expect("describe")
+                    .into_iter()
+                    .map(|instance| instance.id)
+                    .collect::<Vec<_>>()
+            }
+        };
+        // Asked out of order and twice: each once, in id order, as a scan would give.
+        let asked = [ids[2].clone(), ids[0].clone(), ids[2].clone()];
+        assert_eq!(
+            found(ResourceQuery::ids(asked)).await,
+            [ids[0].clone(), ids[2].clone()]
+        );
+        // The tag filters still apply to the instances asked for by id.
+        let mut tagged = ResourceQuery::ids(ids.clone());
+        tagged.tags = vec![TagFilter::equals("role", "picked")];
+        assert_eq!(found(tagged).await, [ids[1].clone()]);
+        // An unknown id is an error, as before.
+        let unknown = ec2
+            .describe_instances(&ResourceQuery::ids(["i-ffffffffffffffff"]))
+            .await;
+        assert!(unknown.is_err());
+        // No id: every instance.
+        assert_eq!(found(ResourceQuery::default()).await, ids);
     }
 
     #[tokio::test]
