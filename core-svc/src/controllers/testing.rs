@@ -124,6 +124,23 @@ pub(crate) fn pod(name: &str, patch: Value) -> Pod {
     ))
 }
 
+/// A pending Pod `default/name` with UID `uid-NAME` that the kube-scheduler marked
+/// `PodScheduled=False, Unschedulable`; `patch` merged in.
+pub(crate) fn unschedulable_pod(name: &str, patch: Value) -> Pod {
+    pod(
+        name,
+        merged(
+            json!({
+                "metadata": { "uid": format!("uid-{name}") },
+                "status": { "phase": "Pending", "conditions": [
+                    { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
+                ]},
+            }),
+            patch,
+        ),
+    )
+}
+
 /// A snapshot of `node_claims` and `nodes`, sorted as the cluster hands snapshots out.
 pub(crate) fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
     let mut snapshot = Snapshot {

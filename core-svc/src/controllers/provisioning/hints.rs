@@ -119,59 +119,42 @@ mod tests {
     use std::time::Duration;
 
     use jiff::Timestamp;
-    use k8s_openapi::api::core::v1::Node;
     use karpenter_api::NodeClaim;
 
     use super::*;
-    use crate::controllers::testing::{self, from_json, merged};
+    use crate::controllers::testing::{self, merged};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        testing::pod(
+        testing::unschedulable_pod(
             name,
-            merged(
-                json!({
-                    "metadata": { "uid": format!("uid-{name}"), "resourceVersion": "7" },
-                    "status": { "phase": "Pending", "conditions": [
-                        { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
-                    ]},
-                }),
-                extra,
-            ),
+            merged(json!({ "metadata": { "resourceVersion": "7" } }), extra),
         )
     }
 
-    fn node(name: &str, deleting: bool) -> Node {
-        let mut value = json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } });
-        if deleting {
-            value["metadata"]["deletionTimestamp"] = json!("2025-01-01T00:00:00Z");
-            value["metadata"]["finalizers"] = json!(["karpenter.sh/termination"]);
-        }
-        from_json(value)
-    }
-
-    /// A Node the kubelet created for a NodeClaim not registered yet.
-    fn joining_node(name: &str, provider_id: &str) -> Node {
-        from_json(json!({
-            "apiVersion": "v1", "kind": "Node", "metadata": { "name": name },
-            "spec": { "providerID": provider_id },
-        }))
+    fn deleting() -> Value {
+        json!({ "metadata": {
+            "deletionTimestamp": "2025-01-01T00:00:00Z",
+            "finalizers": ["karpenter.sh/termination"],
+        } })
     }
 
     fn claim(name: &str, node: &str) -> NodeClaim {
-        from_json(json!({
-            "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-            "metadata": { "name": name },
-            "spec": { "nodeClassRef": { "group": "g", "kind": "K", "name": "n" }, "requirements": [] },
-            "status": { "nodeName": node, "providerID": format!("test:///{name}") },
-        }))
+        testing::node_claim(
+            name,
+            json!({ "status": { "nodeName": node, "providerID": format!("test:///{name}") } }),
+        )
     }
 
     fn snapshot(pods: Vec<Pod>) -> Snapshot {
         let mut snapshot = Snapshot {
             nodes: vec![
-                Arc::new(node("node-a", false)),
-                Arc::new(node("node-gone", true)),
-                Arc::new(joining_node("node-joining", "test:///claim-joining")),
+                Arc::new(testing::node("node-a", json!({}))),
+                Arc::new(testing::node("node-gone", deleting())),
+                // The kubelet's Node for a NodeClaim not registered yet.
+                Arc::new(testing::node(
+                    "node-joining",
+                    json!({ "spec": { "providerID": "test:///claim-joining" } }),
+                )),
             ],
             node_claims: vec![
                 Arc::new(claim("claim-a", "node-a")),

@@ -354,21 +354,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::controllers::testing::{self, from_json, kinds, merged, node_pool};
+    use crate::controllers::testing::{self, from_json, kinds, node_pool};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        testing::pod(
-            name,
-            merged(
-                json!({
-                    "metadata": { "uid": format!("uid-{name}") },
-                    "status": { "phase": "Pending", "conditions": [
-                        { "type": "PodScheduled", "status": "False", "reason": "Unschedulable" },
-                    ]},
-                }),
-                extra,
-            ),
-        )
+        testing::unschedulable_pod(name, extra)
     }
 
     #[test]
@@ -463,16 +452,8 @@ mod tests {
 
     #[test]
     fn given_nominated_pods_then_only_a_preemption_in_progress_keeps_one_from_waiting() {
-        let node = |name: &str| -> Node {
-            from_json(json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }))
-        };
-        let claim = |name: &str, node: &str| -> NodeClaim {
-            from_json(json!({
-                "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
-                "metadata": { "name": name },
-                "spec": { "nodeClassRef": { "group": "g", "kind": "K", "name": "n" }, "requirements": [] },
-                "status": { "nodeName": node },
-            }))
+        let claim = |name: &str, node: &str| {
+            testing::node_claim(name, json!({ "status": { "nodeName": node } }))
         };
         let nominated =
             |name: &str, node: &str| pod(name, json!({ "status": { "nominatedNodeName": node } }));
@@ -486,7 +467,7 @@ mod tests {
         );
         let mut snapshot = Snapshot {
             nodes: ["unmanaged", "managed", "managed-preempting"]
-                .map(|name| Arc::new(node(name)))
+                .map(|name| Arc::new(testing::node(name, json!({}))))
                 .to_vec(),
             node_claims: vec![
                 Arc::new(claim("a", "managed")),
