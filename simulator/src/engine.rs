@@ -41,7 +41,8 @@ use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::scheduling::v1::PriorityClass;
-use karpenter_api::{ConditionStatus, NodeClaim, NodeClassReference, NodePool};
+use karpenter_api::nodeclaim::CONDITION_INSTANCE_TERMINATING;
+use karpenter_api::{ConditionStatus, NodeClaim, NodeClassReference, NodePool, condition};
 use kube::core::DynamicObject;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
@@ -977,6 +978,16 @@ impl Recorder {
             .map(|status| status.provider_id.as_str())
             .filter(|id| !id.is_empty())
             .collect();
+        // Upstream's budgets stop counting a node once its instance is terminating (drained,
+        // shutting down): kubernetes-sigs/karpenter `pkg/controllers/disruption/helpers.go`,
+        // `BuildDisruptionBudgetMapping`.
+        let terminating_instances: BTreeSet<&str> = snapshot
+            .node_claims()
+            .filter_map(|claim| claim.status.as_ref())
+            .filter(|status| condition::is_true(&status.conditions, CONDITION_INSTANCE_TERMINATING))
+            .map(|status| status.provider_id.as_str())
+            .filter(|id| !id.is_empty())
+            .collect();
         let mut disrupting: BTreeMap<&str, u64> = BTreeMap::new();
         for node in snapshot.nodes() {
             let Some(pool) = node_pool_of(node.metadata.labels.as_ref()) else {
@@ -994,7 +1005,7 @@ impl Recorder {
                 .unwrap_or_default();
             let deleting =
                 node.metadata.deletion_timestamp.is_some() || deleting_claims.contains(provider_id);
-            if tainted || deleting {
+            if (tainted || deleting) && !terminating_instances.contains(provider_id) {
                 *disrupting.entry(pool).or_default() += 1;
             }
         }
