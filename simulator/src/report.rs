@@ -226,7 +226,8 @@ pub struct Stats {
     /// NodeClaims that were deleted (gone) by the end.
     pub node_claims_deleted: u64,
     /// The most Nodes of each NodePool at once tainted `karpenter.sh/disrupted` or being
-    /// deleted.
+    /// deleted, leaving out those whose NodeClaim has `InstanceTerminating=True` (drained,
+    /// the instance shutting down), as upstream's disruption budgets count.
     pub max_disrupting_by_node_pool: BTreeMap<String, u64>,
     /// Evictions that left a PodDisruptionBudget's healthy pods below what it allows.
     pub pdb_violations: u64,
