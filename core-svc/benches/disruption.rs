@@ -219,6 +219,7 @@ fn pass(c: &mut Criterion) {
                 observations: &[],
                 options: &options,
                 settings: &settings,
+                memo: None,
             };
             let decided = decide(inputs, &methods);
             eprintln!(

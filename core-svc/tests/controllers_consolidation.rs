@@ -272,6 +272,7 @@ impl World {
             label_policy: &label_policy,
             preference_policy: PreferencePolicy::Respect,
             leaving: &leaving,
+            memo: None,
         });
         let settings = Settings::default();
         let input = MethodInput {

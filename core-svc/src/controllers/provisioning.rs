@@ -34,6 +34,7 @@ pub mod catalogue;
 pub mod convert;
 pub mod hints;
 pub mod input;
+pub mod memo;
 pub mod nodeclaims;
 pub mod nominations;
 pub mod selection;
@@ -50,6 +51,7 @@ use k8s_openapi::api::core::v1::Pod;
 use self::batcher::{BatchState, Batcher, Cooldowns, later};
 use self::catalogue::CatalogueCache;
 use self::input::{Catalogue, Skipped, Sources};
+use self::memo::NodeMemo;
 use self::nominations::{Nominations, SharedNominations, Target, nomination_window};
 use self::selection::{UsableNodePool, pod_uid};
 use super::{Context, Controller, ControllerError, Requeue};
@@ -105,6 +107,8 @@ pub struct Provisioner<C, P> {
     /// Locked after `state` when both are: the disruption controller reads them too.
     nominations: SharedNominations,
     instance_types: CatalogueCache,
+    /// The Nodes of the scheduler's input, converted by earlier passes.
+    memo: NodeMemo,
 }
 
 #[derive(Debug)]
@@ -162,6 +166,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             ctx,
             options,
             state: Mutex::new(state),
+            memo: NodeMemo::new(),
         }
     }
 
@@ -287,6 +292,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             catalogues: &catalogues,
             label_policy: &self.options.label_policy,
             preference_policy: self.options.preference_policy,
+            memo: Some(&self.memo),
         });
         self.report_skipped(&built.skipped);
         let results = match solve(&built.input) {

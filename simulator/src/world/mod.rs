@@ -23,6 +23,7 @@ use std::time::Duration;
 
 use core_domain::labels::LabelPolicy;
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
+use core_svc::controllers::provisioning::memo::NodeMemo;
 // The stand-ins judge pods and Nodes by the same rules as core's controllers.
 pub use core_svc::controllers::nodeclaim::is_node_ready;
 pub use core_svc::controllers::provisioning::selection::{
@@ -43,6 +44,8 @@ pub struct World {
     timing: kubelet::Timing,
     label_policy: LabelPolicy,
     deployments: workloads::Deployments,
+    /// The kube-scheduler's Nodes, converted by earlier cycles.
+    scheduled_nodes: NodeMemo,
     /// Set when the last step changed nothing: the cluster's revision and the cloud's
     /// fingerprint it saw, and when a kubelet acts next by the clock. While all three hold,
     /// a step would change nothing again and is skipped.
@@ -74,6 +77,7 @@ impl World {
             },
             label_policy,
             deployments: workloads::Deployments::default(),
+            scheduled_nodes: NodeMemo::new(),
             fixpoint: None,
         }
     }
@@ -133,7 +137,14 @@ impl World {
         self.deployments.reconcile(&self.cluster, &snapshot).await;
         workloads::daemon_sets(&self.cluster, &snapshot).await;
         let snapshot = self.cluster.snapshot().await?;
-        scheduler::step(&self.cluster, &snapshot, &self.label_policy, now).await;
+        scheduler::step(
+            &self.cluster,
+            &self.scheduled_nodes,
+            &snapshot,
+            &self.label_policy,
+            now,
+        )
+        .await;
         if self.cluster.revision() == revision && self.cloud.instances_fingerprint() == cloud {
             self.fixpoint = Some(Fixpoint {
                 revision,

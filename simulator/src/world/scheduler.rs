@@ -14,6 +14,8 @@ use core_domain::labels::{LABEL_HOSTNAME, LabelPolicy};
 use core_domain::scheduler::{ExistingNode, PodId, PreferencePolicy, SchedulingInput, solve};
 use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::convert;
+use core_svc::controllers::provisioning::input::existing_node;
+use core_svc::controllers::provisioning::memo::NodeMemo;
 use core_svc::controllers::provisioning::selection::nominated_node;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Pod, PodCondition};
@@ -21,8 +23,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
 use super::{
-    bound_node, is_daemon_set_pod, is_node_ready, is_terminal, is_terminating, name_of,
-    namespace_of, note, phase,
+    bound_node, is_node_ready, is_terminal, is_terminating, name_of, namespace_of, note, phase,
 };
 
 /// The pods this scheduler is responsible for: unbound, not terminating, pending, for the
@@ -61,6 +62,7 @@ fn is_marked_unschedulable(pod: &Pod) -> bool {
 /// that do not fit there, and every other pod, are then placed on any Node.
 pub async fn step(
     cluster: &Arc<InMemoryCluster>,
+    memo: &NodeMemo,
     snapshot: &Snapshot,
     policy: &LabelPolicy,
     now: Timestamp,
@@ -72,7 +74,7 @@ pub async fn step(
     let mut nominated = Vec::new();
     let mut others = Vec::new();
     let mut refused: Vec<(&Pod, String)> = Vec::new();
-    let mut nodes = schedulable_nodes(snapshot);
+    let mut nodes = schedulable_nodes(snapshot, memo);
     let schedulable: HashMap<String, usize> = nodes
         .iter()
         .enumerate()
@@ -157,10 +159,13 @@ pub async fn step(
     }
 }
 
-/// Ready Nodes that take pods, with the pods bound to them.
-fn schedulable_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
+/// Ready Nodes that take pods, with the pods bound to them; those unchanged since the last
+/// cycle come from `memo`.
+fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<ExistingNode> {
     let pods_by_node = snapshot.pods_by_node();
     let mut nodes = Vec::new();
+    let mut skipped = Vec::new();
+    memo.begin_pass();
     for node in snapshot.nodes() {
         let cordoned = node
             .spec
@@ -170,25 +175,19 @@ fn schedulable_nodes(snapshot: &Snapshot) -> Vec<ExistingNode> {
         if node.metadata.deletion_timestamp.is_some() || cordoned || !is_node_ready(node) {
             continue;
         }
-        let Ok(mut existing) = convert::node(node, None) else {
+        let pods: Vec<&Pod> = pods_by_node
+            .get(name_of(&node.metadata))
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|pod| !is_terminal(pod))
+            .collect();
+        // Unreadable objects are left out, as the provisioner leaves them out.
+        let Some(mut existing) = existing_node(Some(memo), node, None, &pods, &mut skipped) else {
             continue;
         };
         existing.initialized = true;
         existing.startup_taints.clear();
-        let name = name_of(&node.metadata);
-        for pod in pods_by_node.get(name).into_iter().flatten() {
-            if is_terminal(pod) {
-                continue;
-            }
-            let Ok(converted) = convert::pod(pod) else {
-                continue;
-            };
-            existing = if is_daemon_set_pod(pod) {
-                existing.with_daemon_pod(converted)
-            } else {
-                existing.with_pod(converted)
-            };
-        }
         nodes.push(existing);
     }
     nodes

@@ -124,6 +124,7 @@ use self::single::SingleNodeConsolidation;
 use super::nodeclaim::is_node_ready;
 use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
+use super::provisioning::memo::NodeMemo;
 use super::provisioning::nominations::{SharedNominations, nomination_window};
 use super::provisioning::selection::{self, UsableNodePool};
 use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
@@ -377,6 +378,9 @@ pub struct PassInputs<'a> {
     pub options: &'a DisruptionOptions,
     /// Tunables.
     pub settings: &'a Settings,
+    /// Where the simulations' Nodes converted by earlier passes are kept; `None` converts
+    /// every Node afresh.
+    pub memo: Option<&'a NodeMemo>,
 }
 
 /// What a pass decided.
@@ -416,6 +420,7 @@ impl<'a> Prepared<'a> {
             in_flight,
             observations,
             options,
+            memo,
             ..
         } = inputs;
         let held_back: BTreeSet<&str> = observations
@@ -453,6 +458,7 @@ impl<'a> Prepared<'a> {
             label_policy: &options.label_policy,
             preference_policy: options.preference_policy,
             leaving,
+            memo,
         });
         Self {
             inputs,
@@ -656,6 +662,8 @@ pub struct DisruptionController<C, P> {
     state: Mutex<State>,
     instance_types: CatalogueCache,
     nominations: SharedNominations,
+    /// The simulations' Nodes, converted by earlier passes.
+    memo: NodeMemo,
 }
 
 impl<C, P> std::fmt::Debug for DisruptionController<C, P> {
@@ -699,6 +707,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             methods,
             metrics: None,
             state: Mutex::new(State::default()),
+            memo: NodeMemo::new(),
         }
     }
 
@@ -798,6 +807,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             observations: &observations,
             options: &self.options,
             settings: &self.ctx.settings,
+            memo: Some(&self.memo),
         };
 
         let selector = CandidateSelector::new(&snapshot, now, &nominated);
@@ -1784,6 +1794,7 @@ pub(crate) mod fixtures {
             label_policy: &label_policy,
             preference_policy: core_domain::scheduler::PreferencePolicy::Respect,
             leaving: &leaving,
+            memo: None,
         });
         let settings = Settings::default();
         f(&MethodInput {
@@ -1886,6 +1897,7 @@ mod tests {
             observations: &[],
             options,
             settings,
+            memo: None,
         }
     }
 

@@ -18,7 +18,8 @@
 //! [`Simulator::simulate`] then takes the candidate nodes out of the existing capacity, adds
 //! their reschedulable pods (running pods and terminating StatefulSet pods; no DaemonSet or
 //! mirror pod) to the pods to place, solves, and puts the nodes back: no conversion is repeated
-//! per simulation, the nodes are moved, not cloned. When no pod in the cluster has a topology
+//! per simulation, and only the nodes shown to the scheduler are moved (into its input and
+//! back), never cloned: a drift pass may simulate every candidate of a large cluster in turn. When no pod in the cluster has a topology
 //! spread, pod affinity or anti-affinity constraint, where pods run does not matter to where
 //! others may go, so the nodes without room for the smallest pod to place (per resource) are
 //! taken out as well: the scheduler's cost grows with the pods it is shown, and a packed
@@ -38,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core_domain::labels::LabelPolicy;
-use core_domain::resources::{ResourceList, ResourceName};
+use core_domain::resources::ResourceList;
 use core_domain::scheduler::{
     ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, SchedulingInput, solve,
 };
@@ -48,6 +49,7 @@ use karpenter_api::NodePool;
 use crate::cluster::Snapshot;
 use crate::controllers::provisioning::convert;
 use crate::controllers::provisioning::input::{self, Catalogue, Sources};
+use crate::controllers::provisioning::memo::NodeMemo;
 use crate::controllers::provisioning::selection;
 use crate::disruption::candidates::is_reschedulable;
 
@@ -69,6 +71,8 @@ pub struct SimulationSources<'a> {
     /// Nodes (by name) already leaving though the snapshot does not mark them deleting: the
     /// candidates of commands in flight.
     pub leaving: &'a BTreeSet<String>,
+    /// Where Nodes converted by earlier passes are kept; `None` converts every Node afresh.
+    pub memo: Option<&'a NodeMemo>,
 }
 
 /// What a simulation found.
@@ -118,14 +122,89 @@ pub struct Simulator<'a> {
 
 #[derive(Debug)]
 struct State {
+    /// The scheduler's input. Between simulations its `existing_nodes` is empty: the nodes
+    /// live in `slots`, and a simulation moves in the ones it shows the scheduler and moves
+    /// them back after, so no simulation copies (or even moves) the whole cluster.
     input: SchedulingInput,
-    /// The existing node names, for lookups; positions in `input.existing_nodes`.
+    /// The existing nodes, in the order provisioning built them.
+    slots: Vec<Slot>,
+    /// The existing node names, for lookups; positions in `slots`.
     index: HashMap<String, usize>,
     /// How many pods of `input.pods` are there for every simulation.
     base_pods: usize,
     /// Whether nodes without room for any pod to place may be left out of a simulation: no pod
     /// looks at other pods, so such a node changes nothing.
     prunable: bool,
+}
+
+/// An existing node, with what a simulation asks of it before showing it to the scheduler.
+#[derive(Debug)]
+struct Slot {
+    /// The node; `None` only while a simulation has lent it to the scheduler's input.
+    node: Option<ExistingNode>,
+    /// What it has free.
+    room: Room,
+    /// Whether it is initialized: a pod placed on it counts as scheduled.
+    initialized: bool,
+}
+
+impl Slot {
+    fn new(node: ExistingNode) -> Self {
+        Self {
+            room: Room::free_on(&node),
+            initialized: node.initialized,
+            node: Some(node),
+        }
+    }
+}
+
+/// Amounts of the resources every pod asks for: what a node has free, or the smallest request
+/// among the pods to place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Room {
+    cpu_millis: i64,
+    memory: i64,
+    ephemeral_storage: i64,
+    pods: i64,
+}
+
+impl Room {
+    /// What `node` has free.
+    fn free_on(node: &ExistingNode) -> Self {
+        let free = node.allocatable.saturating_sub(&node.requested);
+        Self {
+            cpu_millis: free.cpu_millis(),
+            memory: free.memory_bytes(),
+            ephemeral_storage: free.ephemeral_storage_bytes(),
+            pods: free.pods(),
+        }
+    }
+
+    /// The smallest request of `pods` for each of cpu, memory and ephemeral storage, and one pod
+    /// slot: a node with less free than that of any of them takes none of them.
+    fn smallest(pods: &[core_domain::scheduler::Pod]) -> Self {
+        let least = |amount: fn(&ResourceList) -> i64| {
+            pods.iter()
+                .map(|pod| amount(&pod.requests))
+                .min()
+                .unwrap_or(0)
+        };
+        Self {
+            cpu_millis: least(ResourceList::cpu_millis),
+            memory: least(ResourceList::memory_bytes),
+            ephemeral_storage: least(ResourceList::ephemeral_storage_bytes),
+            pods: 1,
+        }
+    }
+
+    /// Whether this much free holds `wanted`, resource by resource.
+    fn holds(&self, wanted: &Self) -> bool {
+        let enough = |free: i64, want: i64| want <= 0 || free >= want;
+        enough(self.cpu_millis, wanted.cpu_millis)
+            && enough(self.memory, wanted.memory)
+            && enough(self.ephemeral_storage, wanted.ephemeral_storage)
+            && enough(self.pods, wanted.pods)
+    }
 }
 
 impl State {
@@ -148,6 +227,7 @@ impl State {
             catalogues: sources.catalogues,
             label_policy: sources.label_policy,
             preference_policy: sources.preference_policy,
+            memo: sources.memo,
         });
         for skipped in &built.skipped {
             tracing::debug!(?skipped, "left out of the disruption simulation");
@@ -157,16 +237,20 @@ impl State {
             .existing_nodes
             .retain(|node| !sources.leaving.contains(&node.name));
         reserve_for_waiting(&mut input);
-        let index = input
-            .existing_nodes
-            .iter()
-            .enumerate()
-            .map(|(position, node)| (node.name.clone(), position))
-            .collect();
         let base_pods = input.pods.len();
         let prunable = !has_inter_pod_constraints(&input);
+        let slots: Vec<Slot> = std::mem::take(&mut input.existing_nodes)
+            .into_iter()
+            .map(Slot::new)
+            .collect();
+        let index = slots
+            .iter()
+            .enumerate()
+            .filter_map(|(position, slot)| Some((slot.node.as_ref()?.name.clone(), position)))
+            .collect();
         Self {
             input,
+            slots,
             index,
             base_pods,
             prunable,
@@ -191,7 +275,7 @@ impl<'a> Simulator<'a> {
 
     /// How many existing nodes (and in-flight NodeClaims) the input holds.
     pub fn existing_nodes(&self) -> usize {
-        self.lock().input.existing_nodes.len()
+        self.lock().slots.len()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -222,6 +306,7 @@ impl<'a> Simulator<'a> {
         let mut state = self.lock();
         let State {
             input,
+            slots,
             index,
             base_pods,
             prunable,
@@ -237,10 +322,9 @@ impl<'a> Simulator<'a> {
         candidate_nodes.dedup();
         let mut converted: HashMap<PodId, core_domain::scheduler::Pod> = HashMap::new();
         for &position in &candidate_nodes {
-            if let Some(node) = input.existing_nodes.get(position) {
-                for pod in &node.pods {
-                    converted.insert(pod.id.clone(), pod.clone());
-                }
+            let node = slots.get(position).and_then(|slot| slot.node.as_ref());
+            for pod in node.into_iter().flat_map(|node| &node.pods) {
+                converted.insert(pod.id.clone(), pod.clone());
             }
         }
         let mut unschedulable = Vec::new();
@@ -263,53 +347,31 @@ impl<'a> Simulator<'a> {
             }
         }
 
-        // Take the candidates out, and (when nothing depends on where pods are) the nodes
-        // without room for any pod to place, by position, keeping the others in their order.
-        let smallest = prunable.then(|| smallest_requests(&input.pods));
-        let all = std::mem::take(&mut input.existing_nodes);
-        let mut kept = Vec::with_capacity(all.len());
-        let mut taken: Vec<(usize, ExistingNode)> = Vec::new();
-        let mut next_candidate = candidate_nodes.iter().peekable();
-        for (position, node) in all.into_iter().enumerate() {
-            let is_candidate = next_candidate.peek() == Some(&&position);
-            if is_candidate {
-                next_candidate.next();
-            }
-            let full = smallest
-                .as_ref()
-                .is_some_and(|smallest| !has_room_for(&node, smallest));
+        // Show the scheduler every node but the candidates and (when nothing depends on where
+        // pods are) the nodes without room for any pod to place, in their order.
+        let smallest = prunable.then(|| Room::smallest(&input.pods));
+        let mut shown = Vec::new();
+        for (position, slot) in slots.iter_mut().enumerate() {
+            let is_candidate = candidate_nodes.binary_search(&position).is_ok();
+            let full = smallest.is_some_and(|smallest| !slot.room.holds(&smallest));
             if is_candidate || full {
-                taken.push((position, node));
-            } else {
-                kept.push(node);
+                continue;
+            }
+            if let Some(node) = slot.node.take() {
+                shown.push(position);
+                input.existing_nodes.push(node);
             }
         }
-        input.existing_nodes = kept;
 
         let solved = solve(input);
 
         // Put everything back as it was.
         input.pods.truncate(base_pods);
-        let kept = std::mem::take(&mut input.existing_nodes);
-        let total = kept.len() + taken.len();
-        let mut restored = Vec::with_capacity(total);
-        let mut kept = kept.into_iter();
-        let mut taken = taken.into_iter().peekable();
-        while restored.len() < total {
-            let next = if taken
-                .peek()
-                .is_some_and(|(position, _)| *position == restored.len())
-            {
-                taken.next().map(|(_, node)| node)
-            } else {
-                kept.next().or_else(|| taken.next().map(|(_, node)| node))
-            };
-            match next {
-                Some(node) => restored.push(node),
-                None => break,
+        for (position, node) in shown.into_iter().zip(input.existing_nodes.drain(..)) {
+            if let Some(slot) = slots.get_mut(position) {
+                slot.node = Some(node);
             }
         }
-        input.existing_nodes = restored;
 
         let results = match solved {
             Ok(results) => results,
@@ -330,17 +392,18 @@ impl<'a> Simulator<'a> {
                 };
             }
         };
-        let initialized: HashMap<&str, bool> = input
-            .existing_nodes
-            .iter()
-            .map(|node| (node.name.as_str(), node.initialized))
-            .collect();
+        let initialized = |node: &str| {
+            index
+                .get(node)
+                .and_then(|&position| slots.get(position))
+                .is_none_or(|slot| slot.initialized)
+        };
         let mut placements = Vec::new();
         for (pod, node) in &results.existing_placements {
             if !candidate_ids.contains(pod) {
                 continue;
             }
-            if initialized.get(node.as_str()).copied().unwrap_or(true) {
+            if initialized(node) {
                 placements.push((pod.to_string(), node.clone()));
             } else {
                 unschedulable.push((
@@ -385,35 +448,6 @@ fn has_inter_pod_constraints(input: &SchedulingInput) -> bool {
             .iter()
             .flat_map(|node| &node.pods)
             .any(constrained)
-}
-
-/// The smallest request of `pods` for each of cpu, memory and ephemeral storage: a node with
-/// less free than that of any of them, or no pod slot, takes none of them.
-fn smallest_requests(pods: &[core_domain::scheduler::Pod]) -> ResourceList {
-    let names = [
-        ResourceName::CPU,
-        ResourceName::MEMORY,
-        ResourceName::EPHEMERAL_STORAGE,
-    ];
-    let mut smallest = ResourceList::new();
-    for name in &names {
-        let least = pods
-            .iter()
-            .map(|pod| pod.requests.get(name))
-            .min()
-            .unwrap_or(0);
-        smallest.set(name, least);
-    }
-    smallest.set(&ResourceName::PODS, 1);
-    smallest
-}
-
-/// Whether `node` has, in every resource of `smallest`, at least that much free.
-fn has_room_for(node: &ExistingNode, smallest: &ResourceList) -> bool {
-    let free = node.allocatable.saturating_sub(&node.requested);
-    smallest
-        .iter()
-        .all(|(name, amount)| amount <= 0 || free.get(&name) >= amount)
 }
 
 /// Places the pods already waiting first: those that fit existing capacity are bound to it in
@@ -493,6 +527,7 @@ mod tests {
             label_policy: &policy,
             preference_policy: PreferencePolicy::Respect,
             leaving: &leaving,
+            memo: None,
         });
         let before = simulator.existing_nodes();
         let results = nodes
@@ -652,20 +687,36 @@ mod tests {
             .with("cpu", 2000)
             .with("memory", 1 << 30);
         input.pods = vec![small.clone(), big];
-        let smallest = smallest_requests(&input.pods);
-        assert_eq!(smallest.get(&ResourceName::CPU), 500);
-        assert_eq!(smallest.get(&ResourceName::MEMORY), 0);
-        assert_eq!(smallest.get(&ResourceName::PODS), 1);
+        let smallest = Room::smallest(&input.pods);
+        assert_eq!(
+            smallest,
+            Room {
+                cpu_millis: 500,
+                memory: 0,
+                ephemeral_storage: 0,
+                pods: 1
+            }
+        );
 
         let allocatable = ResourceList::new().with("cpu", 1000).with("pods", 2);
         let node = ExistingNode::new("n", [], allocatable.clone());
-        assert!(has_room_for(&node, &smallest));
+        assert!(Room::free_on(&node).holds(&smallest));
         let full = ExistingNode::new("n", [], allocatable.clone()).with_pod(small.clone());
         let mut busy = core_domain::scheduler::Pod::new("default", "busy");
         busy.requests = ResourceList::new().with("cpu", 600);
-        let cpu_full = ExistingNode::new("n", [], allocatable).with_pod(busy);
-        assert!(has_room_for(&full, &smallest), "500m and one slot left");
-        assert!(!has_room_for(&cpu_full, &smallest), "400m left");
+        let cpu_full = ExistingNode::new("n", [], allocatable.clone()).with_pod(busy);
+        let slots_full = ExistingNode::new("n", [], allocatable)
+            .with_pod(core_domain::scheduler::Pod::new("default", "one"))
+            .with_pod(core_domain::scheduler::Pod::new("default", "two"));
+        assert!(
+            Room::free_on(&full).holds(&smallest),
+            "500m and one slot left"
+        );
+        assert!(!Room::free_on(&cpu_full).holds(&smallest), "400m left");
+        assert!(
+            !Room::free_on(&slots_full).holds(&smallest),
+            "no pod slot left"
+        );
 
         assert!(!has_inter_pod_constraints(&input));
         input

@@ -24,10 +24,11 @@ use core_domain::labels::{LABEL_INSTANCE_TYPE, LabelPolicy};
 use core_domain::requirements::Operator;
 use core_domain::resources::{ResourceList, ResourceName};
 use core_domain::scheduler::{ExistingNode, NODES, PreferencePolicy, SchedulingInput};
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::{NodeClaim, NodePool};
 
 use super::convert::{self, InvalidField};
+use super::memo::{self, NodeMemo};
 use super::nominations::Target;
 use super::selection::{is_daemon_set_pod, is_terminal, pod_uid};
 use crate::cluster::Snapshot;
@@ -55,6 +56,8 @@ pub struct Sources<'a> {
     pub label_policy: &'a LabelPolicy,
     /// Whether preferences count.
     pub preference_policy: PreferencePolicy,
+    /// Where Nodes converted by earlier builds are kept; `None` converts every Node afresh.
+    pub memo: Option<&'a NodeMemo>,
 }
 
 /// What could not enter the input, and why.
@@ -93,6 +96,9 @@ pub struct Built {
 
 /// Builds the scheduler's input (see the module documentation).
 pub fn build(sources: &Sources<'_>) -> Built {
+    if let Some(memo) = sources.memo {
+        memo.begin_pass();
+    }
     let snapshot = sources.snapshot;
     let mut skipped = Vec::new();
     let mut pods = Vec::with_capacity(sources.pods.len());
@@ -203,31 +209,16 @@ fn existing_capacity(
         if deleting {
             continue;
         }
-        let mut existing = match convert::node(node, claim) {
-            Ok(existing) => existing,
-            Err(error) => {
-                skipped.push(Skipped::Object {
-                    object: format!("Node {name}"),
-                    error,
-                });
-                continue;
-            }
+        let pods: Vec<&Pod> = by_node
+            .get(name)
+            .into_iter()
+            .flatten()
+            .copied()
+            .filter(|pod| !is_terminal(pod))
+            .collect();
+        let Some(existing) = existing_node(sources.memo, node, claim, &pods, skipped) else {
+            continue;
         };
-        for pod in by_node.get(name).into_iter().flatten() {
-            if is_terminal(pod) {
-                continue;
-            }
-            match convert::pod(pod) {
-                Ok(converted) if is_daemon_set_pod(pod) => {
-                    existing = existing.with_daemon_pod(converted);
-                }
-                Ok(converted) => existing = existing.with_pod(converted),
-                Err(error) => skipped.push(Skipped::Object {
-                    object: format!("Pod {}", qualified(pod)),
-                    error,
-                }),
-            }
-        }
         let target = match claim {
             Some(claim) => Target::NodeClaim(name_of(claim).to_owned()),
             None => Target::Node(name.to_owned()),
@@ -256,6 +247,65 @@ fn existing_capacity(
     }
     reserve(sources, &mut nodes, &targets, skipped);
     (nodes.into_values().collect(), targets)
+}
+
+/// The Node with `pods` (those bound to it that still hold resources, DaemonSet pods as such),
+/// taken from `memo` when neither it, its NodeClaim nor its pods changed since it was converted;
+/// `None` when the Node cannot be read (recorded in `skipped`, as is a pod that cannot be read
+/// and is left out).
+pub fn existing_node(
+    memo: Option<&NodeMemo>,
+    node: &Node,
+    claim: Option<&NodeClaim>,
+    pods: &[&Pod],
+    skipped: &mut Vec<Skipped>,
+) -> Option<ExistingNode> {
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    // The NodeClaim's slot is kept when there is none, so the pods' versions cannot stand in
+    // for it.
+    let versions = memo.and_then(|_| {
+        let claim_version = claim.map_or(Some("-"), |claim| {
+            claim.metadata.resource_version.as_deref()
+        });
+        let mut versions = vec![node.metadata.resource_version.as_deref()?, claim_version?];
+        versions.extend(memo::versions(pods.iter().map(|pod| &pod.metadata))?);
+        Some(versions)
+    });
+    if let (Some(memo), Some(versions)) = (memo, &versions)
+        && let Some(existing) = memo.get(name, versions)
+    {
+        return Some(existing);
+    }
+    let mut existing = match convert::node(node, claim) {
+        Ok(existing) => existing,
+        Err(error) => {
+            skipped.push(Skipped::Object {
+                object: format!("Node {name}"),
+                error,
+            });
+            return None;
+        }
+    };
+    let mut whole = true;
+    for pod in pods {
+        match convert::pod(pod) {
+            Ok(converted) if is_daemon_set_pod(pod) => {
+                existing = existing.with_daemon_pod(converted);
+            }
+            Ok(converted) => existing = existing.with_pod(converted),
+            Err(error) => {
+                whole = false;
+                skipped.push(Skipped::Object {
+                    object: format!("Pod {}", qualified(pod)),
+                    error,
+                });
+            }
+        }
+    }
+    if let (Some(memo), Some(versions), true) = (memo, &versions, whole) {
+        memo.put(name, versions, &existing);
+    }
+    Some(existing)
 }
 
 /// Adds the nominated pods to the capacity they were nominated to.
@@ -363,6 +413,7 @@ fn qualified_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 mod tests {
     use core_domain::labels::LABEL_NODEPOOL;
     use core_domain::scheduler::solve;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::{Value, json};
 
     use super::*;
@@ -445,6 +496,15 @@ mod tests {
         }
 
         fn build(&self, pods: &[&Pod], reserved: &[(&Pod, Target)]) -> Built {
+            self.build_with(pods, reserved, None)
+        }
+
+        fn build_with(
+            &self,
+            pods: &[&Pod],
+            reserved: &[(&Pod, Target)],
+            memo: Option<&NodeMemo>,
+        ) -> Built {
             let node_pools = [(&self.pool, catalogue())];
             build(&Sources {
                 snapshot: &self.snapshot,
@@ -454,8 +514,105 @@ mod tests {
                 catalogues: &self.catalogues,
                 label_policy: &self.policy,
                 preference_policy: PreferencePolicy::Respect,
+                memo,
             })
         }
+    }
+
+    fn versioned<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(mut object: T, version: &str) -> T {
+        object.metadata_mut().resource_version = Some(version.to_owned());
+        object
+    }
+
+    #[test]
+    fn given_a_memo_then_a_node_is_converted_again_only_when_it_or_its_pods_changed() {
+        let memo = NodeMemo::new();
+        let snapshot = |node_version: &str, pods: Vec<Pod>| Snapshot {
+            nodes: vec![
+                Arc::new(versioned(node("node-1", "4"), node_version)),
+                Arc::new(versioned(node("node-2", "4"), "2")),
+            ],
+            pods: pods.into_iter().map(Arc::new).collect(),
+            ..Snapshot::default()
+        };
+        let requested = |built: &Built| -> Vec<i64> {
+            built
+                .input
+                .existing_nodes
+                .iter()
+                .map(|node| node.requested.cpu_millis())
+                .collect()
+        };
+        let web = |cpu: &str, version: &str| versioned(bound("web-1", cpu, "node-1"), version);
+
+        let first = Fixture::new(snapshot("1", vec![web("1", "3")]), json!({}));
+        assert_eq!(
+            requested(&first.build_with(&[], &[], Some(&memo))),
+            [1000, 0]
+        );
+        assert_eq!(memo.len(), 2);
+
+        // The snapshot is the memo's: the nodes come back from it, as they were.
+        assert_eq!(
+            requested(&first.build_with(&[], &[], Some(&memo))),
+            requested(&first.build(&[], &[]))
+        );
+
+        // A pod's new version is seen, and so is a new pod on the node.
+        let resized = Fixture::new(snapshot("1", vec![web("2", "4")]), json!({}));
+        assert_eq!(
+            requested(&resized.build_with(&[], &[], Some(&memo))),
+            [2000, 0]
+        );
+        let joined = Fixture::new(
+            snapshot(
+                "1",
+                vec![web("2", "4"), versioned(bound("web-2", "1", "node-2"), "5")],
+            ),
+            json!({}),
+        );
+        assert_eq!(
+            requested(&joined.build_with(&[], &[], Some(&memo))),
+            [2000, 1000]
+        );
+
+        // A Node's own change is seen (its new allocatable).
+        let mut bigger = versioned(node("node-1", "8"), "6");
+        bigger.metadata.labels = Some(BTreeMap::from([("size".to_owned(), "big".to_owned())]));
+        let grown = Fixture::new(
+            Snapshot {
+                nodes: vec![Arc::new(bigger)],
+                pods: vec![Arc::new(web("2", "4"))],
+                ..Snapshot::default()
+            },
+            json!({}),
+        );
+        let built = grown.build_with(&[], &[], Some(&memo));
+        assert_eq!(built.input.existing_nodes[0].allocatable.cpu_millis(), 8000);
+        assert_eq!(
+            built.input.existing_nodes[0]
+                .requirements
+                .get("size")
+                .map(|r| r.to_string()),
+            Some("size In [big]".to_owned())
+        );
+        // node-2 was not in that build: it is dropped when the next begins.
+        grown.build_with(&[], &[], Some(&memo));
+        assert_eq!(memo.len(), 1);
+    }
+
+    #[test]
+    fn given_objects_without_versions_then_nothing_is_memoized() {
+        let memo = NodeMemo::new();
+        let fixture = Fixture::new(
+            Snapshot {
+                nodes: vec![Arc::new(node("node-1", "4"))],
+                ..Snapshot::default()
+            },
+            json!({}),
+        );
+        fixture.build_with(&[], &[], Some(&memo));
+        assert!(memo.is_empty());
     }
 
     #[test]
