@@ -318,8 +318,6 @@ pub struct DisruptionOptions {
     pub label_policy: LabelPolicy,
     /// Whether preferences count in the simulation.
     pub preference_policy: PreferencePolicy,
-    /// How long a NodePool's instance types are reused.
-    pub instance_types_ttl: Duration,
     /// How long a node whose replacement failed, or whose drain timed out, waits before it
     /// is tried again.
     pub replacement_retry: Duration,
@@ -333,7 +331,6 @@ impl Default for DisruptionOptions {
             require_ready_node_class: true,
             label_policy: LabelPolicy::core(),
             preference_policy: PreferencePolicy::Respect,
-            instance_types_ttl: DEFAULT_INSTANCE_TYPES_TTL,
             replacement_retry: DEFAULT_REPLACEMENT_RETRY,
             consolidation: ConsolidationOptions::default(),
         }
@@ -654,7 +651,7 @@ pub struct DisruptionController<C, P> {
     methods: Vec<Box<dyn Method>>,
     metrics: Option<Arc<Metrics>>,
     state: Mutex<State>,
-    instance_types: CatalogueCache,
+    instance_types: Arc<CatalogueCache>,
     nominations: SharedNominations,
 }
 
@@ -692,7 +689,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         methods: Vec<Box<dyn Method>>,
     ) -> Self {
         Self {
-            instance_types: CatalogueCache::new(options.instance_types_ttl),
+            instance_types: Arc::new(CatalogueCache::new(DEFAULT_INSTANCE_TYPES_TTL)),
             nominations: SharedNominations::new(nomination_window(ctx.settings.batch_max)),
             ctx,
             options,
@@ -709,6 +706,15 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     #[must_use]
     pub fn with_nominations(mut self, shared: SharedNominations) -> Self {
         self.nominations = shared;
+        self
+    }
+
+    /// Fetches instance types through `shared`, the cache the provisioner given the same handle
+    /// uses ([`Provisioner::with_catalogues`](super::provisioning::Provisioner::with_catalogues)).
+    /// Without it, the controller's cache is its own.
+    #[must_use]
+    pub fn with_catalogues(mut self, shared: Arc<CatalogueCache>) -> Self {
+        self.instance_types = shared;
         self
     }
 
