@@ -23,8 +23,9 @@ use core_svc::cloudprovider::{
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::Controller;
 use core_svc::controllers::disruption::DisruptionController;
-use core_svc::controllers::disruption::orchestration::{
+use core_svc::controllers::disruption::annotations::{
     ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REPLACES,
+    COMMAND_ANNOTATIONS, LEGACY_COMMAND_ANNOTATIONS,
 };
 use core_svc::controllers::lifecycle::LifecycleController;
 use core_svc::controllers::provisioning::Provisioner;
@@ -518,13 +519,16 @@ async fn given_a_drifted_node_when_disruption_runs_then_its_replacement_is_initi
     );
 }
 
-/// The `karpenter.sh/disruption-*` annotation keys among `annotations`.
+/// The disruption command annotation keys among `annotations`, under either name.
 fn disruption_annotations(annotations: Option<&BTreeMap<String, String>>) -> Vec<String> {
     annotations
         .into_iter()
         .flatten()
         .map(|(key, _)| key.clone())
-        .filter(|key| key.starts_with("karpenter.sh/disruption-"))
+        .filter(|key| {
+            COMMAND_ANNOTATIONS.contains(&key.as_str())
+                || LEGACY_COMMAND_ANNOTATIONS.contains(&key.as_str())
+        })
         .collect()
 }
 
@@ -1406,4 +1410,176 @@ async fn given_a_quiet_controller_when_the_cluster_changes_then_the_next_poll_ru
     let started = world.events("DisruptionStarted");
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0].fields["reason"], "Empty");
+}
+
+impl World {
+    /// Rewrites every command annotation on NodeClaims and Nodes under the name the previous
+    /// version wrote, as a cluster that version left mid-command would be; answers how many
+    /// objects carried one.
+    async fn written_by_the_previous_version(&self) -> usize {
+        let renamed = |annotations: Option<&BTreeMap<String, String>>| {
+            let mut patch = serde_json::Map::new();
+            for (new, old) in COMMAND_ANNOTATIONS.iter().zip(LEGACY_COMMAND_ANNOTATIONS) {
+                if let Some(value) = annotations.and_then(|a| a.get(*new)) {
+                    patch.insert((*new).to_owned(), Value::Null);
+                    patch.insert(old.to_owned(), Value::String(value.clone()));
+                }
+            }
+            (!patch.is_empty()).then(|| json!({ "metadata": { "annotations": patch } }))
+        };
+        let mut objects = 0;
+        for claim in self.claims().await {
+            if let Some(patch) = renamed(claim.metadata.annotations.as_ref()) {
+                let name = claim.metadata.name.as_deref().unwrap();
+                self.cluster
+                    .merge_patch::<NodeClaim>(None, name, &patch)
+                    .await
+                    .unwrap();
+                objects += 1;
+            }
+        }
+        for node in self.nodes().await {
+            if let Some(patch) = renamed(node.metadata.annotations.as_ref()) {
+                let name = node.metadata.name.as_deref().unwrap();
+                self.cluster
+                    .merge_patch::<Node>(None, name, &patch)
+                    .await
+                    .unwrap();
+                objects += 1;
+            }
+        }
+        objects
+    }
+
+    /// The legacy command annotation keys left on any NodeClaim or Node.
+    async fn legacy_annotations_left(&self) -> Vec<String> {
+        let claims = self.claims().await;
+        let nodes = self.nodes().await;
+        claims
+            .iter()
+            .map(|claim| &claim.metadata)
+            .chain(nodes.iter().map(|node| &node.metadata))
+            .flat_map(|meta| meta.annotations.iter().flatten())
+            .filter(|(key, _)| LEGACY_COMMAND_ANNOTATIONS.contains(&key.as_str()))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn given_a_command_the_previous_version_started_when_the_new_controller_runs_then_it_completes_without_stale_taints_or_orphans()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("web", "3")], drifted()).await;
+    world.node("b", &[("api", "3")], json!([])).await;
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(replacements(&world.claims().await).len(), 1);
+    assert!(
+        world.written_by_the_previous_version().await >= 2,
+        "the candidate and its replacement carry the command"
+    );
+
+    world.restart();
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(
+        world.legacy_annotations_left().await,
+        Vec::<String>::new(),
+        "one pass moves every old name"
+    );
+    let candidate = world.claim("default-a").await.unwrap();
+    assert!(
+        annotation(
+            &candidate,
+            core_svc::controllers::disruption::annotations::ANNOTATION_COMMAND
+        )
+        .is_some(),
+        "under its new name"
+    );
+    world.ticks(30, secs(5)).await;
+
+    assert!(
+        world.nodes().await.iter().all(|node| !is_tainted(node)),
+        "no taint left"
+    );
+    assert!(
+        world.claim("default-a").await.is_none(),
+        "the upgrade completed"
+    );
+    let claims = world.claims().await;
+    assert_eq!(
+        claims.len(),
+        2,
+        "node b and one replacement: {:?}",
+        names(&claims)
+    );
+    for claim in &claims {
+        assert_eq!(
+            disruption_annotations(claim.metadata.annotations.as_ref()),
+            Vec::<String>::new(),
+            "the finished command leaves nothing on {:?}",
+            claim.metadata.name
+        );
+    }
+    for node in world.nodes().await {
+        assert_eq!(
+            disruption_annotations(node.metadata.annotations.as_ref()),
+            Vec::<String>::new(),
+            "nor on {:?}",
+            node.metadata.name
+        );
+    }
+    assert_eq!(
+        world.events("DisruptionStarted").len(),
+        1,
+        "not started twice"
+    );
+    assert!(world.events("DisruptionAbandoned").is_empty());
+    assert_eq!(world.cloud.instances().len(), 2, "no orphaned instance");
+}
+
+#[tokio::test]
+async fn given_a_drain_the_previous_version_started_when_the_new_controller_runs_then_it_keeps_its_start_and_timeout()
+ {
+    let mut world = World::new(json!({})).await;
+    let tainted_at = world.drift_into_a_blocked_drain().await;
+    world.ticks(2, secs(5)).await;
+    world.written_by_the_previous_version().await;
+    let before = world.claim("default-a").await.unwrap();
+    assert_eq!(annotation(&before, ANNOTATION_DRAIN_STARTED_AT), None);
+
+    world.restart();
+    world.ticks(2, secs(5)).await;
+
+    let after = world.claim("default-a").await.unwrap();
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_STARTED_AT),
+        Some(tainted_at.to_string()),
+        "the drain's start survives, under its new name"
+    );
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_TIMEOUT).as_deref(),
+        Some("60s")
+    );
+    assert_eq!(world.legacy_annotations_left().await, Vec::<String>::new());
+    assert!(
+        world.node_tainted("node-a").await,
+        "not a stale taint to the new controller"
+    );
+    assert!(world.events("DisruptionAbandoned").is_empty());
+
+    // Abandoned at the deadline the previous version set, then nothing is left behind.
+    let deadline = tainted_at
+        .checked_add(jiff::SignedDuration::from_secs(60))
+        .unwrap();
+    while world.now() <= deadline {
+        world.tick(secs(5)).await;
+    }
+    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
+    assert!(!world.node_tainted("node-a").await);
+    assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
+    let candidate = world.claim("default-a").await.unwrap();
+    assert_eq!(
+        disruption_annotations(candidate.metadata.annotations.as_ref()),
+        Vec::<String>::new()
+    );
 }

@@ -19,8 +19,10 @@
 //!
 //! One pass (upstream's order, §3.1):
 //!
-//! 1. read a snapshot; recover the commands in flight from it ([`orchestration`]: candidates
-//!    and replacements carry the command in annotations), so nothing depends on memory;
+//! 1. read a snapshot; move command annotations an earlier version wrote under their old
+//!    `karpenter.sh/disruption-*` names to the new ones ([`annotations`]) and read again if it
+//!    did; recover the commands in flight from it ([`orchestration`]: candidates and
+//!    replacements carry the command in annotations), so nothing depends on memory;
 //! 2. remove stale `karpenter.sh/disrupted:NoSchedule` taints (and the `DisruptionReason`
 //!    condition) from nodes neither in a command in flight nor being deleted: what a crash
 //!    between tainting and deleting leaves behind;
@@ -93,6 +95,7 @@
 //! - no StaticDrift method (static NodePools are not provisioned by core yet), no
 //!   "consolidated" short-circuit (each pass decides afresh).
 
+pub mod annotations;
 pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
@@ -758,6 +761,13 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             }
         }
         let mut snapshot = self.ctx.cluster.snapshot().await?;
+        // Before anything reads them: the rest of the pass sees the new names only.
+        if Orchestrator::new(&self.ctx)
+            .rename_legacy_annotations(&snapshot)
+            .await?
+        {
+            snapshot = self.ctx.cluster.snapshot().await?;
+        }
         let (wrote, mut requeue) = self.orchestrate(&snapshot, now).await?;
         if wrote {
             snapshot = self.ctx.cluster.snapshot().await?;
