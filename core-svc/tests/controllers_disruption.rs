@@ -20,7 +20,7 @@ use core_svc::cloudprovider::fake::instance_type;
 use core_svc::cloudprovider::{
     CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
 };
-use core_svc::cluster::{Cluster, InMemoryCluster};
+use core_svc::cluster::{Cluster, ClusterObject, InMemoryCluster};
 use core_svc::controllers::Controller;
 use core_svc::controllers::disruption::DisruptionController;
 use core_svc::controllers::disruption::annotations::{
@@ -810,27 +810,38 @@ async fn given_a_restart_mid_command_when_a_new_controller_runs_then_the_upgrade
     world.restart();
     world.ticks(30, secs(5)).await;
 
-    let nodes = world.nodes().await;
-    assert!(nodes.iter().all(|node| !is_tainted(node)), "no taint left");
-    assert!(
-        world.claim("default-a").await.is_none(),
-        "the upgrade completed"
-    );
-    let claims = world.claims().await;
-    assert_eq!(
-        claims.len(),
-        2,
-        "node b and one replacement: {:?}",
-        names(&claims)
-    );
-    assert_eq!(
-        world.events("DisruptionStarted").len(),
-        1,
-        "not started twice"
-    );
-    assert!(world.events("DisruptionAbandoned").is_empty());
-    let instances = world.cloud.instances();
-    assert_eq!(instances.len(), 2, "no orphaned instance");
+    world
+        .node_a_was_replaced_without_stale_taints_or_orphans()
+        .await;
+}
+
+impl World {
+    /// After nodes `a` (drifted) and `b`, and a command replacing `a`: `a`'s NodeClaim is
+    /// gone, `b` and one replacement are left, no Node is tainted, the command started once
+    /// and was never abandoned, and no instance is orphaned.
+    async fn node_a_was_replaced_without_stale_taints_or_orphans(&self) {
+        let nodes = self.nodes().await;
+        assert!(nodes.iter().all(|node| !is_tainted(node)), "no taint left");
+        assert!(
+            self.claim("default-a").await.is_none(),
+            "the upgrade completed"
+        );
+        let claims = self.claims().await;
+        assert_eq!(
+            claims.len(),
+            2,
+            "node b and one replacement: {:?}",
+            names(&claims)
+        );
+        assert_eq!(
+            self.events("DisruptionStarted").len(),
+            1,
+            "not started twice"
+        );
+        assert!(self.events("DisruptionAbandoned").is_empty());
+        let instances = self.cloud.instances();
+        assert_eq!(instances.len(), 2, "no orphaned instance");
+    }
 }
 
 #[tokio::test]
@@ -1300,15 +1311,7 @@ async fn given_a_restart_mid_drain_when_a_new_controller_runs_then_the_drain_kee
     assert!(world.events("DisruptionAbandoned").is_empty());
 
     // The new controller abandons it at the original deadline, not a new one.
-    let deadline = tainted_at
-        .checked_add(jiff::SignedDuration::from_secs(60))
-        .unwrap();
-    while world.now() <= deadline {
-        world.tick(secs(5)).await;
-    }
-    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
-    assert!(!world.node_tainted("node-a").await);
-    assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
+    world.abandons_at_the_original_deadline(tainted_at).await;
 }
 
 /// The Pod `default/name`.
@@ -1413,11 +1416,34 @@ async fn given_a_quiet_controller_when_the_cluster_changes_then_the_next_poll_ru
 }
 
 impl World {
+    /// Ticks of 5 s past the 60 s drain timeout of the drain tainted at `tainted_at` (the one
+    /// [`World::drift_into_a_blocked_drain`] starts): the command is abandoned once, the node
+    /// untainted, and the drain was never started again.
+    async fn abandons_at_the_original_deadline(&mut self, tainted_at: Timestamp) {
+        let deadline = tainted_at
+            .checked_add(jiff::SignedDuration::from_secs(60))
+            .unwrap();
+        while self.now() <= deadline {
+            self.tick(secs(5)).await;
+        }
+        assert_eq!(self.events("DisruptionAbandoned").len(), 1);
+        assert!(!self.node_tainted("node-a").await);
+        assert_eq!(self.events("DisruptionDraining").len(), 1, "not restarted");
+    }
+
     /// Rewrites every command annotation on NodeClaims and Nodes under the name the previous
     /// version wrote, as a cluster that version left mid-command would be; answers how many
     /// objects carried one.
     async fn written_by_the_previous_version(&self) -> usize {
-        let renamed = |annotations: Option<&BTreeMap<String, String>>| {
+        self.rename_back(&self.claims().await).await + self.rename_back(&self.nodes().await).await
+    }
+
+    /// Puts the command annotations of `objects` back under their old names; how many objects
+    /// carried one.
+    async fn rename_back<K: ClusterObject>(&self, objects: &[K]) -> usize {
+        let mut renamed = 0;
+        for object in objects {
+            let annotations = object.meta().annotations.as_ref();
             let mut patch = serde_json::Map::new();
             for (new, old) in COMMAND_ANNOTATIONS.iter().zip(LEGACY_COMMAND_ANNOTATIONS) {
                 if let Some(value) = annotations.and_then(|a| a.get(*new)) {
@@ -1425,30 +1451,18 @@ impl World {
                     patch.insert(old.to_owned(), Value::String(value.clone()));
                 }
             }
-            (!patch.is_empty()).then(|| json!({ "metadata": { "annotations": patch } }))
-        };
-        let mut objects = 0;
-        for claim in self.claims().await {
-            if let Some(patch) = renamed(claim.metadata.annotations.as_ref()) {
-                let name = claim.metadata.name.as_deref().unwrap();
-                self.cluster
-                    .merge_patch::<NodeClaim>(None, name, &patch)
-                    .await
-                    .unwrap();
-                objects += 1;
+            if patch.is_empty() {
+                continue;
             }
+            let name = object.meta().name.as_deref().unwrap();
+            let patch = json!({ "metadata": { "annotations": patch } });
+            self.cluster
+                .merge_patch::<K>(None, name, &patch)
+                .await
+                .unwrap();
+            renamed += 1;
         }
-        for node in self.nodes().await {
-            if let Some(patch) = renamed(node.metadata.annotations.as_ref()) {
-                let name = node.metadata.name.as_deref().unwrap();
-                self.cluster
-                    .merge_patch::<Node>(None, name, &patch)
-                    .await
-                    .unwrap();
-                objects += 1;
-            }
-        }
-        objects
+        renamed
     }
 
     /// The legacy command annotation keys left on any NodeClaim or Node.
@@ -1497,22 +1511,10 @@ async fn given_a_command_the_previous_version_started_when_the_new_controller_ru
     );
     world.ticks(30, secs(5)).await;
 
-    assert!(
-        world.nodes().await.iter().all(|node| !is_tainted(node)),
-        "no taint left"
-    );
-    assert!(
-        world.claim("default-a").await.is_none(),
-        "the upgrade completed"
-    );
-    let claims = world.claims().await;
-    assert_eq!(
-        claims.len(),
-        2,
-        "node b and one replacement: {:?}",
-        names(&claims)
-    );
-    for claim in &claims {
+    world
+        .node_a_was_replaced_without_stale_taints_or_orphans()
+        .await;
+    for claim in &world.claims().await {
         assert_eq!(
             disruption_annotations(claim.metadata.annotations.as_ref()),
             Vec::<String>::new(),
@@ -1528,13 +1530,6 @@ async fn given_a_command_the_previous_version_started_when_the_new_controller_ru
             node.metadata.name
         );
     }
-    assert_eq!(
-        world.events("DisruptionStarted").len(),
-        1,
-        "not started twice"
-    );
-    assert!(world.events("DisruptionAbandoned").is_empty());
-    assert_eq!(world.cloud.instances().len(), 2, "no orphaned instance");
 }
 
 #[tokio::test]
@@ -1568,15 +1563,7 @@ async fn given_a_drain_the_previous_version_started_when_the_new_controller_runs
     assert!(world.events("DisruptionAbandoned").is_empty());
 
     // Abandoned at the deadline the previous version set, then nothing is left behind.
-    let deadline = tainted_at
-        .checked_add(jiff::SignedDuration::from_secs(60))
-        .unwrap();
-    while world.now() <= deadline {
-        world.tick(secs(5)).await;
-    }
-    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
-    assert!(!world.node_tainted("node-a").await);
-    assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
+    world.abandons_at_the_original_deadline(tainted_at).await;
     let candidate = world.claim("default-a").await.unwrap();
     assert_eq!(
         disruption_annotations(candidate.metadata.annotations.as_ref()),

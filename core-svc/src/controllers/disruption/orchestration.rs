@@ -80,7 +80,9 @@ use serde_json::{Map, Value, json};
 use super::Command;
 use super::annotations::{self as command_keys, LegacyRename};
 use crate::cloudprovider::CloudProvider;
-use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
+use crate::cluster::{
+    Cluster, ClusterError, ClusterExt, ClusterObject, DeleteOptions, Preconditions, Snapshot,
+};
 use crate::controllers::Context;
 use crate::controllers::nodeclaim::{name_of, node_pool_of};
 use crate::controllers::provisioning::nodeclaims;
@@ -968,12 +970,18 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     }
 
     async fn strip_annotations(&self, name: &str) -> Result<(), ClusterError> {
-        match self
-            .ctx
-            .cluster
-            .merge_patch::<NodeClaim>(None, name, &command_keys::strip_patch())
+        self.patch_if_present::<NodeClaim>(name, &command_keys::strip_patch())
             .await
-        {
+    }
+
+    /// Applies a merge patch to the cluster-scoped object `name` of kind `K`; one that is
+    /// gone needs none.
+    async fn patch_if_present<K: ClusterObject>(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(), ClusterError> {
+        match self.ctx.cluster.merge_patch::<K>(None, name, patch).await {
             Ok(_) => Ok(()),
             Err(error) if error.is_not_found() => Ok(()),
             Err(error) => Err(error),
@@ -1268,28 +1276,15 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     ) -> Result<bool, ClusterError> {
         let renames = command_keys::legacy_renames(snapshot);
         for rename in &renames {
-            let written = match rename {
+            match rename {
                 LegacyRename::NodeClaim { name, patch } => {
                     tracing::info!(node_claim = %name, "moving disruption annotations to their new names");
-                    self.ctx
-                        .cluster
-                        .merge_patch::<NodeClaim>(None, name, patch)
-                        .await
-                        .map(drop)
+                    self.patch_if_present::<NodeClaim>(name, patch).await?;
                 }
                 LegacyRename::Node { name, patch } => {
                     tracing::info!(node = %name, "moving disruption annotations to their new names");
-                    self.ctx
-                        .cluster
-                        .merge_patch::<Node>(None, name, patch)
-                        .await
-                        .map(drop)
+                    self.patch_if_present::<Node>(name, patch).await?;
                 }
-            };
-            match written {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() => {}
-                Err(error) => return Err(error),
             }
         }
         Ok(!renames.is_empty())
@@ -1316,16 +1311,8 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             }
             StaleMark::NodeAnnotations { node } => {
                 tracing::debug!(node = %node, "removing the annotations of a finished disruption command");
-                match self
-                    .ctx
-                    .cluster
-                    .merge_patch::<Node>(None, node, &command_keys::strip_patch())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(error) if error.is_not_found() => {}
-                    Err(error) => return Err(error),
-                }
+                self.patch_if_present::<Node>(node, &command_keys::strip_patch())
+                    .await?;
             }
         }
         Ok(())
