@@ -6,6 +6,8 @@
 
 use aws_config::{BehaviorVersion, SdkConfig};
 
+use crate::aws_error::AwsError;
+
 /// The loaded configuration and the facts about it worth reporting.
 #[derive(Debug, Clone)]
 pub struct AwsSettings {
@@ -43,4 +45,32 @@ pub async fn load() -> Result<AwsSettings, AwsConfigError> {
         region,
         ec2_endpoint_override,
     })
+}
+
+/// Classifies an AWS SDK error (EC2's, IAM's and SSM's are the same smithy type) as the ports'
+/// [`AwsError`]: the service's answer by its code, anything else (no answer, a timeout, an
+/// answer that does not parse) as transport. Here, with the SDK, so that `aws_error.rs` stays
+/// free of it.
+pub(crate) fn classify<E, R>(err: aws_sdk_ec2::error::SdkError<E, R>) -> AwsError
+where
+    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    use aws_sdk_ec2::error::{DisplayErrorContext, SdkError};
+    match &err {
+        SdkError::ServiceError(context) => {
+            let e = context.err();
+            AwsError::from_code(
+                e.code().unwrap_or("Unknown"),
+                e.message().unwrap_or_default(),
+            )
+        }
+        SdkError::TimeoutError(_) => {
+            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
+        }
+        SdkError::DispatchFailure(_) => {
+            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
+        }
+        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
+    }
 }

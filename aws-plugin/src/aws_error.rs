@@ -1,6 +1,7 @@
 //! The errors of the AWS ports (EC2, IAM, SSM), classified once at the boundary by AWS's
 //! error code, so the provider decides on a kind (not found, insufficient capacity,
-//! throttled...) and still reports the code AWS sent.
+//! throttled...) and still reports the code AWS sent. In the ports' own terms, like the ports:
+//! turning an SDK error into one is the SDK side's job (`aws.rs`).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -178,34 +179,6 @@ impl AwsError {
     /// Whether EC2 lacks capacity for the request.
     pub fn is_insufficient_capacity(&self) -> bool {
         matches!(self, Self::InsufficientCapacity { .. })
-    }
-}
-
-/// Classifies an AWS SDK error (EC2's, IAM's and SSM's are the same smithy type): the
-/// service's answer by its code, anything else (no answer, a timeout, an answer that does not
-/// parse) as transport.
-#[cfg(feature = "aws")]
-pub(crate) fn classify<E, R>(err: aws_sdk_ec2::error::SdkError<E, R>) -> AwsError
-where
-    E: aws_sdk_ec2::error::ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
-    R: std::fmt::Debug,
-{
-    use aws_sdk_ec2::error::{DisplayErrorContext, SdkError};
-    match &err {
-        SdkError::ServiceError(context) => {
-            let e = context.err();
-            AwsError::from_code(
-                e.code().unwrap_or("Unknown"),
-                e.message().unwrap_or_default(),
-            )
-        }
-        SdkError::TimeoutError(_) => {
-            AwsError::transport("timeout", DisplayErrorContext(&err).to_string())
-        }
-        SdkError::DispatchFailure(_) => {
-            AwsError::transport("dispatch", DisplayErrorContext(&err).to_string())
-        }
-        _ => AwsError::transport("response", DisplayErrorContext(&err).to_string()),
     }
 }
 

@@ -13,6 +13,7 @@
 //! it asks) and not run on changes, since its pass weighs the whole fleet. Controllers run one at a time, in the order of
 //! [`ControllerKind::ALL`]: a pass sees every write of the passes before it.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -29,8 +30,11 @@ use crate::controllers::gc::GarbageCollectionController;
 use crate::controllers::hash::HashController;
 use crate::controllers::lifecycle::LifecycleController;
 use crate::controllers::nodeclass::NodeClassController;
+use crate::controllers::provisioning::catalogue::CatalogueCache;
 use crate::controllers::provisioning::nominations::{SharedNominations, nomination_window};
-use crate::controllers::provisioning::{Provisioner, ProvisionerOptions};
+use crate::controllers::provisioning::{
+    DEFAULT_INSTANCE_TYPES_TTL, Provisioner, ProvisionerOptions,
+};
 use crate::controllers::termination::TerminationController;
 use crate::controllers::{Context, Controller, ControllerError, Requeue};
 
@@ -153,6 +157,7 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
         ctx: &Context<C, P>,
         options: &ManagerOptions,
         nominations: &SharedNominations,
+        catalogues: &Arc<CatalogueCache>,
     ) -> Self {
         match kind {
             ControllerKind::NodeClass => Self::NodeClass(NodeClassController::new(ctx.clone())),
@@ -166,7 +171,8 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                         ..ProvisionerOptions::default()
                     },
                 )
-                .with_nominations(nominations.clone()),
+                .with_nominations(nominations.clone())
+                .with_catalogues(Arc::clone(catalogues)),
             )),
             ControllerKind::Lifecycle => Self::Lifecycle(LifecycleController::new(ctx.clone())),
             ControllerKind::Drift => Self::Drift(DriftController::new(ctx.clone())),
@@ -189,7 +195,8 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                         ..DisruptionOptions::default()
                     },
                 )
-                .with_nominations(nominations.clone()),
+                .with_nominations(nominations.clone())
+                .with_catalogues(Arc::clone(catalogues)),
             )),
         }
     }
@@ -236,14 +243,16 @@ pub struct Manager<C, P> {
 
 impl<C: Cluster, P: CloudProvider> Manager<C, P> {
     /// The controllers of [`ControllerKind::ALL`] over `ctx`. The provisioner and the
-    /// disruption controller share one fresh set of nominations, in memory.
+    /// disruption controller share one fresh set of nominations and one instance type cache,
+    /// in memory.
     pub fn new(ctx: Context<C, P>, options: &ManagerOptions) -> Self {
         let nominations = SharedNominations::new(nomination_window(ctx.settings.batch_max));
+        let catalogues = Arc::new(CatalogueCache::new(DEFAULT_INSTANCE_TYPES_TTL));
         let slots = ControllerKind::ALL
             .into_iter()
             .map(|kind| Slot {
                 kind,
-                controller: AnyController::build(kind, &ctx, options, &nominations),
+                controller: AnyController::build(kind, &ctx, options, &nominations, &catalogues),
                 due: None,
                 seen: None,
             })
@@ -386,6 +395,16 @@ mod tests {
         Arc<InMemoryCluster>,
         Arc<FakeClock>,
     ) {
+        manager_over(Arc::new(FakeCloudProvider::new()))
+    }
+
+    fn manager_over(
+        cloud: Arc<FakeCloudProvider>,
+    ) -> (
+        Manager<InMemoryCluster, FakeCloudProvider>,
+        Arc<InMemoryCluster>,
+        Arc<FakeClock>,
+    ) {
         let clock = Arc::new(FakeClock::new(at(0)));
         let cluster = Arc::new(InMemoryCluster::new(
             Arc::clone(&clock) as Arc<dyn Clock>,
@@ -393,7 +412,7 @@ mod tests {
         ));
         let ctx = Context {
             cluster: Arc::clone(&cluster),
-            cloud: Arc::new(FakeCloudProvider::new()),
+            cloud,
             clock: Arc::clone(&clock) as Arc<dyn Clock>,
             events: Arc::new(MemoryEvents::new()),
             settings: Settings::default(),
@@ -459,5 +478,50 @@ mod tests {
         assert!(manager.is_due(ControllerKind::Disruption, clock.now()));
         let passes = manager.run_due(clock.now()).await;
         assert!(passes.iter().any(|p| p.kind == ControllerKind::Disruption));
+    }
+
+    #[tokio::test]
+    async fn given_a_manager_then_the_provisioner_and_disruption_share_one_instance_type_cache() {
+        let cloud = Arc::new(FakeCloudProvider::new());
+        let (mut manager, cluster, clock) = manager_over(Arc::clone(&cloud));
+        let fetches = || {
+            cloud
+                .calls()
+                .iter()
+                .filter(|call| {
+                    matches!(call, crate::cloudprovider::fake::Call::InstanceTypes { .. })
+                })
+                .count()
+        };
+        cluster
+            .create(&node_pool("default", json!({})))
+            .await
+            .expect("a valid NodePool");
+        manager
+            .run_if_due(ControllerKind::Disruption, clock.now())
+            .await;
+        assert_eq!(fetches(), 1, "disruption fetched the NodePool's catalogue");
+
+        let pod = crate::controllers::testing::unschedulable_pod("web", json!({}));
+        cluster.create(&pod).await.expect("a valid Pod");
+        // The API server keeps the status a create sends out.
+        let status = json!({ "status": pod.status });
+        cluster
+            .merge_patch_status::<k8s_openapi::api::core::v1::Pod>(Some("default"), "web", &status)
+            .await
+            .expect("a Pod status");
+        for _ in 0..3 {
+            manager
+                .run_if_due(ControllerKind::Provisioning, clock.now())
+                .await;
+            clock.advance(Settings::default().batch_max);
+        }
+        let snapshot = cluster.snapshot().await.expect("a snapshot");
+        assert_eq!(
+            snapshot.node_claims().count(),
+            1,
+            "the provisioner planned on the catalogue"
+        );
+        assert_eq!(fetches(), 1, "from the cache disruption filled");
     }
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use core_svc::cloudprovider::retry::FakeTimer;
 use core_svc::cloudprovider::{
-    CloudProvider, CloudProviderError, Deletion, GrpcCloudProvider, InstanceState,
+    CloudProvider, CloudProviderError, Deletion, FailureKind, GrpcCloudProvider, InstanceState,
     LaunchedNodeClaim, NodeClaimRequest, NodeClassRef, Rpc,
 };
 use core_svc::plugin::{
@@ -386,15 +386,15 @@ async fn create_follows_its_status_table() {
         CloudProviderError::NodeClassNotReady("no image resolved".into()),
         CloudProviderError::InvalidRequest("node_claim.spec.requirements: no instance type".into()),
         CloudProviderError::Other {
-            code: Code::ResourceExhausted,
+            kind: FailureKind::ResourceExhausted,
             message: "message too large".into(),
         },
         CloudProviderError::Other {
-            code: Code::PermissionDenied,
+            kind: FailureKind::PermissionDenied,
             message: "not allowed".into(),
         },
         CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             message: "bug".into(),
         },
         CloudProviderError::Unsupported { rpc: "Create" },
@@ -581,7 +581,7 @@ async fn delete_follows_its_status_table() {
     assert_eq!(
         delete().await,
         Err(CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             message: "bug".into()
         })
     );
@@ -627,7 +627,7 @@ async fn get_follows_its_status_table() {
     assert!(matches!(
         get().await,
         Err(CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             ..
         })
     ));
@@ -730,7 +730,7 @@ async fn list_errors_never_yield_a_partial_listing() {
     assert!(matches!(
         h.provider.list().await,
         Err(CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             ..
         })
     ));
@@ -794,7 +794,7 @@ async fn is_drifted_follows_its_status_table() {
     assert!(matches!(
         is_drifted().await,
         Err(CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             ..
         })
     ));
@@ -857,7 +857,7 @@ async fn the_catalogue_is_all_chunks_or_nothing() {
     assert_eq!(
         h.provider.instance_types(&node_pool(), None).await,
         Err(CloudProviderError::Other {
-            code: Code::Internal,
+            kind: FailureKind::Internal,
             message: "EC2 paging broke".into()
         }),
         "the chunk before the error is discarded"

@@ -20,11 +20,12 @@ use core_svc::cloudprovider::fake::instance_type;
 use core_svc::cloudprovider::{
     CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
 };
-use core_svc::cluster::{Cluster, InMemoryCluster};
+use core_svc::cluster::{Cluster, ClusterObject, InMemoryCluster};
 use core_svc::controllers::Controller;
 use core_svc::controllers::disruption::DisruptionController;
-use core_svc::controllers::disruption::orchestration::{
+use core_svc::controllers::disruption::annotations::{
     ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REPLACES,
+    COMMAND_ANNOTATIONS, LEGACY_COMMAND_ANNOTATIONS,
 };
 use core_svc::controllers::lifecycle::LifecycleController;
 use core_svc::controllers::provisioning::Provisioner;
@@ -518,13 +519,16 @@ async fn given_a_drifted_node_when_disruption_runs_then_its_replacement_is_initi
     );
 }
 
-/// The `karpenter.sh/disruption-*` annotation keys among `annotations`.
+/// The disruption command annotation keys among `annotations`, under either name.
 fn disruption_annotations(annotations: Option<&BTreeMap<String, String>>) -> Vec<String> {
     annotations
         .into_iter()
         .flatten()
         .map(|(key, _)| key.clone())
-        .filter(|key| key.starts_with("karpenter.sh/disruption-"))
+        .filter(|key| {
+            COMMAND_ANNOTATIONS.contains(&key.as_str())
+                || LEGACY_COMMAND_ANNOTATIONS.contains(&key.as_str())
+        })
         .collect()
 }
 
@@ -806,27 +810,38 @@ async fn given_a_restart_mid_command_when_a_new_controller_runs_then_the_upgrade
     world.restart();
     world.ticks(30, secs(5)).await;
 
-    let nodes = world.nodes().await;
-    assert!(nodes.iter().all(|node| !is_tainted(node)), "no taint left");
-    assert!(
-        world.claim("default-a").await.is_none(),
-        "the upgrade completed"
-    );
-    let claims = world.claims().await;
-    assert_eq!(
-        claims.len(),
-        2,
-        "node b and one replacement: {:?}",
-        names(&claims)
-    );
-    assert_eq!(
-        world.events("DisruptionStarted").len(),
-        1,
-        "not started twice"
-    );
-    assert!(world.events("DisruptionAbandoned").is_empty());
-    let instances = world.cloud.instances();
-    assert_eq!(instances.len(), 2, "no orphaned instance");
+    world
+        .node_a_was_replaced_without_stale_taints_or_orphans()
+        .await;
+}
+
+impl World {
+    /// After nodes `a` (drifted) and `b`, and a command replacing `a`: `a`'s NodeClaim is
+    /// gone, `b` and one replacement are left, no Node is tainted, the command started once
+    /// and was never abandoned, and no instance is orphaned.
+    async fn node_a_was_replaced_without_stale_taints_or_orphans(&self) {
+        let nodes = self.nodes().await;
+        assert!(nodes.iter().all(|node| !is_tainted(node)), "no taint left");
+        assert!(
+            self.claim("default-a").await.is_none(),
+            "the upgrade completed"
+        );
+        let claims = self.claims().await;
+        assert_eq!(
+            claims.len(),
+            2,
+            "node b and one replacement: {:?}",
+            names(&claims)
+        );
+        assert_eq!(
+            self.events("DisruptionStarted").len(),
+            1,
+            "not started twice"
+        );
+        assert!(self.events("DisruptionAbandoned").is_empty());
+        let instances = self.cloud.instances();
+        assert_eq!(instances.len(), 2, "no orphaned instance");
+    }
 }
 
 #[tokio::test]
@@ -1296,15 +1311,7 @@ async fn given_a_restart_mid_drain_when_a_new_controller_runs_then_the_drain_kee
     assert!(world.events("DisruptionAbandoned").is_empty());
 
     // The new controller abandons it at the original deadline, not a new one.
-    let deadline = tainted_at
-        .checked_add(jiff::SignedDuration::from_secs(60))
-        .unwrap();
-    while world.now() <= deadline {
-        world.tick(secs(5)).await;
-    }
-    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
-    assert!(!world.node_tainted("node-a").await);
-    assert_eq!(world.events("DisruptionDraining").len(), 1, "not restarted");
+    world.abandons_at_the_original_deadline(tainted_at).await;
 }
 
 /// The Pod `default/name`.
@@ -1406,4 +1413,160 @@ async fn given_a_quiet_controller_when_the_cluster_changes_then_the_next_poll_ru
     let started = world.events("DisruptionStarted");
     assert_eq!(started.len(), 1, "{started:?}");
     assert_eq!(started[0].fields["reason"], "Empty");
+}
+
+impl World {
+    /// Ticks of 5 s past the 60 s drain timeout of the drain tainted at `tainted_at` (the one
+    /// [`World::drift_into_a_blocked_drain`] starts): the command is abandoned once, the node
+    /// untainted, and the drain was never started again.
+    async fn abandons_at_the_original_deadline(&mut self, tainted_at: Timestamp) {
+        let deadline = tainted_at
+            .checked_add(jiff::SignedDuration::from_secs(60))
+            .unwrap();
+        while self.now() <= deadline {
+            self.tick(secs(5)).await;
+        }
+        assert_eq!(self.events("DisruptionAbandoned").len(), 1);
+        assert!(!self.node_tainted("node-a").await);
+        assert_eq!(self.events("DisruptionDraining").len(), 1, "not restarted");
+    }
+
+    /// Rewrites every command annotation on NodeClaims and Nodes under the name the previous
+    /// version wrote, as a cluster that version left mid-command would be; answers how many
+    /// objects carried one.
+    async fn written_by_the_previous_version(&self) -> usize {
+        self.rename_back(&self.claims().await).await + self.rename_back(&self.nodes().await).await
+    }
+
+    /// Puts the command annotations of `objects` back under their old names; how many objects
+    /// carried one.
+    async fn rename_back<K: ClusterObject>(&self, objects: &[K]) -> usize {
+        let mut renamed = 0;
+        for object in objects {
+            let annotations = object.meta().annotations.as_ref();
+            let mut patch = serde_json::Map::new();
+            for (new, old) in COMMAND_ANNOTATIONS.iter().zip(LEGACY_COMMAND_ANNOTATIONS) {
+                if let Some(value) = annotations.and_then(|a| a.get(*new)) {
+                    patch.insert((*new).to_owned(), Value::Null);
+                    patch.insert(old.to_owned(), Value::String(value.clone()));
+                }
+            }
+            if patch.is_empty() {
+                continue;
+            }
+            let name = object.meta().name.as_deref().unwrap();
+            let patch = json!({ "metadata": { "annotations": patch } });
+            self.cluster
+                .merge_patch::<K>(None, name, &patch)
+                .await
+                .unwrap();
+            renamed += 1;
+        }
+        renamed
+    }
+
+    /// The legacy command annotation keys left on any NodeClaim or Node.
+    async fn legacy_annotations_left(&self) -> Vec<String> {
+        let claims = self.claims().await;
+        let nodes = self.nodes().await;
+        claims
+            .iter()
+            .map(|claim| &claim.metadata)
+            .chain(nodes.iter().map(|node| &node.metadata))
+            .flat_map(|meta| meta.annotations.iter().flatten())
+            .filter(|(key, _)| LEGACY_COMMAND_ANNOTATIONS.contains(&key.as_str()))
+            .map(|(key, _)| key.clone())
+            .collect()
+    }
+}
+
+#[tokio::test]
+async fn given_a_command_the_previous_version_started_when_the_new_controller_runs_then_it_completes_without_stale_taints_or_orphans()
+ {
+    let mut world = World::new(json!({})).await;
+    world.node("a", &[("web", "3")], drifted()).await;
+    world.node("b", &[("api", "3")], json!([])).await;
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(replacements(&world.claims().await).len(), 1);
+    assert!(
+        world.written_by_the_previous_version().await >= 2,
+        "the candidate and its replacement carry the command"
+    );
+
+    world.restart();
+    world.disruption.reconcile().await.unwrap();
+    assert_eq!(
+        world.legacy_annotations_left().await,
+        Vec::<String>::new(),
+        "one pass moves every old name"
+    );
+    let candidate = world.claim("default-a").await.unwrap();
+    assert!(
+        annotation(
+            &candidate,
+            core_svc::controllers::disruption::annotations::ANNOTATION_COMMAND
+        )
+        .is_some(),
+        "under its new name"
+    );
+    world.ticks(30, secs(5)).await;
+
+    world
+        .node_a_was_replaced_without_stale_taints_or_orphans()
+        .await;
+    for claim in &world.claims().await {
+        assert_eq!(
+            disruption_annotations(claim.metadata.annotations.as_ref()),
+            Vec::<String>::new(),
+            "the finished command leaves nothing on {:?}",
+            claim.metadata.name
+        );
+    }
+    for node in world.nodes().await {
+        assert_eq!(
+            disruption_annotations(node.metadata.annotations.as_ref()),
+            Vec::<String>::new(),
+            "nor on {:?}",
+            node.metadata.name
+        );
+    }
+}
+
+#[tokio::test]
+async fn given_a_drain_the_previous_version_started_when_the_new_controller_runs_then_it_keeps_its_start_and_timeout()
+ {
+    let mut world = World::new(json!({})).await;
+    let tainted_at = world.drift_into_a_blocked_drain().await;
+    world.ticks(2, secs(5)).await;
+    world.written_by_the_previous_version().await;
+    let before = world.claim("default-a").await.unwrap();
+    assert_eq!(annotation(&before, ANNOTATION_DRAIN_STARTED_AT), None);
+
+    world.restart();
+    world.ticks(2, secs(5)).await;
+
+    let after = world.claim("default-a").await.unwrap();
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_STARTED_AT),
+        Some(tainted_at.to_string()),
+        "the drain's start survives, under its new name"
+    );
+    assert_eq!(
+        annotation(&after, ANNOTATION_DRAIN_TIMEOUT).as_deref(),
+        Some("60s")
+    );
+    assert_eq!(world.legacy_annotations_left().await, Vec::<String>::new());
+    assert!(
+        world.node_tainted("node-a").await,
+        "not a stale taint to the new controller"
+    );
+    assert!(world.events("DisruptionAbandoned").is_empty());
+
+    // Abandoned at the deadline the previous version set, then nothing is left behind.
+    world.abandons_at_the_original_deadline(tainted_at).await;
+    let candidate = world.claim("default-a").await.unwrap();
+    assert_eq!(
+        disruption_annotations(candidate.metadata.annotations.as_ref()),
+        Vec::<String>::new()
+    );
 }

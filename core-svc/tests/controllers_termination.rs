@@ -609,7 +609,7 @@ async fn given_the_plugin_unavailable_then_the_finalizers_stay_until_it_answers(
         CloudProviderError::Unavailable("connection refused".into()),
         CloudProviderError::InvalidResponse("state: 9".into()),
         CloudProviderError::Other {
-            code: tonic::Code::Internal,
+            kind: core_svc::cloudprovider::FailureKind::Internal,
             message: "boom".into(),
         },
     ] {

@@ -55,6 +55,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use core_svc::controllers::disruption::annotations::{ANNOTATION_COMMAND, ANNOTATION_REPLACES};
 use integration_tests::{
     ChildGuard, free_port, run_ok, start_fake_apiserver, tool, wait_for_path, workspace_binary,
 };
@@ -77,8 +78,6 @@ const INSTANCE_TYPE: &str = "t3.medium";
 const BUDGET: usize = 1;
 
 const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
-const ANNOTATION_REPLACES: &str = "karpenter.sh/disruption-replaces";
-const ANNOTATION_COMMAND: &str = "karpenter.sh/disruption-command";
 
 fn manifests() -> String {
     format!(

@@ -31,7 +31,7 @@ use core_svc::cluster::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, InMemoryCluster, Snapshot,
 };
 use core_svc::controllers::nodeclass::merge_patch_between;
-use core_svc::controllers::provisioning::catalogue::CatalogueCache;
+use core_svc::controllers::provisioning::catalogue as core_catalogue;
 use core_svc::controllers::provisioning::{convert, selection};
 use core_svc::controllers::{Context, Settings};
 use core_svc::events::{Event, MemoryEvents};
@@ -620,7 +620,7 @@ impl Simulation {
         self.recorder.finish(&snapshot, now);
         let final_state = final_state(&snapshot, &instances);
         let mut stats = self.recorder.stats(&snapshot, &instances);
-        stats.cost_lower_bound_per_hour_at_end = self.cost_lower_bound(&snapshot, now).await;
+        stats.cost_lower_bound_per_hour_at_end = self.cost_lower_bound(&snapshot).await;
         Ok(Report {
             scenario: self.scenario.name.clone(),
             seed: self.scenario.seed,
@@ -638,17 +638,16 @@ impl Simulation {
     /// DaemonSet pods are each node's overhead instead), against the union of what the usable
     /// NodePools allow at the end. The catalogues are asked of the plugin as core asks them,
     /// past any simulated outage: measuring the run is not part of it.
-    async fn cost_lower_bound(&self, snapshot: &Snapshot, now: Timestamp) -> Option<f64> {
+    async fn cost_lower_bound(&self, snapshot: &Snapshot) -> Option<f64> {
         let provider = self.provider.inner();
         let (usable, _) =
             selection::usable_node_pools(snapshot, provider.supported_node_classes(), true);
-        // A TTL of zero: every NodePool's catalogue is fetched now, not reused.
-        let catalogues = CatalogueCache::new(Duration::ZERO);
         let mut node_pools = Vec::with_capacity(usable.len());
         for pool in &usable {
             let name = pool.pool.metadata.name.as_deref().unwrap_or_default();
             // A NodePool left out would raise the bound above what it allows: no bound then.
-            let types = match catalogues.get(provider, pool, now).await {
+            // Fetched now, outside core's cache: measuring the run must not change it.
+            let types = match core_catalogue::fetch(provider, pool).await {
                 Ok(types) => types,
                 Err(error) => {
                     tracing::warn!(node_pool = name, %error, "no cost bound: no catalogue");

@@ -12,6 +12,9 @@ mod support;
 
 use std::collections::BTreeSet;
 
+use core_svc::controllers::disruption::annotations::{
+    COMMAND_ANNOTATIONS, LEGACY_COMMAND_ANNOTATIONS,
+};
 use simulator::report::Report;
 use support::{
     DISRUPTED_TAINT, NEW_IMAGE, OLD_IMAGE, assert_drifted_after, assert_fleet_on,
@@ -64,7 +67,10 @@ fn an_ami_upgrade_replaces_every_node_within_the_budget_and_the_pdb() {
         .flat_map(|(name, annotations)| {
             annotations
                 .keys()
-                .filter(|key| key.starts_with("karpenter.sh/disruption-"))
+                .filter(|key| {
+                    COMMAND_ANNOTATIONS.contains(&key.as_str())
+                        || LEGACY_COMMAND_ANNOTATIONS.contains(&key.as_str())
+                })
                 .map(move |key| (name, key))
         })
         .collect();

@@ -17,7 +17,7 @@ use super::{
     InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, MetadataOptions,
     ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter,
 };
-use crate::aws_error::classify;
+use crate::aws::classify;
 use crate::catalogue;
 
 /// EC2 through the AWS SDK.

@@ -8,7 +8,7 @@ use aws_sdk_iam::Client;
 use aws_sdk_iam::types as sdk;
 
 use super::{AwsError, AwsFuture, Iam, InstanceProfile, Tag};
-use crate::aws_error::classify;
+use crate::aws::classify;
 
 /// IAM through the AWS SDK.
 #[derive(Debug, Clone)]

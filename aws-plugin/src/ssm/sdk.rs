@@ -6,7 +6,7 @@ use aws_config::SdkConfig;
 use aws_sdk_ssm::Client;
 
 use super::{AwsError, AwsFuture, Ssm};
-use crate::aws_error::classify;
+use crate::aws::classify;
 
 /// SSM through the AWS SDK.
 #[derive(Debug, Clone)]

@@ -13,6 +13,9 @@ use std::fmt;
 pub const KARPENTER_GROUP: &str = "karpenter.sh";
 /// The API group of annotations kept for compatibility with older Karpenter releases.
 pub const COMPATIBILITY_GROUP: &str = "compatibility.karpenter.sh";
+/// This project's own domain, for the keys it writes that upstream does not define: those never
+/// go under `karpenter.sh`, which belongs to upstream's API.
+pub const PROJECT_DOMAIN: &str = "karpenter-rs.dev";
 
 /// The instance type of a node (`v1.LabelInstanceTypeStable`).
 pub const LABEL_INSTANCE_TYPE: &str = "node.kubernetes.io/instance-type";

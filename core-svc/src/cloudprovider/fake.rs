@@ -20,8 +20,8 @@ use karpenter_api::ConditionStatus;
 
 use super::{
     CloudInstance, CloudProvider, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, Deletion,
-    DriftReason, InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, RepairPolicy,
-    ResolvedNodeClass, Rpc,
+    DriftReason, FailureKind, InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind,
+    RepairPolicy, ResolvedNodeClass, Rpc,
 };
 
 /// One call the fake received, with what it was asked.
@@ -509,7 +509,7 @@ impl CloudProvider for FakeCloudProvider {
             .is_some_and(|allowed| state.create_calls > allowed)
         {
             return Err(CloudProviderError::Other {
-                code: tonic::Code::ResourceExhausted,
+                kind: FailureKind::ResourceExhausted,
                 message: "the fake's allowed create calls are used up".into(),
             });
         }

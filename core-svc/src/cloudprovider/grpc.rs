@@ -31,8 +31,8 @@ use tonic::{Code, Status};
 use super::retry::{Decision, RetryPolicy, Timer, TokioTimer};
 use super::{
     CloudInstance, CloudProvider, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, Deletion,
-    DriftReason, InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassCondition,
-    NodeClassKind, RepairPolicy, ResolvedNodeClass, Rpc,
+    DriftReason, FailureKind, InstanceState, LaunchedNodeClaim, NodeClaimRequest,
+    NodeClassCondition, NodeClassKind, RepairPolicy, ResolvedNodeClass, Rpc,
 };
 use crate::plugin::instance_types::catalogue_from_proto;
 use crate::plugin::{Deadlines, Handshake, PluginConnection, with_deadline};
@@ -225,7 +225,23 @@ fn classify(rpc: Rpc, error: &CallError) -> CloudProviderError {
         Code::FailedPrecondition if reason == Some(v1::ErrorReason::NodeClassNotReady) => {
             CloudProviderError::NodeClassNotReady(message)
         }
-        code => CloudProviderError::Other { code, message },
+        code => CloudProviderError::Other {
+            kind: failure_kind(code),
+            message,
+        },
+    }
+}
+
+/// The port's kind of failure for a status code that has no meaning of its own in the API's
+/// tables (the codes `classify` does not tell apart).
+fn failure_kind(code: Code) -> FailureKind {
+    match code {
+        Code::PermissionDenied | Code::Unauthenticated => FailureKind::PermissionDenied,
+        Code::ResourceExhausted => FailureKind::ResourceExhausted,
+        Code::Aborted | Code::AlreadyExists | Code::FailedPrecondition => FailureKind::Conflict,
+        // INTERNAL, UNKNOWN, DATA_LOSS, OUT_OF_RANGE, CANCELLED; the codes `classify` gives a
+        // meaning of their own never get here.
+        _ => FailureKind::Internal,
     }
 }
 
@@ -1131,6 +1147,52 @@ mod tests {
         assert_eq!(
             classify(Rpc::List, &call_error(Status::unimplemented(""))),
             CloudProviderError::Unsupported { rpc: "List" }
+        );
+    }
+
+    #[test]
+    fn statuses_without_a_meaning_of_their_own_map_to_a_failure_kind() {
+        let cases = [
+            (Code::PermissionDenied, FailureKind::PermissionDenied),
+            (Code::Unauthenticated, FailureKind::PermissionDenied),
+            (Code::ResourceExhausted, FailureKind::ResourceExhausted),
+            (Code::Aborted, FailureKind::Conflict),
+            (Code::AlreadyExists, FailureKind::Conflict),
+            (Code::FailedPrecondition, FailureKind::Conflict),
+            (Code::Internal, FailureKind::Internal),
+            (Code::Unknown, FailureKind::Internal),
+            (Code::DataLoss, FailureKind::Internal),
+            (Code::OutOfRange, FailureKind::Internal),
+            (Code::Cancelled, FailureKind::Internal),
+        ];
+        for (code, kind) in cases {
+            assert_eq!(
+                classify(Rpc::Create, &call_error(Status::new(code, "why"))),
+                CloudProviderError::Other {
+                    kind,
+                    message: "why".into()
+                },
+                "{code:?}"
+            );
+        }
+        // The ErrorInfo reasons only mean something where the API says so.
+        assert_eq!(
+            classify(
+                Rpc::Delete,
+                &call_error(provider_sdk::status::insufficient_capacity(
+                    "ice",
+                    HashMap::new()
+                ))
+            ),
+            CloudProviderError::Other {
+                kind: FailureKind::ResourceExhausted,
+                message: "ice".into()
+            }
+        );
+        // What people read keeps the wording it had when the port carried the gRPC code.
+        assert_eq!(
+            classify(Rpc::Get, &call_error(Status::internal("bug"))).to_string(),
+            "cloud provider error Internal: bug"
         );
     }
 

@@ -146,15 +146,32 @@ pub enum CloudProviderError {
     /// Treat like `Unavailable`.
     #[error("invalid answer from the cloud provider: {0}")]
     InvalidResponse(String),
-    /// Any other status (PERMISSION_DENIED, INTERNAL, RESOURCE_EXHAUSTED without the capacity
-    /// reason, ABORTED after retries, ...). Unknown: try again later.
-    #[error("cloud provider error {code:?}: {message}")]
+    /// Any other failure ([`FailureKind`]). Unknown: try again later.
+    #[error("cloud provider error {kind:?}: {message}")]
     Other {
-        /// The gRPC status code.
-        code: tonic::Code,
+        /// What kind of failure it was, for people: every kind means the same to a caller.
+        kind: FailureKind,
         /// The plugin's message.
         message: String,
     },
+}
+
+/// The kinds of [`CloudProviderError::Other`]: failures for which the port has no variant of
+/// their own, because no caller concludes anything from them but "unknown, try again later".
+/// They tell people (logs, condition messages) where to look; the adapter maps its transport's
+/// errors to them (`grpc.rs`: from the status codes `cloudprovider.proto` lists).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FailureKind {
+    /// The cloud refused the plugin's identity, or the plugin refused core's.
+    PermissionDenied,
+    /// A rate limit, a quota or a message size limit: not insufficient capacity, which is
+    /// [`CloudProviderError::InsufficientCapacity`].
+    ResourceExhausted,
+    /// The request conflicts with the cloud's current state (another call for the same
+    /// object under way, or a precondition that does not hold), still so after retries.
+    Conflict,
+    /// A bug or an unexpected answer, in the plugin or in its cloud.
+    Internal,
 }
 
 /// The RPCs of `CloudProviderService` that go through the port (GetSupportedNodeClasses is part

@@ -1170,7 +1170,7 @@ mod tests {
         );
         let LaunchFailure::Unknown { message, retry, .. } =
             launch_failure(&CloudProviderError::Other {
-                code: tonic::Code::Internal,
+                kind: crate::cloudprovider::FailureKind::Internal,
                 message: "x".repeat(1000),
             })
         else {

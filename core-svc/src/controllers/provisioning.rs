@@ -10,8 +10,8 @@
 //! 2. feeds the arrivals to the batching window ([`batcher::Batcher`]); while it is open, the
 //!    pass returns [`Requeue::After`] the time left, and decides nothing;
 //! 3. once it closed: takes the usable NodePools by weight ([`selection::usable_node_pools`]),
-//!    fetches each one's instance types (cached per NodePool and node class generation for
-//!    [`ProvisionerOptions::instance_types_ttl`]; a NodePool whose fetch fails is skipped this
+//!    fetches each one's instance types (through the [`CatalogueCache`] it shares with the
+//!    disruption controller, [`Provisioner::with_catalogues`]; a NodePool whose fetch fails is skipped this
 //!    pass with a Warning event on it), builds the scheduler's input ([`input::build`]: pods
 //!    whose fields cannot be read get a Warning event and are left out) and runs
 //!    [`core_domain::scheduler::solve`];
@@ -40,7 +40,7 @@ pub mod nominations;
 pub mod selection;
 
 use std::collections::{BTreeMap, HashSet};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use core_domain::labels::LabelPolicy;
@@ -83,8 +83,6 @@ pub struct ProvisionerOptions {
     pub label_policy: LabelPolicy,
     /// Whether preferences count (upstream `--preference-policy`).
     pub preference_policy: PreferencePolicy,
-    /// How long a NodePool's instance types are reused.
-    pub instance_types_ttl: Duration,
 }
 
 impl Default for ProvisionerOptions {
@@ -93,7 +91,6 @@ impl Default for ProvisionerOptions {
             require_ready_node_class: true,
             label_policy: LabelPolicy::core(),
             preference_policy: PreferencePolicy::Respect,
-            instance_types_ttl: DEFAULT_INSTANCE_TYPES_TTL,
         }
     }
 }
@@ -106,7 +103,7 @@ pub struct Provisioner<C, P> {
     state: Mutex<State>,
     /// Locked after `state` when both are: the disruption controller reads them too.
     nominations: SharedNominations,
-    instance_types: CatalogueCache,
+    instance_types: Arc<CatalogueCache>,
     /// The Nodes of the scheduler's input, converted by earlier passes.
     memo: NodeMemo,
 }
@@ -161,7 +158,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             cooldowns: Cooldowns::new(),
         };
         Self {
-            instance_types: CatalogueCache::new(options.instance_types_ttl),
+            instance_types: Arc::new(CatalogueCache::new(DEFAULT_INSTANCE_TYPES_TTL)),
             nominations: SharedNominations::new(nomination_window(settings.batch_max)),
             ctx,
             options,
@@ -177,6 +174,15 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
     #[must_use]
     pub fn with_nominations(mut self, shared: SharedNominations) -> Self {
         self.nominations = shared;
+        self
+    }
+
+    /// Fetches instance types through `shared` (replacing its own cache, which should be
+    /// empty: call it before the first pass), the one the disruption controller given the same
+    /// handle uses too, so both plan on the same catalogue of a NodePool.
+    #[must_use]
+    pub fn with_catalogues(mut self, shared: Arc<CatalogueCache>) -> Self {
+        self.instance_types = shared;
         self
     }
 

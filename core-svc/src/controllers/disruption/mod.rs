@@ -19,8 +19,10 @@
 //!
 //! One pass (upstream's order, §3.1):
 //!
-//! 1. read a snapshot; recover the commands in flight from it ([`orchestration`]: candidates
-//!    and replacements carry the command in annotations), so nothing depends on memory;
+//! 1. read a snapshot; move command annotations an earlier version wrote under their old
+//!    `karpenter.sh/disruption-*` names to the new ones ([`annotations`]) and read again if it
+//!    did; recover the commands in flight from it ([`orchestration`]: candidates and
+//!    replacements carry the command in annotations), so nothing depends on memory;
 //! 2. remove stale `karpenter.sh/disrupted:NoSchedule` taints (and the `DisruptionReason`
 //!    condition) from nodes neither in a command in flight nor being deleted: what a crash
 //!    between tainting and deleting leaves behind;
@@ -93,6 +95,7 @@
 //! - no StaticDrift method (static NodePools are not provisioned by core yet), no
 //!   "consolidated" short-circuit (each pass decides afresh).
 
+pub mod annotations;
 pub mod consolidation;
 pub mod drift;
 pub mod emptiness;
@@ -319,8 +322,6 @@ pub struct DisruptionOptions {
     pub label_policy: LabelPolicy,
     /// Whether preferences count in the simulation.
     pub preference_policy: PreferencePolicy,
-    /// How long a NodePool's instance types are reused.
-    pub instance_types_ttl: Duration,
     /// How long a node whose replacement failed, or whose drain timed out, waits before it
     /// is tried again.
     pub replacement_retry: Duration,
@@ -334,7 +335,6 @@ impl Default for DisruptionOptions {
             require_ready_node_class: true,
             label_policy: LabelPolicy::core(),
             preference_policy: PreferencePolicy::Respect,
-            instance_types_ttl: DEFAULT_INSTANCE_TYPES_TTL,
             replacement_retry: DEFAULT_REPLACEMENT_RETRY,
             consolidation: ConsolidationOptions::default(),
         }
@@ -660,7 +660,7 @@ pub struct DisruptionController<C, P> {
     methods: Vec<Box<dyn Method>>,
     metrics: Option<Arc<Metrics>>,
     state: Mutex<State>,
-    instance_types: CatalogueCache,
+    instance_types: Arc<CatalogueCache>,
     nominations: SharedNominations,
     /// The simulations' Nodes, converted by earlier passes.
     memo: NodeMemo,
@@ -700,7 +700,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         methods: Vec<Box<dyn Method>>,
     ) -> Self {
         Self {
-            instance_types: CatalogueCache::new(options.instance_types_ttl),
+            instance_types: Arc::new(CatalogueCache::new(DEFAULT_INSTANCE_TYPES_TTL)),
             nominations: SharedNominations::new(nomination_window(ctx.settings.batch_max)),
             ctx,
             options,
@@ -718,6 +718,15 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     #[must_use]
     pub fn with_nominations(mut self, shared: SharedNominations) -> Self {
         self.nominations = shared;
+        self
+    }
+
+    /// Fetches instance types through `shared`, the cache the provisioner given the same handle
+    /// uses ([`Provisioner::with_catalogues`](super::provisioning::Provisioner::with_catalogues)).
+    /// Without it, the controller's cache is its own.
+    #[must_use]
+    pub fn with_catalogues(mut self, shared: Arc<CatalogueCache>) -> Self {
+        self.instance_types = shared;
         self
     }
 
@@ -761,6 +770,13 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             }
         }
         let mut snapshot = self.ctx.cluster.snapshot().await?;
+        // Before anything reads them: the rest of the pass sees the new names only.
+        if Orchestrator::new(&self.ctx)
+            .rename_legacy_annotations(&snapshot)
+            .await?
+        {
+            snapshot = self.ctx.cluster.snapshot().await?;
+        }
         let (wrote, mut requeue) = self.orchestrate(&snapshot, now).await?;
         if wrote {
             snapshot = self.ctx.cluster.snapshot().await?;

@@ -78,8 +78,11 @@ use kube::core::DynamicObject;
 use serde_json::{Map, Value, json};
 
 use super::Command;
+use super::annotations::{self as command_keys, LegacyRename};
 use crate::cloudprovider::CloudProvider;
-use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
+use crate::cluster::{
+    Cluster, ClusterError, ClusterExt, ClusterObject, DeleteOptions, Preconditions, Snapshot,
+};
 use crate::controllers::Context;
 use crate::controllers::nodeclaim::{name_of, node_pool_of};
 use crate::controllers::provisioning::nodeclaims;
@@ -94,36 +97,10 @@ use crate::disruption::{CandidateSelector, Observation, Observed};
 use crate::events::{EventType, ObjectRef};
 use core_domain::scheduler::PlannedNodeClaim;
 
-/// On a replacement: the NodeClaims it replaces (the command's candidates), comma-separated,
-/// sorted.
-pub const ANNOTATION_REPLACES: &str = "karpenter.sh/disruption-replaces";
-/// On a candidate: the command's candidates, comma-separated, sorted (so the command is found
-/// even when every replacement is gone).
-pub const ANNOTATION_COMMAND: &str = "karpenter.sh/disruption-command";
-/// On both: the command's disruption reason (`Drifted`, `Empty`, `Underutilized`).
-pub const ANNOTATION_REASON: &str = "karpenter.sh/disruption-reason";
-/// On both: when the command started (RFC 3339), for its timeout.
-pub const ANNOTATION_STARTED_AT: &str = "karpenter.sh/disruption-started-at";
-/// On both: the names of the replacements the command creates, comma-separated, to notice a
-/// missing one (the names are chosen before the creates).
-pub const ANNOTATION_REPLACEMENTS: &str = "karpenter.sh/disruption-replacements";
-
-/// On a candidate being drained before its deletion: when the drain began (RFC 3339).
-pub const ANNOTATION_DRAIN_STARTED_AT: &str = "karpenter.sh/disruption-drain-started-at";
-/// On a candidate being drained before its deletion: how long the drain may last, in whole
-/// seconds (`60s`), fixed when it began.
-pub const ANNOTATION_DRAIN_TIMEOUT: &str = "karpenter.sh/disruption-drain-timeout";
-
-/// Every annotation a command writes, on NodeClaims (and, through registration, their Nodes).
-pub const COMMAND_ANNOTATIONS: [&str; 7] = [
-    ANNOTATION_REPLACES,
-    ANNOTATION_COMMAND,
-    ANNOTATION_REASON,
-    ANNOTATION_STARTED_AT,
-    ANNOTATION_REPLACEMENTS,
-    ANNOTATION_DRAIN_STARTED_AT,
-    ANNOTATION_DRAIN_TIMEOUT,
-];
+pub use super::annotations::{
+    ANNOTATION_COMMAND, ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REASON,
+    ANNOTATION_REPLACEMENTS, ANNOTATION_REPLACES, ANNOTATION_STARTED_AT, COMMAND_ANNOTATIONS,
+};
 
 /// The shortest drain timeout: a blocked eviction is retried up to [`DRAIN_RETRY_MAX`] apart,
 /// so a shorter timeout (pods with `terminationGracePeriodSeconds: 0`) could pass between two
@@ -227,21 +204,9 @@ impl InFlight {
     }
 }
 
-fn has_command_annotations(annotations: Option<&BTreeMap<String, String>>) -> bool {
-    annotations.is_some_and(|annotations| {
-        COMMAND_ANNOTATIONS
-            .iter()
-            .any(|key| annotations.contains_key(*key))
-    })
-}
-
+/// A command annotation of `claim`, under its name or the one earlier versions wrote.
 fn annotation<'a>(claim: &'a NodeClaim, key: &str) -> Option<&'a str> {
-    claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|annotations| annotations.get(key))
-        .map(String::as_str)
+    command_keys::get(claim.metadata.annotations.as_ref(), key)
 }
 
 fn claim_condition<'c>(claim: &'c NodeClaim, type_: &str) -> Option<&'c karpenter_api::Condition> {
@@ -468,7 +433,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
                 node_claim: name_of(claim).to_owned(),
             });
         }
-        if has_command_annotations(claim.metadata.annotations.as_ref()) && !in_a_command(claim) {
+        if command_keys::has_any(claim.metadata.annotations.as_ref()) && !in_a_command(claim) {
             marks.push(StaleMark::Annotations {
                 node_claim: name_of(claim).to_owned(),
             });
@@ -476,7 +441,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
     }
     for node in snapshot.nodes() {
         if node.metadata.deletion_timestamp.is_some()
-            || !has_command_annotations(node.metadata.annotations.as_ref())
+            || !command_keys::has_any(node.metadata.annotations.as_ref())
         {
             continue;
         }
@@ -830,15 +795,6 @@ pub fn replacement_object(
     object
 }
 
-/// The merge patch removing a command's annotations from a NodeClaim or a Node.
-fn strip_annotations_patch() -> Value {
-    let mut annotations = Map::new();
-    for key in COMMAND_ANNOTATIONS {
-        annotations.insert(key.to_owned(), Value::Null);
-    }
-    json!({ "metadata": { "annotations": annotations } })
-}
-
 /// The NodePools of the NodeClaims named, comma-separated, sorted.
 pub fn node_pools_of(snapshot: &Snapshot, node_claims: &[String]) -> String {
     let pools: BTreeSet<&str> = node_claims
@@ -1014,12 +970,18 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     }
 
     async fn strip_annotations(&self, name: &str) -> Result<(), ClusterError> {
-        match self
-            .ctx
-            .cluster
-            .merge_patch::<NodeClaim>(None, name, &strip_annotations_patch())
+        self.patch_if_present::<NodeClaim>(name, &command_keys::strip_patch())
             .await
-        {
+    }
+
+    /// Applies a merge patch to the cluster-scoped object `name` of kind `K`; one that is
+    /// gone needs none.
+    async fn patch_if_present<K: ClusterObject>(
+        &self,
+        name: &str,
+        patch: &Value,
+    ) -> Result<(), ClusterError> {
+        match self.ctx.cluster.merge_patch::<K>(None, name, patch).await {
             Ok(_) => Ok(()),
             Err(error) if error.is_not_found() => Ok(()),
             Err(error) => Err(error),
@@ -1306,6 +1268,28 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         Ok(changed)
     }
 
+    /// Moves the command annotations earlier versions wrote under their old names to the new
+    /// ones ([`command_keys::legacy_renames`]); whether anything was written.
+    pub async fn rename_legacy_annotations(
+        &self,
+        snapshot: &Snapshot,
+    ) -> Result<bool, ClusterError> {
+        let renames = command_keys::legacy_renames(snapshot);
+        for rename in &renames {
+            match rename {
+                LegacyRename::NodeClaim { name, patch } => {
+                    tracing::info!(node_claim = %name, "moving disruption annotations to their new names");
+                    self.patch_if_present::<NodeClaim>(name, patch).await?;
+                }
+                LegacyRename::Node { name, patch } => {
+                    tracing::info!(node = %name, "moving disruption annotations to their new names");
+                    self.patch_if_present::<Node>(name, patch).await?;
+                }
+            }
+        }
+        Ok(!renames.is_empty())
+    }
+
     /// Removes a stale mark.
     pub async fn clean(&self, mark: &StaleMark, snapshot: &Snapshot) -> Result<(), ClusterError> {
         match mark {
@@ -1327,16 +1311,8 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             }
             StaleMark::NodeAnnotations { node } => {
                 tracing::debug!(node = %node, "removing the annotations of a finished disruption command");
-                match self
-                    .ctx
-                    .cluster
-                    .merge_patch::<Node>(None, node, &strip_annotations_patch())
-                    .await
-                {
-                    Ok(_) => {}
-                    Err(error) if error.is_not_found() => {}
-                    Err(error) => return Err(error),
-                }
+                self.patch_if_present::<Node>(node, &command_keys::strip_patch())
+                    .await?;
             }
         }
         Ok(())
@@ -1950,7 +1926,7 @@ mod tests {
 
         let mut stripped = claim.clone();
         let annotations = stripped.metadata.annotations.as_mut().unwrap();
-        for (key, value) in strip_annotations_patch()["metadata"]["annotations"]
+        for (key, value) in command_keys::strip_patch()["metadata"]["annotations"]
             .as_object()
             .unwrap()
         {

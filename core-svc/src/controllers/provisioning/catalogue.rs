@@ -1,6 +1,8 @@
-//! The per-NodePool instance type cache the provisioner and the disruption controller each
-//! fetch through: one NodePool's types are reused for a TTL, and fetched again sooner when the
-//! NodePool or its node class changes generation.
+//! The per-NodePool instance type cache: one per controller set, shared by the provisioner and
+//! the disruption controller (the manager hands both the same one), so both plan on the same
+//! catalogue of a NodePool. One NodePool's types are reused for a TTL, and fetched again sooner
+//! when the NodePool or its node class changes generation. [`fetch`] asks the cloud without
+//! caching, for what measures a run rather than acts in it.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -78,20 +80,7 @@ impl CatalogueCache {
         }) {
             return Ok(cached.types.clone());
         }
-        let node_pool = serde_json::to_value(usable.pool).map_err(|error| {
-            CloudProviderError::InvalidRequest(format!("NodePool {name} as JSON: {error}"))
-        })?;
-        let node_class = usable
-            .node_class
-            .map(serde_json::to_value)
-            .transpose()
-            .map_err(|error| {
-                CloudProviderError::InvalidRequest(format!("node class as JSON: {error}"))
-            })?;
-        let types: Catalogue = cloud
-            .instance_types(&node_pool, node_class.as_ref())
-            .await?
-            .into();
+        let types = fetch(cloud, usable).await?;
         self.lock().insert(
             name,
             CachedCatalogue {
@@ -129,6 +118,28 @@ impl CatalogueCache {
     pub fn clear(&self) {
         self.lock().clear();
     }
+}
+
+/// The instance types of `usable`, asked of `cloud` now, without any cache.
+pub async fn fetch<P: CloudProvider>(
+    cloud: &P,
+    usable: &UsableNodePool<'_>,
+) -> Result<Catalogue, CloudProviderError> {
+    let node_pool = serde_json::to_value(usable.pool).map_err(|error| {
+        let name = usable.pool.metadata.name.as_deref().unwrap_or_default();
+        CloudProviderError::InvalidRequest(format!("NodePool {name} as JSON: {error}"))
+    })?;
+    let node_class = usable
+        .node_class
+        .map(serde_json::to_value)
+        .transpose()
+        .map_err(|error| {
+            CloudProviderError::InvalidRequest(format!("node class as JSON: {error}"))
+        })?;
+    Ok(cloud
+        .instance_types(&node_pool, node_class.as_ref())
+        .await?
+        .into())
 }
 
 #[cfg(test)]
