@@ -29,13 +29,14 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_REGISTERED;
 
-use super::nodeclaim::{age, is_condition_true, is_managed, is_node_ready, provider_id_of};
+use super::nodeclaim::{age, is_condition_true, is_managed, provider_id_of};
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{
     CloudInstance, CloudProvider, CloudProviderError, Deletion, NodeClassKind,
 };
 use crate::cluster::{Cluster, DeleteOptions};
 use crate::events::{EventType, ObjectRef};
+use crate::objects::is_node_ready;
 
 /// How old an instance without a NodeClaim must be before it is terminated.
 pub const ORPHAN_GRACE_PERIOD: Duration = Duration::from_secs(5 * 60);

@@ -34,8 +34,8 @@ use kube::Resource;
 use serde_json::{Map, Value, json};
 
 use super::nodeclaim::{
-    age, has_termination_finalizer, is_condition_true, is_managed, is_node_ready, kube_quantities,
-    provider_id_of, quantities_of, request_of,
+    age, has_termination_finalizer, is_condition_true, is_managed, kube_quantities, provider_id_of,
+    quantities_of, request_of,
 };
 use super::{Context, Controller, ControllerError, Requeue, Snapshot, TERMINATION_FINALIZER};
 use crate::cloudprovider::{
@@ -43,6 +43,7 @@ use crate::cloudprovider::{
 };
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions};
 use crate::events::{EventType, ObjectRef};
+use crate::objects::is_node_ready;
 
 /// The taint a Node joins with until its NodeClaim registers it.
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";

@@ -15,7 +15,8 @@
 //! | `drift` | the `Drifted` condition of NodeClaims |
 //! | `provisioning` | batches pending pods, runs the scheduler, creates NodeClaims, nominates pods |
 //! | `lifecycle` | launches NodeClaims, registers and initializes their Nodes, times out launches and registrations |
-//! | `termination` | finalizers, the disrupted taint, the ordered drain, instance deletion |
+//! | `termination` | finalizers, the drain (through `drain`), instance deletion |
+//! | `drain` | the one drain path both termination and disruption take: cordon (taint and load-balancer label), ordered evictions, deadline deletes, retry timing |
 //! | `expiration` | deletes NodeClaims past their `expireAfter` (forceful, budget-free) |
 //! | `gc` | NodeClaims whose instance is gone, instances with no NodeClaim |
 //! | `consolidatable` | the `Consolidatable` condition and `lastPodEventTime` |
@@ -24,6 +25,7 @@
 
 pub mod consolidatable;
 pub mod disruption;
+pub mod drain;
 pub mod drift;
 pub mod expiration;
 pub mod gc;

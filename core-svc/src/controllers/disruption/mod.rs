@@ -121,13 +121,13 @@ use self::orchestration::{
 };
 use self::simulate::{SimulationSources, Simulator};
 use self::single::SingleNodeConsolidation;
-use super::nodeclaim::is_node_ready;
+use super::nodeclaim::nodes_of;
 use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
 use super::provisioning::nominations::{SharedNominations, nomination_window};
 use super::provisioning::selection::{self, UsableNodePool};
 use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
-use super::termination::{EVENT_DEDUPE_WINDOW, nodes_of};
+use super::termination::EVENT_DEDUPE_WINDOW;
 use super::{Context, Controller, ControllerError, Requeue, Settings};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, Snapshot};
@@ -138,6 +138,7 @@ use crate::disruption::{
 };
 use crate::events::{EventType, ObjectRef};
 use crate::metrics::Metrics;
+use crate::objects::is_node_ready;
 
 /// How long a command of a method that validates waits before it is re-checked and started
 /// (upstream `commandValidationDelay`).
@@ -1556,7 +1557,7 @@ fn with_disrupted_taint(
                 .get_or_insert_with(Default::default)
                 .taints
                 .get_or_insert_with(Vec::new)
-                .push(super::termination::disrupted_taint());
+                .push(crate::objects::disrupted_taint());
         }
     }
     copy

@@ -16,7 +16,7 @@
 //!      [`ANNOTATION_DRAIN_TIMEOUT`]); the timeout is the seed's drain timeout, the sum of the
 //!      `terminationGracePeriodSeconds` (30 when unset) of the pods the drain waits for,
 //!      computed when it starts ([`drain_timeout`], at least [`MIN_DRAIN_TIMEOUT`]). Each pass
-//!      then evicts by the termination drain's own plan ([`drain::plan`]: its tiers, order and
+//!      then evicts by the termination drain's own plan ([`plan::plan`]: its tiers, order and
 //!      rules, no deadline) through the termination controller's eviction step (UID
 //!      precondition, `PodEvicted` / `EvictionBlocked`); once the plan says drained, the
 //!      NodeClaim is deleted and the termination controller, finding nothing left, terminates
@@ -79,17 +79,13 @@ use serde_json::{Map, Value, json};
 
 use super::Command;
 use crate::cloudprovider::CloudProvider;
-use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
+use crate::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions, Snapshot};
 use crate::controllers::Context;
+use crate::controllers::drain::plan::{self, DrainPlan};
+use crate::controllers::drain::{self, DRAIN_RETRY_MAX, is_cordoned};
 use crate::controllers::nodeclaim::{name_of, node_pool_of};
+use crate::controllers::nodeclaim::{node_claim_of, nodes_of};
 use crate::controllers::provisioning::nodeclaims;
-use crate::controllers::termination::drain::{
-    self, DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan,
-};
-use crate::controllers::termination::{
-    DRAIN_POLL, DRAIN_RETRY_MAX, Eviction, disrupted_taint, evict_pod, nodes_of,
-};
-use crate::disruption::candidates::has_disrupted_taint;
 use crate::disruption::{CandidateSelector, Observation, Observed};
 use crate::events::{EventType, ObjectRef};
 use core_domain::scheduler::PlannedNodeClaim;
@@ -446,10 +442,10 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
     };
     let mut marks = Vec::new();
     for node in snapshot.nodes() {
-        if node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(node) {
+        if node.metadata.deletion_timestamp.is_some() || !is_cordoned(node) {
             continue;
         }
-        let claim = crate::controllers::termination::node_claim_of(snapshot, node);
+        let claim = node_claim_of(snapshot, node);
         if claim.is_some_and(|claim| {
             claim.metadata.deletion_timestamp.is_some() || involved.contains(name_of(claim))
         }) {
@@ -481,7 +477,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
             continue;
         }
         // A Node without its NodeClaim is on its way out: no write for it.
-        let Some(claim) = crate::controllers::termination::node_claim_of(snapshot, node) else {
+        let Some(claim) = node_claim_of(snapshot, node) else {
             continue;
         };
         if !in_a_command(claim) {
@@ -557,8 +553,8 @@ pub fn drains_before_delete(claim: &NodeClaim) -> bool {
 pub fn drain_timeout<'p>(pods: impl IntoIterator<Item = &'p Pod>, now: Timestamp) -> Duration {
     let seconds = pods
         .into_iter()
-        .filter(|pod| drain::is_waiting_eviction(pod, now))
-        .map(|pod| u64::try_from(drain::pod_grace_period_seconds(pod)).unwrap_or(0))
+        .filter(|pod| plan::is_waiting_eviction(pod, now))
+        .map(|pod| u64::try_from(crate::objects::pod_grace_period_seconds(pod)).unwrap_or(0))
         .fold(0, u64::saturating_add);
     Duration::from_secs(seconds).max(MIN_DRAIN_TIMEOUT)
 }
@@ -625,7 +621,7 @@ pub fn candidate_step<'s>(
                 .get(node.metadata.name.as_deref().unwrap_or_default())
                 .cloned()
                 .unwrap_or_default();
-            let plan = drain::plan(pods.iter().copied(), now, None);
+            let plan = plan::plan(pods.iter().copied(), now, None);
             NodeDrain { node, pods, plan }
         })
         .collect();
@@ -667,7 +663,7 @@ pub fn drain_blockers(snapshot: &Snapshot, nodes: &[NodeDrain<'_>], now: Timesta
         blockers.extend(
             node.pods
                 .iter()
-                .filter(|pod| drain::is_waiting_eviction(pod, now) && drain::Tier::of(pod) == tier)
+                .filter(|pod| plan::is_waiting_eviction(pod, now) && plan::Tier::of(pod) == tier)
                 .map(|pod| blocker(pod, &selector, now)),
         );
     }
@@ -689,10 +685,10 @@ fn blocker(pod: &Pod, selector: &CandidateSelector<'_>, now: Timestamp) -> Strin
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     );
-    if drain::is_terminating(pod) {
+    if crate::objects::is_terminating(pod) {
         return format!("pod {name} is still terminating");
     }
-    if drain::has_active_do_not_disrupt(pod, now) {
+    if plan::has_active_do_not_disrupt(pod, now) {
         return format!("pod {name} has karpenter.sh/do-not-disrupt");
     }
     match selector.pdbs_of(pod).as_slice() {
@@ -879,9 +875,7 @@ pub struct Terminated {
     pub timed_out: Option<String>,
 }
 
-/// Says whether an event about a key is due (`(reason, key)`), for the `EvictionBlocked`
-/// events of the drains, which repeat every pass otherwise.
-pub type EventDue<'c> = &'c (dyn Fn(&str, &str) -> bool + Sync);
+pub use crate::controllers::drain::EventDue;
 
 /// Runs commands through the ports.
 pub struct Orchestrator<'c, C, P> {
@@ -1134,16 +1128,16 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
                         Err(error) if error.is_not_found() => continue,
                         Err(error) => return Err(error),
                     }
-                    self.mark(claim, &nodes, reason, now).await?;
+                    self.mark(claim, reason, now).await?;
                     self.draining_event(claim, &nodes, reason, snapshot, timeout);
-                    let acted = self.evict(claim, &nodes).await?;
+                    let (_, acted) = self.drain(claim, &nodes, now).await?;
                     done.wrote = true;
                     done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
                 }
                 CandidateStep::Drain { clock, nodes } => {
-                    done.wrote |= self.mark(claim, &nodes, reason, now).await?;
-                    let acted = self.evict(claim, &nodes).await?;
-                    done.wrote |= acted;
+                    done.wrote |= self.mark(claim, reason, now).await?;
+                    let (cordoned, acted) = self.drain(claim, &nodes, now).await?;
+                    done.wrote |= cordoned || acted;
                     done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
                 }
             }
@@ -1163,7 +1157,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         let name = name_of(claim).to_owned();
         let nodes = nodes_of(snapshot, claim);
         for node in &nodes {
-            self.taint(node).await?;
+            drain::cordon(self.ctx.cluster.as_ref(), node).await?;
         }
         self.set_disruption_condition(claim, reason, now).await?;
         self.delete_node_claim(claim).await?;
@@ -1188,52 +1182,54 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         Ok(())
     }
 
-    /// Makes sure the draining candidate's Nodes carry the taint and the candidate its
-    /// condition; whether anything was written.
+    /// Makes sure the draining candidate carries its `DisruptionReason` condition; whether it
+    /// was written.
     async fn mark(
         &self,
         claim: &NodeClaim,
-        nodes: &[NodeDrain<'_>],
         reason: DisruptionReason,
         now: Timestamp,
     ) -> Result<bool, ClusterError> {
-        let mut wrote = false;
-        for node in nodes {
-            if !has_disrupted_taint(node.node) {
-                self.taint(node.node).await?;
-                wrote = true;
-            }
-        }
         let marked = claim_condition(claim, CONDITION_DISRUPTION_REASON)
             .is_some_and(|c| c.status == ConditionStatus::True);
         if !marked {
             self.set_disruption_condition(claim, reason, now).await?;
-            wrote = true;
         }
-        Ok(wrote)
+        Ok(!marked)
     }
 
-    /// Evicts what the plans of the candidate's Nodes say; whether an eviction was admitted.
-    async fn evict(
+    /// One pass of the drain of the candidate's Nodes, through the termination controller's
+    /// drain path (cordon, then evictions by the plan; no deadline: the drain timeout bounds
+    /// it instead); whether a Node was cordoned now, and whether an eviction was admitted.
+    async fn drain(
         &self,
         claim: &NodeClaim,
         nodes: &[NodeDrain<'_>],
-    ) -> Result<bool, ClusterError> {
+        now: Timestamp,
+    ) -> Result<(bool, bool), ClusterError> {
         let always = |_: &str, _: &str| true;
         let event_due: EventDue<'_> = match self.event_due {
             Some(event_due) => event_due,
             None => &always,
         };
-        let mut acted = false;
+        let (mut cordoned, mut acted) = (false, false);
         for node in nodes {
-            let node_name = node.node.metadata.name.as_deref().unwrap_or_default();
-            for pod in &node.plan.evict {
-                let eviction =
-                    evict_pod(self.ctx, pod, node_name, name_of(claim), event_due).await?;
-                acted |= eviction == Eviction::Evicted;
+            let pass = drain::drain_node(
+                self.ctx,
+                node.node,
+                &node.pods,
+                name_of(claim),
+                None,
+                now,
+                event_due,
+            )
+            .await?;
+            if let Some(pass) = pass {
+                cordoned |= pass.cordoned_now;
+                acted |= pass.acted;
             }
         }
-        Ok(acted)
+        Ok((cordoned, acted))
     }
 
     fn draining_event(
@@ -1312,7 +1308,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             StaleMark::Taint { node } => {
                 if let Some(node) = snapshot.node(node) {
                     tracing::info!(node = ?node.metadata.name, "removing a stale disrupted taint");
-                    self.untaint(node).await?;
+                    drain::uncordon(self.ctx.cluster.as_ref(), node).await?;
                 }
             }
             StaleMark::Condition { node_claim } => {
@@ -1347,8 +1343,8 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     async fn unmark(&self, claim: &NodeClaim, snapshot: &Snapshot) -> Result<bool, ClusterError> {
         let mut changed = false;
         for node in nodes_of(snapshot, claim) {
-            if has_disrupted_taint(node) {
-                self.untaint(node).await?;
+            if is_cordoned(node) {
+                drain::uncordon(self.ctx.cluster.as_ref(), node).await?;
                 changed = true;
             }
         }
@@ -1357,49 +1353,6 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             changed = true;
         }
         Ok(changed)
-    }
-
-    async fn taint(&self, node: &Node) -> Result<(), ClusterError> {
-        let taint = disrupted_taint();
-        match self.ctx.cluster.add_node_taint(node, &taint).await {
-            Ok(_) => Ok(()),
-            Err(error) if error.is_conflict() => {
-                let name = node.metadata.name.as_deref().unwrap_or_default();
-                match self.ctx.cluster.get::<Node>(None, name).await? {
-                    Some(fresh) => self
-                        .ctx
-                        .cluster
-                        .add_node_taint(&fresh, &taint)
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            }
-            Err(error) if error.is_not_found() => Ok(()),
-            Err(error) => Err(error),
-        }
-    }
-
-    async fn untaint(&self, node: &Node) -> Result<(), ClusterError> {
-        let cluster = &self.ctx.cluster;
-        match cluster
-            .remove_node_taint(node, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(error) if error.is_conflict() => {
-                let name = node.metadata.name.as_deref().unwrap_or_default();
-                match cluster.get::<Node>(None, name).await? {
-                    Some(fresh) => cluster
-                        .remove_node_taint(&fresh, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            }
-            Err(error) if error.is_not_found() => Ok(()),
-            Err(error) => Err(error),
-        }
     }
 
     async fn set_disruption_condition(
@@ -1501,11 +1454,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
 /// When a drain looks again: soon after it evicted something, else at the next retry of a
 /// blocked eviction or at its deadline, whichever comes first.
 fn drain_retry(acted: bool, clock: DrainClock, now: Timestamp) -> Duration {
-    if acted {
-        return DRAIN_POLL;
-    }
-    let left = Duration::try_from(clock.deadline().duration_since(now)).unwrap_or(Duration::ZERO);
-    left.min(DRAIN_RETRY_MAX).max(DRAIN_POLL)
+    drain::retry_after(acted, [clock.deadline()], now)
 }
 
 fn soonest(a: Option<Duration>, b: Duration) -> Option<Duration> {
@@ -1786,7 +1735,7 @@ mod tests {
         let tainted = |suffix: &str| {
             let (claim, mut node) = managed(suffix, "default", vec![]);
             node.spec.get_or_insert_with(Default::default).taints =
-                Some(vec![crate::controllers::termination::disrupted_taint()]);
+                Some(vec![crate::objects::disrupted_taint()]);
             (claim, node)
         };
         let command = command(&["claim-b"], 1);
