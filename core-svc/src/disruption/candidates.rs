@@ -239,8 +239,8 @@ impl Candidate<'_> {
         self.node_pool.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// The NodeClaim's name: what a [`Command`](crate::controllers::disruption::Command)
-    /// names its candidates by.
+    /// The NodeClaim's name: what the disruption controller's commands name their candidates
+    /// by.
     pub fn node_claim_name(&self) -> &str {
         self.node_claim.metadata.name.as_deref().unwrap_or_default()
     }

@@ -11,24 +11,24 @@
 //!    - one whose NodeClaim sets `spec.terminationGracePeriod`: taint its Nodes
 //!      `karpenter.sh/disrupted:NoSchedule`, set its `DisruptionReason` condition and delete it
 //!      at once; the termination controller drains it, bounded by that grace period;
-//!    - any other is drained **before** it is deleted: taint, condition, and the drain's start
+//!    - any other is drained **before** it is deleted: condition, the drain's start
 //!      and timeout recorded on the NodeClaim ([`ANNOTATION_DRAIN_STARTED_AT`],
-//!      [`ANNOTATION_DRAIN_TIMEOUT`]); the timeout is the seed's drain timeout, the sum of the
-//!      `terminationGracePeriodSeconds` (30 when unset) of the pods the drain waits for,
-//!      computed when it starts ([`drain_timeout`], at least [`MIN_DRAIN_TIMEOUT`]). Each pass
-//!      then evicts by the termination drain's own plan ([`plan::plan`]: its tiers, order and
-//!      rules, no deadline) through the termination controller's eviction step (UID
-//!      precondition, `PodEvicted` / `EvictionBlocked`); once the plan says drained, the
-//!      NodeClaim is deleted and the termination controller, finding nothing left, terminates
-//!      the instance. A node with nothing to drain is deleted in the pass that taints it, as
-//!      before.
+//!      [`ANNOTATION_DRAIN_TIMEOUT`]), then the drain path termination takes too
+//!      ([`drain::drain_node`]: the taint and the load-balancer exclusion label, then
+//!      evictions by [`plan::plan`], its tiers, order and rules, without a deadline; UID
+//!      precondition, `PodEvicted` / `EvictionBlocked`). The timeout is the seed's drain
+//!      timeout, the sum of the `terminationGracePeriodSeconds` (30 when unset) of the pods the
+//!      drain waits for, computed when it starts ([`drain_timeout`], at least
+//!      [`MIN_DRAIN_TIMEOUT`]). Once the plan says drained, the NodeClaim is deleted and the
+//!      termination controller, finding nothing left, terminates the instance. A node with
+//!      nothing to drain is cordoned and deleted in one pass.
 //!
 //! **Rollback.** While it waits, a command whose replacement is deleted or missing (the
 //! lifecycle controller deletes a NodeClaim on insufficient capacity, and on launch and
 //! registration timeouts; the API may refuse a create) or that is older than
 //! [`command_timeout`] is abandoned: the replacements not initialized yet are deleted, the
 //! command's annotations are removed from the others (they stay as capacity, consolidated
-//! later if unused), the candidates lose the taint and the condition (should a crash have left
+//! later if unused), the candidates lose the taint, the label and the condition (should a crash have left
 //! them), and `DisruptionAbandoned` is recorded; the controller remembers the failure as an
 //! [`Observation`], so the node's `DisruptionBlocked` says the replacement failed, and
 //! retries later. A candidate NodeClaim is never deleted before
@@ -403,7 +403,8 @@ pub fn progress(
 /// A stale disruption mark: a taint or a condition nobody stands behind.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StaleMark {
-    /// The Node carries `karpenter.sh/disrupted:NoSchedule`.
+    /// The Node carries `karpenter.sh/disrupted:NoSchedule` or core's load-balancer exclusion
+    /// label ([`drain::is_cordoned`]).
     Taint {
         /// The Node.
         node: String,
