@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use crate::objects::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS_VALUE,
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, disrupted_taint, has_disrupted_taint,
@@ -239,7 +239,7 @@ async fn execute<C: Cluster, P: CloudProvider>(
         ctx.event(
             ObjectRef::namespaced("Pod", namespace, name_of(pod)),
             EventType::Normal,
-            "PodDeleted",
+            Reason::PodDeleted,
             format!(
                 "Deleting the pod with a grace period of {grace}s so that it stops before the node's terminationGracePeriod ends"
             ),
@@ -303,7 +303,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
             ctx.event(
                 object,
                 EventType::Normal,
-                "PodEvicted",
+                Reason::PodEvicted,
                 format!("Evicted pod from node {node}"),
                 fields(&[
                     ("pod", &qualified),
@@ -322,7 +322,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
                 ctx.event(
                     object,
                     EventType::Normal,
-                    "EvictionBlocked",
+                    Reason::EvictionBlocked,
                     format!("Eviction blocked by PodDisruptionBudget {budget}: {reason}"),
                     fields(&[
                         ("pod", &qualified),
@@ -341,7 +341,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
                 ctx.event(
                     object,
                     EventType::Warning,
-                    "EvictionBlocked",
+                    Reason::EvictionBlocked,
                     format!(
                         "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
                     ),

@@ -45,7 +45,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, ClusterError};
-use crate::events::{Event, EventType, Events, ObjectRef};
+use crate::events::{Event, EventType, Events, ObjectRef, Reason};
 
 pub use crate::cluster::Snapshot;
 
@@ -86,7 +86,7 @@ impl<C: Cluster, P: CloudProvider> Context<C, P> {
         &self,
         object: ObjectRef,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
         fields: BTreeMap<String, String>,
     ) {
@@ -94,7 +94,7 @@ impl<C: Cluster, P: CloudProvider> Context<C, P> {
             time: self.clock.now(),
             object,
             type_,
-            reason: reason.to_owned(),
+            reason,
             message: message.into(),
             fields,
         });

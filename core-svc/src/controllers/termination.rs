@@ -45,7 +45,7 @@ use super::nodeclaim::{
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Snapshot};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use crate::objects::is_node_ready;
 
 /// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
@@ -319,7 +319,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             self.ctx.event(
                 object,
                 EventType::Warning,
-                "PluginUnavailable",
+                Reason::PluginUnavailable,
                 format!("{rpc} failed, termination waits: {error}"),
                 fields,
             );
@@ -502,7 +502,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", name),
             EventType::Normal,
-            "InstanceTerminated",
+            Reason::InstanceTerminated,
             format!("Instance {provider_id} is terminated"),
             fields(&[
                 ("nodeClaim", name),
@@ -540,7 +540,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", name),
             EventType::Normal,
-            "NodeClaimDeleted",
+            Reason::NodeClaimDeleted,
             "NodeClaim deleted",
             fields(&[
                 ("nodeClaim", name),
@@ -655,7 +655,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("Node", name),
             EventType::Normal,
-            "NodeDeleted",
+            Reason::NodeDeleted,
             "Node deleted",
             fields(&[("node", name), ("nodeClaim", node_claim)]),
         );

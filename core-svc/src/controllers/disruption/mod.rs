@@ -122,11 +122,11 @@ use self::orchestration::{
 use self::simulate::{SimulationSources, Simulator};
 use self::single::SingleNodeConsolidation;
 use super::nodeclaim::nodes_of;
+use super::provisioning::DEFAULT_INSTANCE_TYPES_TTL;
 use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
 use super::provisioning::nominations::{SharedNominations, nomination_window};
 use super::provisioning::selection::{self, UsableNodePool};
-use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
 use super::termination::EVENT_DEDUPE_WINDOW;
 use super::{Context, Controller, ControllerError, Requeue, Settings};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
@@ -136,7 +136,7 @@ use crate::disruption::{
     Blocked, BlockedReason, Candidate, CandidateSelector, DisruptionClass, Explainer, Explanation,
     Observation, Observed, budgets, do_not_disrupt,
 };
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use crate::metrics::Metrics;
 use crate::objects::is_node_ready;
 
@@ -669,9 +669,6 @@ impl<C, P> std::fmt::Debug for DisruptionController<C, P> {
     }
 }
 
-/// The `DisruptionBlocked` event reason.
-pub const REASON_BLOCKED: &str = "DisruptionBlocked";
-
 impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     /// The controller with the default options and methods.
     pub fn new(ctx: Context<C, P>) -> Self {
@@ -1098,7 +1095,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodePool", &name),
                         EventType::Warning,
-                        REASON_PLUGIN_UNAVAILABLE,
+                        Reason::PluginUnavailable,
                         format!("Cannot get the instance types of NodePool {name}; disruption waits: {error}"),
                         orchestration::fields([
                             ("nodePool", name.clone()),
@@ -1143,7 +1140,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             self.ctx.event(
                 ObjectRef::namespaced("Pod", namespace, name),
                 EventType::Warning,
-                "InvalidDoNotDisrupt",
+                Reason::InvalidDoNotDisrupt,
                 format!(
                     "Ignoring karpenter.sh/do-not-disrupt: {:?}: {}",
                     found.value, found.problem
@@ -1231,7 +1228,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             self.ctx.event(
                 ObjectRef::cluster_scoped("Node", &node),
                 EventType::Normal,
-                REASON_BLOCKED,
+                Reason::DisruptionBlocked,
                 explanation.message.clone(),
                 fields,
             );

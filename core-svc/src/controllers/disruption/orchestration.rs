@@ -87,7 +87,7 @@ use crate::controllers::nodeclaim::{name_of, node_pool_of};
 use crate::controllers::nodeclaim::{node_claim_of, nodes_of};
 use crate::controllers::provisioning::nodeclaims;
 use crate::disruption::{CandidateSelector, Observation, Observed};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use core_domain::scheduler::PlannedNodeClaim;
 
 /// On a replacement: the NodeClaims it replaces (the command's candidates), comma-separated,
@@ -141,15 +141,6 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// What each command in flight adds to the timeout (upstream: the queue drains slower when
 /// long).
 pub const COMMAND_TIMEOUT_PER_COMMAND: Duration = Duration::from_millis(80);
-
-/// The `DisruptionStarted` event reason.
-pub const REASON_STARTED: &str = "DisruptionStarted";
-/// The `DisruptionAbandoned` event reason.
-pub const REASON_ABANDONED: &str = "DisruptionAbandoned";
-/// The event each candidate gets when it is deleted (upstream's reason).
-pub const REASON_TERMINATING: &str = "DisruptionTerminating";
-/// The event each candidate gets when it is tainted and its drain begins, before it is deleted.
-pub const REASON_DRAINING: &str = "DisruptionDraining";
 
 /// How long a command may wait for its replacements: `clamp(80ms × commands, 10 min, 1 h)`
 /// (upstream `getCommandTimeout`'s form).
@@ -962,7 +953,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodeClaim", &name),
                         EventType::Normal,
-                        crate::controllers::provisioning::REASON_NODE_CLAIM_CREATED,
+                        Reason::NodeClaimCreated,
                         format!(
                             "Created NodeClaim {name} from NodePool {} to replace {}",
                             planned.node_pool,
@@ -1028,7 +1019,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &first),
             EventType::Normal,
-            REASON_STARTED,
+            Reason::DisruptionStarted,
             format!(
                 "Disrupting {} ({}): {} with {} replacement(s)",
                 command.candidates.join(", "),
@@ -1058,7 +1049,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &first),
             EventType::Warning,
-            REASON_ABANDONED,
+            Reason::DisruptionAbandoned,
             format!(
                 "Abandoned disrupting {} ({}): {why}",
                 candidates.join(", "),
@@ -1171,7 +1162,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &name),
             EventType::Normal,
-            REASON_TERMINATING,
+            Reason::DisruptionTerminating,
             format!("Disrupting NodeClaim {name}: {}", reason_name(reason)),
             fields([
                 ("nodeClaim", name.clone()),
@@ -1251,7 +1242,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &name),
             EventType::Normal,
-            REASON_DRAINING,
+            Reason::DisruptionDraining,
             format!(
                 "Draining NodeClaim {name} before deleting it ({}); the drain gives up after {}",
                 reason_name(reason),
