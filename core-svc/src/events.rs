@@ -45,6 +45,93 @@ impl ObjectRef {
     }
 }
 
+/// Declares [`Reason`]: each variant with the exact reason string it records.
+macro_rules! reasons {
+    ($($(#[$doc:meta])* $variant:ident => $text:literal,)*) => {
+        /// Why an event was recorded: every reason core's controllers record, in one place, so
+        /// the recorders and whatever reads events by reason ([`crate::metrics`], the
+        /// simulator's timeline) name the same thing, and a renamed reason fails to compile
+        /// rather than silently stopping a metric. The strings are upstream Karpenter's where
+        /// upstream records the event, and must stay byte for byte as they are: dashboards,
+        /// alerts and the simulator's reports read them.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum Reason {
+            $($(#[$doc])* $variant,)*
+        }
+
+        impl Reason {
+            /// Every reason.
+            pub const ALL: &'static [Reason] = &[$(Reason::$variant,)*];
+
+            /// The reason as recorded (`NodeClaimCreated`).
+            pub const fn as_str(self) -> &'static str {
+                match self {
+                    $(Reason::$variant => $text,)*
+                }
+            }
+        }
+    };
+}
+
+reasons! {
+    /// Provisioning created a NodeClaim (also a disruption replacement).
+    NodeClaimCreated => "NodeClaimCreated",
+    /// Provisioning's create of a NodeClaim failed.
+    NodeClaimCreationFailed => "NodeClaimCreationFailed",
+    /// A pending pod fits no NodePool.
+    FailedScheduling => "FailedScheduling",
+    /// A pending pod is nominated to a node or planned NodeClaim.
+    Nominated => "Nominated",
+    /// A NodePool's instance types could not be read (the plugin answered an error).
+    GetInstanceTypesFailed => "GetInstanceTypesFailed",
+    /// The plugin is unreachable or answering nonsense; the controller keeps its hands off.
+    PluginUnavailable => "PluginUnavailable",
+    /// The plugin launched a NodeClaim's instance.
+    NodeClaimLaunched => "NodeClaimLaunched",
+    /// A launch failed.
+    LaunchFailed => "LaunchFailed",
+    /// A NodeClaim's node class does not exist.
+    NodeClassNotFound => "NodeClassNotFound",
+    /// A NodeClaim's Node registered.
+    NodeRegistered => "NodeRegistered",
+    /// A NodeClaim's Node is initialized.
+    NodeInitialized => "NodeInitialized",
+    /// A NodeClaim became drifted (or drifted for a new reason).
+    NodeClaimDrifted => "NodeClaimDrifted",
+    /// A NodeClaim stopped being drifted.
+    DriftCleared => "DriftCleared",
+    /// A NodeClaim's finalizer went: it is deleted.
+    NodeClaimDeleted => "NodeClaimDeleted",
+    /// A Node's finalizer went: it is deleted.
+    NodeDeleted => "NodeDeleted",
+    /// The plugin says a NodeClaim's instance is gone.
+    InstanceTerminated => "InstanceTerminated",
+    /// The drain evicted a pod.
+    PodEvicted => "PodEvicted",
+    /// The drain deleted a pod for the terminationGracePeriod deadline.
+    PodDeleted => "PodDeleted",
+    /// A PodDisruptionBudget refused an eviction.
+    EvictionBlocked => "EvictionBlocked",
+    /// Disruption started a command.
+    DisruptionStarted => "DisruptionStarted",
+    /// Disruption abandoned a command (failed replacement, timeout, validation).
+    DisruptionAbandoned => "DisruptionAbandoned",
+    /// Disruption tainted and deleted a candidate.
+    DisruptionTerminating => "DisruptionTerminating",
+    /// Disruption began draining a candidate before deleting it.
+    DisruptionDraining => "DisruptionDraining",
+    /// Why a node that could be disrupted is not.
+    DisruptionBlocked => "DisruptionBlocked",
+    /// A pod's `karpenter.sh/do-not-disrupt` value is invalid.
+    InvalidDoNotDisrupt => "InvalidDoNotDisrupt",
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One event.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event {
@@ -54,8 +141,8 @@ pub struct Event {
     pub object: ObjectRef,
     /// Normal or Warning.
     pub type_: EventType,
-    /// UpperCamelCase, upstream's where one exists (`Launched`, `DisruptionBlocked`, ...).
-    pub reason: String,
+    /// Why: upstream's reason where one exists (`NodeClaimLaunched`, `DisruptionBlocked`, ...).
+    pub reason: Reason,
     /// For people.
     pub message: String,
     /// Structured details for tools (the simulator's timeline reads `nodePool`,
@@ -99,11 +186,12 @@ impl MemoryEvents {
         std::mem::take(&mut *self.events())
     }
 
-    /// The events with `reason`.
+    /// The events whose reason is recorded as `reason` (tests name reasons by their strings,
+    /// which pins them).
     pub fn with_reason(&self, reason: &str) -> Vec<Event> {
         self.events()
             .iter()
-            .filter(|e| e.reason == reason)
+            .filter(|e| e.reason.as_str() == reason)
             .cloned()
             .collect()
     }
@@ -121,5 +209,46 @@ impl Events for MemoryEvents {
             event.message
         );
         self.events().push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Reason;
+
+    #[test]
+    fn reasons_are_recorded_exactly_as_upstream_and_the_simulator_spell_them() {
+        let recorded: Vec<&str> = Reason::ALL.iter().map(|reason| reason.as_str()).collect();
+        assert_eq!(
+            recorded,
+            [
+                "NodeClaimCreated",
+                "NodeClaimCreationFailed",
+                "FailedScheduling",
+                "Nominated",
+                "GetInstanceTypesFailed",
+                "PluginUnavailable",
+                "NodeClaimLaunched",
+                "LaunchFailed",
+                "NodeClassNotFound",
+                "NodeRegistered",
+                "NodeInitialized",
+                "NodeClaimDrifted",
+                "DriftCleared",
+                "NodeClaimDeleted",
+                "NodeDeleted",
+                "InstanceTerminated",
+                "PodEvicted",
+                "PodDeleted",
+                "EvictionBlocked",
+                "DisruptionStarted",
+                "DisruptionAbandoned",
+                "DisruptionTerminating",
+                "DisruptionDraining",
+                "DisruptionBlocked",
+                "InvalidDoNotDisrupt",
+            ]
+        );
+        assert_eq!(Reason::PodEvicted.to_string(), "PodEvicted");
     }
 }

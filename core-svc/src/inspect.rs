@@ -14,8 +14,8 @@ use serde::Serialize;
 
 use crate::cloudprovider::DriftReason;
 use crate::cluster::Snapshot;
-use crate::controllers::termination::drain::DISRUPTED_TAINT_KEY;
 use crate::disruption::explain::{ExplainInputs, explain};
+use crate::objects::DISRUPTED_TAINT_KEY;
 
 /// What the plugin's IsDrifted answered for the NodeClaim.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -15,6 +15,8 @@
 //! - [`leader`]: leader election on a Lease, client-go's protocol.
 //! - [`manager`]: the one list of controllers and when each runs, driven by `core-svc run`
 //!   and by the simulator alike.
+//! - [`objects`]: pure facts about one Kubernetes object (a pod finished, terminating, a
+//!   mirror; a Node Ready, cordoned for a drain), shared by every layer above.
 //! - [`pdb`]: a PodDisruptionBudget's arithmetic (how many disruptions it allows now), shared
 //!   by the in-memory cluster's eviction API and disruption.
 //! - [`plugin`]: the connection to the cloud provider plugin: handshake, capabilities,
@@ -33,5 +35,6 @@ pub mod inspect;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod objects;
 pub mod pdb;
 pub mod plugin;

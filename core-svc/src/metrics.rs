@@ -13,7 +13,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 use crate::cloudprovider::CallMetrics;
-use crate::events::{Event, Events};
+use crate::events::{Event, Events, Reason};
 
 /// Label pairs, in a fixed order.
 type Labels = Vec<(&'static str, String)>;
@@ -131,22 +131,22 @@ impl Metrics {
     pub fn observe(&self, event: &Event) {
         let field = |name: &str| event.fields.get(name).cloned().unwrap_or_default();
         let node_pool = || vec![("nodepool", field("nodePool"))];
-        match event.reason.as_str() {
-            "NodeClaimCreated" => {
+        match event.reason {
+            Reason::NodeClaimCreated => {
                 self.nodeclaims_created.get_or_create(&node_pool()).inc();
             }
-            "NodeClaimLaunched" => {
+            Reason::NodeClaimLaunched => {
                 self.nodeclaims_launched.get_or_create(&node_pool()).inc();
             }
-            "NodeClaimDeleted" if event.object.kind == "NodeClaim" => {
+            Reason::NodeClaimDeleted if event.object.kind == "NodeClaim" => {
                 self.nodeclaims_terminated.get_or_create(&node_pool()).inc();
             }
-            "LaunchFailed" => {
+            Reason::LaunchFailed => {
                 self.launch_failures
                     .get_or_create(&vec![("reason", field("reason"))])
                     .inc();
             }
-            "NodeClaimDrifted" => {
+            Reason::NodeClaimDrifted => {
                 self.nodeclaims_drifted
                     .get_or_create(&vec![
                         ("nodepool", field("nodePool")),
@@ -154,20 +154,20 @@ impl Metrics {
                     ])
                     .inc();
             }
-            "PodEvicted" => {
+            Reason::PodEvicted => {
                 self.eviction_requests
                     .get_or_create(&vec![("answer", "evicted".to_owned())])
                     .inc();
             }
-            "EvictionBlocked" => {
+            Reason::EvictionBlocked => {
                 self.eviction_requests
                     .get_or_create(&vec![("answer", "blocked".to_owned())])
                     .inc();
             }
-            "PluginUnavailable" => {
+            Reason::PluginUnavailable => {
                 self.plugin_unavailable.inc();
             }
-            "DisruptionStarted" => {
+            Reason::DisruptionStarted => {
                 self.disruption_decisions
                     .get_or_create(&vec![
                         ("reason", field("reason")),
@@ -175,7 +175,7 @@ impl Metrics {
                     ])
                     .inc();
             }
-            "DisruptionAbandoned" => {
+            Reason::DisruptionAbandoned => {
                 self.disruption_failures
                     .get_or_create(&vec![("reason", field("disruptionReason"))])
                     .inc();
@@ -257,12 +257,12 @@ mod tests {
     use super::*;
     use crate::events::{EventType, MemoryEvents, ObjectRef};
 
-    fn event(reason: &str, fields: &[(&str, &str)]) -> Event {
+    fn event(reason: Reason, fields: &[(&str, &str)]) -> Event {
         Event {
             time: jiff::Timestamp::UNIX_EPOCH,
             object: ObjectRef::cluster_scoped("NodeClaim", "default-abcde"),
             type_: EventType::Normal,
-            reason: reason.to_owned(),
+            reason,
             message: String::new(),
             fields: fields
                 .iter()
@@ -275,13 +275,13 @@ mod tests {
     fn events_are_counted_under_upstream_names() {
         let metrics = Arc::new(Metrics::new(None));
         let events = MeteredEvents::new(MemoryEvents::new(), Arc::clone(&metrics));
-        events.record(event("NodeClaimCreated", &[("nodePool", "default")]));
-        events.record(event("NodeClaimCreated", &[("nodePool", "default")]));
+        events.record(event(Reason::NodeClaimCreated, &[("nodePool", "default")]));
+        events.record(event(Reason::NodeClaimCreated, &[("nodePool", "default")]));
         events.record(event(
-            "NodeClaimDrifted",
+            Reason::NodeClaimDrifted,
             &[("nodePool", "default"), ("reason", "AMIDrift")],
         ));
-        events.record(event("PluginUnavailable", &[]));
+        events.record(event(Reason::PluginUnavailable, &[]));
         let text = metrics.encode().unwrap();
         assert!(
             text.contains(r#"karpenter_nodeclaims_created_total{nodepool="default"} 2"#),
@@ -309,11 +309,11 @@ mod tests {
         let metrics = Arc::new(Metrics::new(None));
         let events = MeteredEvents::new(MemoryEvents::new(), Arc::clone(&metrics));
         events.record(event(
-            "DisruptionStarted",
+            Reason::DisruptionStarted,
             &[("reason", "Drifted"), ("decision", "replace")],
         ));
         events.record(event(
-            "DisruptionAbandoned",
+            Reason::DisruptionAbandoned,
             &[("reason", "timed out"), ("disruptionReason", "Drifted")],
         ));
         metrics.set_allowed_disruptions("default", "Drifted", 3);

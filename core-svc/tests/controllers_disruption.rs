@@ -1241,6 +1241,65 @@ async fn given_a_drifted_node_whose_pod_a_pdb_holds_when_the_drain_times_out_the
     );
 }
 
+/// Whether node `name` carries `node.kubernetes.io/exclude-from-external-load-balancers` as core
+/// writes it.
+async fn excluded_from_load_balancers(world: &World, name: &str) -> bool {
+    world
+        .cluster
+        .get::<Node>(None, name)
+        .await
+        .unwrap()
+        .and_then(|node| node.metadata.labels)
+        .is_some_and(|labels| {
+            labels
+                .get("node.kubernetes.io/exclude-from-external-load-balancers")
+                .is_some_and(|value| value == "karpenter")
+        })
+}
+
+/// The disruption route drains through the same path as termination (whose label
+/// `controllers_termination`'s `given_a_deleted_node_claim_then_its_node_is_tainted_and_drained_tier_by_tier`
+/// checks): a node
+/// drained for drift stops receiving load-balancer traffic while its pods are evicted, and is
+/// given back to the load balancers when the drain is abandoned.
+#[tokio::test]
+async fn given_a_drifted_node_drained_before_its_deletion_when_it_drains_then_it_is_tainted_and_out_of_load_balancers_until_the_drain_is_abandoned()
+ {
+    let mut world = World::new(json!({})).await;
+
+    world.drift_into_a_blocked_drain().await;
+
+    assert!(world.node_tainted("node-a").await);
+    assert!(
+        excluded_from_load_balancers(&world, "node-a").await,
+        "labelled in the pass that taints it, before any eviction completes"
+    );
+    assert_eq!(world.events("PodEvicted").len(), 1);
+    assert!(
+        world
+            .claim("default-a")
+            .await
+            .unwrap()
+            .metadata
+            .deletion_timestamp
+            .is_none(),
+        "still draining: the disruption controller's drain, not termination's"
+    );
+
+    // The PodDisruptionBudget holds `web` past the drain timeout: the command is abandoned
+    // and the node goes back into service, taint and label removed.
+    for _ in 0..30 {
+        if !world.events("DisruptionAbandoned").is_empty() {
+            break;
+        }
+        assert!(excluded_from_load_balancers(&world, "node-a").await);
+        world.tick(secs(5)).await;
+    }
+    assert_eq!(world.events("DisruptionAbandoned").len(), 1);
+    assert!(!world.node_tainted("node-a").await);
+    assert!(!excluded_from_load_balancers(&world, "node-a").await);
+}
+
 #[tokio::test]
 async fn given_a_drifted_node_with_a_termination_grace_period_when_its_replacement_is_up_then_it_is_deleted_at_once()
  {

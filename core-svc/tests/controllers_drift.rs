@@ -23,9 +23,7 @@ use core_svc::clock::{Clock, FakeClock};
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, InMemoryCluster};
-use core_svc::controllers::drift::{
-    DriftController, EVENT_DRIFT_CLEARED, EVENT_DRIFTED, RENEW_SPACING,
-};
+use core_svc::controllers::drift::{DriftController, RENEW_SPACING};
 use core_svc::controllers::hash::HashController;
 use core_svc::controllers::{Controller, Requeue, Settings};
 use core_svc::events::{EventType, MemoryEvents};
@@ -243,7 +241,7 @@ async fn given_a_node_pool_label_change_when_reconciled_then_its_node_claims_dri
             drifted.message
         );
     }
-    let events = env.events.with_reason(EVENT_DRIFTED);
+    let events = env.events.with_reason("NodeClaimDrifted");
     assert_eq!(events.len(), 2);
     assert_eq!(
         events[0].fields,
@@ -281,7 +279,7 @@ async fn given_limits_weight_and_disruption_changes_when_reconciled_then_nothing
 
     assert_eq!(env.node_pool().await.static_hash(), hash_before);
     assert_eq!(env.drifted("default-a").await, None);
-    assert!(env.events.with_reason(EVENT_DRIFTED).is_empty());
+    assert!(env.events.with_reason("NodeClaimDrifted").is_empty());
 }
 
 #[tokio::test]
@@ -391,7 +389,7 @@ async fn given_a_fleet_launched_by_upstream_karpenter_when_adopted_then_it_is_re
         );
         assert_eq!(env.drifted(name).await, None, "{name}");
     }
-    assert!(env.events.with_reason(EVENT_DRIFTED).is_empty());
+    assert!(env.events.with_reason("NodeClaimDrifted").is_empty());
 
     // Once adopted, a real template change drifts them as usual.
     env.patch_node_pool(json!({ "spec": { "template": { "spec": { "taints": [
@@ -435,7 +433,7 @@ async fn given_the_plugin_reports_ami_drift_when_reconciled_then_it_is_recorded_
         }]
     );
     assert_eq!(
-        env.events.with_reason(EVENT_DRIFTED)[0].fields["reason"],
+        env.events.with_reason("NodeClaimDrifted")[0].fields["reason"],
         "AMIDrift"
     );
 
@@ -444,7 +442,7 @@ async fn given_the_plugin_reports_ami_drift_when_reconciled_then_it_is_recorded_
     env.reconcile().await;
 
     assert_eq!(env.drifted("default-a").await, None);
-    let cleared = env.events.with_reason(EVENT_DRIFT_CLEARED);
+    let cleared = env.events.with_reason("DriftCleared");
     assert_eq!(cleared.len(), 1);
     assert_eq!(cleared[0].fields["nodeClaim"], "default-a");
 }

@@ -217,7 +217,7 @@ impl World {
             .all()
             .into_iter()
             .filter(|event| reasons.contains(&event.reason.as_str()))
-            .map(|event| event.reason)
+            .map(|event| event.reason.as_str().to_owned())
             .collect()
     }
 

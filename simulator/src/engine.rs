@@ -34,7 +34,7 @@ use core_svc::controllers::nodeclass::merge_patch_between;
 use core_svc::controllers::provisioning::catalogue as core_catalogue;
 use core_svc::controllers::provisioning::{convert, selection};
 use core_svc::controllers::{Context, Settings};
-use core_svc::events::{Event, MemoryEvents};
+use core_svc::events::{Event, MemoryEvents, Reason};
 use core_svc::manager::{ControllerKind, Manager, ManagerOptions};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -901,7 +901,7 @@ impl Recorder {
                 continue;
             }
             let object = &event.object;
-            if event.reason == "PluginUnavailable" {
+            if event.reason == Reason::PluginUnavailable {
                 if outage.is_down(now) {
                     continue;
                 }
@@ -931,19 +931,19 @@ impl Recorder {
             if !event.message.is_empty() {
                 fields.insert("message".to_owned(), Value::String(event.message.clone()));
             }
-            if event.reason == "PodEvicted"
+            if event.reason == Reason::PodEvicted
                 && let Some(Value::String(pod)) = fields.get("pod")
             {
                 evicted.push(pod.clone());
             }
-            if event.reason == "NodeClaimCreated"
+            if event.reason == Reason::NodeClaimCreated
                 && let Some(Value::String(name)) = fields.get("nodeClaim")
             {
                 self.node_claims_seen.insert(name.clone());
             }
             let entry = TimelineEvent {
                 t: self.t(event.time),
-                type_: event.reason.clone(),
+                type_: event.reason.as_str().to_owned(),
                 fields,
             };
             self.push(entry, observer);

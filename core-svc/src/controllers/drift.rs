@@ -44,7 +44,7 @@ use super::nodeclass::PLUGIN_RETRY;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, DriftReason};
 use crate::cluster::Cluster;
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 
 /// The NodePool's template changed (static drift).
 pub const REASON_NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
@@ -66,11 +66,6 @@ pub const RENEW_SPACING: Duration = Duration::from_secs(10);
 fn renew_spacing(period: Duration) -> Duration {
     RENEW_SPACING.min(period / 4).max(Duration::from_secs(1))
 }
-
-/// Event reason when a NodeClaim becomes drifted.
-pub const EVENT_DRIFTED: &str = "NodeClaimDrifted";
-/// Event reason when a NodeClaim stops being drifted.
-pub const EVENT_DRIFT_CLEARED: &str = "DriftCleared";
 
 fn drift(reason: &str, message: String) -> DriftReason {
     DriftReason {
@@ -236,7 +231,7 @@ pub fn drifted_conditions(
     conditions: &[Condition],
     verdict: &Verdict,
     now: Timestamp,
-) -> Option<(Vec<Condition>, Option<&'static str>)> {
+) -> Option<(Vec<Condition>, Option<Reason>)> {
     let current = condition::find(conditions, CONDITION_DRIFTED);
     match verdict {
         Verdict::Unknown => None,
@@ -247,7 +242,7 @@ pub fn drifted_conditions(
                 .filter(|c| c.type_ != CONDITION_DRIFTED)
                 .cloned()
                 .collect();
-            let event = (current.status == ConditionStatus::True).then_some(EVENT_DRIFT_CLEARED);
+            let event = (current.status == ConditionStatus::True).then_some(Reason::DriftCleared);
             Some((remaining, event))
         }
         Verdict::Drifted(reason) => {
@@ -267,7 +262,7 @@ pub fn drifted_conditions(
                 &message,
                 Time(now),
             );
-            changed.then(|| (updated, newly.then_some(EVENT_DRIFTED)))
+            changed.then(|| (updated, newly.then_some(Reason::NodeClaimDrifted)))
         }
     }
 }
@@ -368,7 +363,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             self.ctx.event(
                 object,
                 EventType::Warning,
-                "PluginUnavailable",
+                Reason::PluginUnavailable,
                 format!("could not check drift: {error}"),
                 fields,
             );
@@ -964,7 +959,7 @@ mod tests {
             message: "image ami-1 is not among ami-2".into(),
         });
         let (set, event) = drifted_conditions(&[], &amid, at(10)).unwrap();
-        assert_eq!(event, Some(EVENT_DRIFTED));
+        assert_eq!(event, Some(Reason::NodeClaimDrifted));
         let drifted = condition::find(&set, CONDITION_DRIFTED).unwrap();
         assert_eq!(drifted.reason.as_deref(), Some("AMIDrift"));
         assert_eq!(
@@ -980,7 +975,11 @@ mod tests {
             message: String::new(),
         });
         let (moved, event) = drifted_conditions(&set, &other, at(30)).unwrap();
-        assert_eq!(event, Some(EVENT_DRIFTED), "a new reason is announced");
+        assert_eq!(
+            event,
+            Some(Reason::NodeClaimDrifted),
+            "a new reason is announced"
+        );
         let drifted = condition::find(&moved, CONDITION_DRIFTED).unwrap();
         assert_eq!(
             drifted.last_transition_time,
@@ -993,7 +992,7 @@ mod tests {
         );
 
         let (cleared, event) = drifted_conditions(&moved, &Verdict::NotDrifted, at(40)).unwrap();
-        assert_eq!(event, Some(EVENT_DRIFT_CLEARED));
+        assert_eq!(event, Some(Reason::DriftCleared));
         assert!(cleared.is_empty());
         assert_eq!(
             drifted_conditions(&cleared, &Verdict::NotDrifted, at(50)),

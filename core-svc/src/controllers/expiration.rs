@@ -13,7 +13,7 @@ use karpenter_api::NodeClaim;
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{Cluster, DeleteOptions, Preconditions};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 
 /// When the NodeClaim expires: its creation time plus `expireAfter`; `None` for `Never` (or a
 /// NodeClaim not created yet).
@@ -133,7 +133,7 @@ impl<C: Cluster, P: CloudProvider> Controller for ExpirationController<C, P> {
             self.ctx.event(
                 ObjectRef::cluster_scoped("NodeClaim", name),
                 EventType::Normal,
-                "NodeClaimDeleted",
+                Reason::NodeClaimDeleted,
                 format!("Deleting NodeClaim: it expired (expireAfter {expire_after})"),
                 fields,
             );

@@ -29,13 +29,14 @@ use k8s_openapi::api::core::v1::Node;
 use karpenter_api::NodeClaim;
 use karpenter_api::nodeclaim::CONDITION_REGISTERED;
 
-use super::nodeclaim::{age, is_condition_true, is_managed, is_node_ready, provider_id_of};
+use super::nodeclaim::{age, is_condition_true, is_managed, provider_id_of};
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{
     CloudInstance, CloudProvider, CloudProviderError, Deletion, NodeClassKind,
 };
 use crate::cluster::{Cluster, DeleteOptions};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
+use crate::objects::is_node_ready;
 
 /// How old an instance without a NodeClaim must be before it is terminated.
 pub const ORPHAN_GRACE_PERIOD: Duration = Duration::from_secs(5 * 60);
@@ -177,7 +178,7 @@ impl<C: Cluster, P: CloudProvider> GarbageCollectionController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("CloudProvider", self.ctx.cloud.name()),
             EventType::Warning,
-            "PluginUnavailable",
+            Reason::PluginUnavailable,
             format!("Garbage collection skipped: {error}"),
             BTreeMap::new(),
         );
@@ -208,7 +209,7 @@ impl<C: Cluster, P: CloudProvider> GarbageCollectionController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &lost.name),
             EventType::Normal,
-            "NodeClaimDeleted",
+            Reason::NodeClaimDeleted,
             format!(
                 "Deleted NodeClaim {}: its instance {} no longer exists",
                 lost.name, lost.provider_id
@@ -235,7 +236,7 @@ impl<C: Cluster, P: CloudProvider> GarbageCollectionController<C, P> {
                 self.ctx.event(
                     ObjectRef::cluster_scoped("NodeClaim", &orphan.node_claim_name),
                     EventType::Normal,
-                    "InstanceTerminated",
+                    Reason::InstanceTerminated,
                     format!(
                         "Instance {} of missing NodeClaim {} {message}",
                         orphan.provider_id, orphan.node_claim_name

@@ -34,15 +34,16 @@ use kube::Resource;
 use serde_json::{Map, Value, json};
 
 use super::nodeclaim::{
-    age, has_termination_finalizer, is_condition_true, is_managed, is_node_ready, kube_quantities,
-    provider_id_of, quantities_of, request_of,
+    age, has_termination_finalizer, is_condition_true, is_managed, kube_quantities, provider_id_of,
+    quantities_of, request_of,
 };
 use super::{Context, Controller, ControllerError, Requeue, Snapshot, TERMINATION_FINALIZER};
 use crate::cloudprovider::{
     CloudProvider, CloudProviderError, Deletion, LaunchedNodeClaim, NodeClassKind,
 };
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
+use crate::objects::is_node_ready;
 
 /// The taint a Node joins with until its NodeClaim registers it.
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
@@ -631,7 +632,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                 node_claim,
                 "NodeClassNotFound",
                 &message,
-                "NodeClassNotFound",
+                Reason::NodeClassNotFound,
             )
             .await?;
             return Ok(());
@@ -650,7 +651,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     node_claim,
                     REASON_INVALID_REQUEST,
                     &error.to_string(),
-                    "LaunchFailed",
+                    Reason::LaunchFailed,
                 )
                 .await?;
                 return Ok(());
@@ -664,7 +665,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     self.ctx.event(
                         Self::node_claim_ref(name),
                         EventType::Warning,
-                        "LaunchFailed",
+                        Reason::LaunchFailed,
                         format!("Launch failed: {message}"),
                         self.fields(node_claim, [("reason", reason.to_owned())]),
                     );
@@ -679,7 +680,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     if retry {
                         outcome.requeue = Some(LAUNCH_RETRY);
                     }
-                    self.mark_launch_unknown(node_claim, reason, &message, "LaunchFailed")
+                    self.mark_launch_unknown(node_claim, reason, &message, Reason::LaunchFailed)
                         .await
                 }
                 LaunchFailure::PluginUnavailable => {
@@ -700,7 +701,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         node_claim: &NodeClaim,
         reason: &str,
         message: &str,
-        event_reason: &str,
+        event_reason: Reason,
     ) -> Result<(), ClusterError> {
         let mut updated = node_claim.clone();
         let status = updated.status.get_or_insert_with(NodeClaimStatus::default);
@@ -761,7 +762,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         self.ctx.event(
             Self::node_claim_ref(name),
             EventType::Normal,
-            "NodeClaimLaunched",
+            Reason::NodeClaimLaunched,
             format!("Launched {}", launched.provider_id),
             self.fields(
                 &updated,
@@ -801,7 +802,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         self.ctx.event(
             Self::node_claim_ref(name),
             EventType::Normal,
-            "NodeRegistered",
+            Reason::NodeRegistered,
             format!("Node {node_name} registered"),
             self.fields(
                 node_claim,
@@ -840,7 +841,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         self.ctx.event(
             Self::node_claim_ref(name),
             EventType::Normal,
-            "NodeInitialized",
+            Reason::NodeInitialized,
             format!("Node {node_name} initialized"),
             self.fields(node_claim, [("node", node_name.to_owned())]),
         );
@@ -875,7 +876,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         self.ctx.event(
             Self::node_claim_ref(name),
             EventType::Normal,
-            "NodeClaimDeleted",
+            Reason::NodeClaimDeleted,
             message,
             self.fields(node_claim, [("reason", reason.to_owned())]),
         );
@@ -983,7 +984,7 @@ impl<C: Cluster, P: CloudProvider> Controller for LifecycleController<C, P> {
             self.ctx.event(
                 Self::node_claim_ref(first),
                 EventType::Warning,
-                "PluginUnavailable",
+                Reason::PluginUnavailable,
                 "The cloud provider plugin is unavailable; launches wait",
                 BTreeMap::new(),
             );

@@ -15,7 +15,8 @@
 //! | `drift` | the `Drifted` condition of NodeClaims |
 //! | `provisioning` | batches pending pods, runs the scheduler, creates NodeClaims, nominates pods |
 //! | `lifecycle` | launches NodeClaims, registers and initializes their Nodes, times out launches and registrations |
-//! | `termination` | finalizers, the disrupted taint, the ordered drain, instance deletion |
+//! | `termination` | finalizers, the drain (through `drain`), instance deletion |
+//! | `drain` | the one drain path both termination and disruption take: cordon (taint and load-balancer label), ordered evictions, deadline deletes, retry timing |
 //! | `expiration` | deletes NodeClaims past their `expireAfter` (forceful, budget-free) |
 //! | `gc` | NodeClaims whose instance is gone, instances with no NodeClaim |
 //! | `consolidatable` | the `Consolidatable` condition and `lastPodEventTime` |
@@ -24,6 +25,7 @@
 
 pub mod consolidatable;
 pub mod disruption;
+pub mod drain;
 pub mod drift;
 pub mod expiration;
 pub mod gc;
@@ -43,7 +45,7 @@ use std::time::Duration;
 use crate::clock::Clock;
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, ClusterError};
-use crate::events::{Event, EventType, Events, ObjectRef};
+use crate::events::{Event, EventType, Events, ObjectRef, Reason};
 
 pub use crate::cluster::Snapshot;
 
@@ -84,7 +86,7 @@ impl<C: Cluster, P: CloudProvider> Context<C, P> {
         &self,
         object: ObjectRef,
         type_: EventType,
-        reason: &str,
+        reason: Reason,
         message: impl Into<String>,
         fields: BTreeMap<String, String>,
     ) {
@@ -92,7 +94,7 @@ impl<C: Cluster, P: CloudProvider> Context<C, P> {
             time: self.clock.now(),
             object,
             type_,
-            reason: reason.to_owned(),
+            reason,
             message: message.into(),
             fields,
         });

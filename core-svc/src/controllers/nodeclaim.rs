@@ -24,6 +24,7 @@ use super::TERMINATION_FINALIZER;
 use crate::cloudprovider::{
     InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, NodeClassRef,
 };
+use crate::cluster::Snapshot;
 
 /// Why a NodeClaim could not be expressed in the port's types. The API server admits only
 /// valid NodeClaims, so this means one was written around the schema (or by a newer version).
@@ -165,14 +166,36 @@ pub fn has_termination_finalizer<K: Resource>(object: &K) -> bool {
         .any(|finalizer| finalizer == TERMINATION_FINALIZER)
 }
 
-/// Whether a NodeClaim's Node reports its `Ready` condition True.
-pub fn is_node_ready(node: &Node) -> bool {
-    node.status
+/// The Node's provider ID (empty when unset).
+pub fn node_provider_id(node: &Node) -> &str {
+    node.spec
         .as_ref()
-        .and_then(|status| status.conditions.as_deref())
+        .and_then(|spec| spec.provider_id.as_deref())
         .unwrap_or_default()
-        .iter()
-        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
+/// The Nodes of a NodeClaim: those with its provider ID (a node name can be reused by a later
+/// instance, a provider ID cannot).
+pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a Node> {
+    let provider_id = provider_id_of(node_claim);
+    if provider_id.is_empty() {
+        return Vec::new();
+    }
+    snapshot
+        .nodes()
+        .filter(|node| node_provider_id(node) == provider_id)
+        .collect()
+}
+
+/// The NodeClaim of a Node, by provider ID.
+pub fn node_claim_of<'a>(snapshot: &'a Snapshot, node: &Node) -> Option<&'a NodeClaim> {
+    let provider_id = node_provider_id(node);
+    if provider_id.is_empty() {
+        return None;
+    }
+    snapshot
+        .node_claims()
+        .find(|node_claim| provider_id_of(node_claim) == provider_id)
 }
 
 /// The port's form of a `nodeClassRef`.

@@ -37,7 +37,7 @@ use crate::cloudprovider::{
     CloudProvider, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, Readiness, ResolvedNodeClass,
 };
 use crate::cluster::{Cluster, ClusterError, api_group};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 
 /// How soon a node class is resolved again after the plugin could not answer.
 pub const PLUGIN_RETRY: Duration = Duration::from_secs(30);
@@ -342,7 +342,7 @@ impl<C: Cluster, P: CloudProvider> NodeClassController<C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped(&reference.kind, &reference.name),
                         EventType::Warning,
-                        "PluginUnavailable",
+                        Reason::PluginUnavailable,
                         format!("could not resolve the node class: {error}"),
                         [("reason".to_owned(), error.to_string())].into(),
                     );

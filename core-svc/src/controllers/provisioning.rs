@@ -57,21 +57,10 @@ use self::selection::{UsableNodePool, pod_uid};
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, ClusterError, Snapshot};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 
 /// How long a NodePool's instance types are reused before they are asked for again.
 pub const DEFAULT_INSTANCE_TYPES_TTL: Duration = Duration::from_secs(3 * 60);
-
-/// The event a pod the provisioner cannot place gets (upstream's reason).
-pub const REASON_FAILED_SCHEDULING: &str = "FailedScheduling";
-/// The event a pod gets when it is nominated to capacity (upstream's reason).
-pub const REASON_NOMINATED: &str = "Nominated";
-/// The event a created NodeClaim gets.
-pub const REASON_NODE_CLAIM_CREATED: &str = "NodeClaimCreated";
-/// The event a NodePool gets when its instance types could not be had.
-pub const REASON_INSTANCE_TYPES_FAILED: &str = "GetInstanceTypesFailed";
-/// The event when the plugin cannot be reached or answers nonsense.
-pub const REASON_PLUGIN_UNAVAILABLE: &str = "PluginUnavailable";
 
 /// How the provisioner runs, beyond the shared [`Settings`](super::Settings).
 #[derive(Debug, Clone)]
@@ -370,9 +359,9 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                     }
                     reported_unavailable |= unavailable;
                     let reason = if unavailable {
-                        REASON_PLUGIN_UNAVAILABLE
+                        Reason::PluginUnavailable
                     } else {
-                        REASON_INSTANCE_TYPES_FAILED
+                        Reason::GetInstanceTypesFailed
                     };
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodePool", &name),
@@ -418,7 +407,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodePool", &planned.node_pool),
                         EventType::Warning,
-                        "NodeClaimCreationFailed",
+                        Reason::NodeClaimCreationFailed,
                         format!("Cannot create a NodeClaim: {error}"),
                         fields([
                             ("nodePool", planned.node_pool.clone()),
@@ -440,7 +429,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             self.ctx.event(
                 ObjectRef::cluster_scoped("NodeClaim", &claim_name),
                 EventType::Normal,
-                REASON_NODE_CLAIM_CREATED,
+                Reason::NodeClaimCreated,
                 format!(
                     "Created NodeClaim {claim_name} from NodePool {} for {} pod(s)",
                     planned.node_pool,
@@ -477,7 +466,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         self.ctx.event(
             ObjectRef::namespaced("Pod", pod.namespace(), pod.name()),
             EventType::Normal,
-            REASON_NOMINATED,
+            Reason::Nominated,
             format!("Pod should schedule on: {kind}/{}", target.name()),
             fields([("pod", pod.to_string()), (key, target.name().to_owned())]),
         );
@@ -489,7 +478,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             self.ctx.event(
                 ObjectRef::namespaced("Pod", pod.namespace(), pod.name()),
                 EventType::Warning,
-                REASON_FAILED_SCHEDULING,
+                Reason::FailedScheduling,
                 format!("Failed to schedule pod, {reason}"),
                 fields([("pod", pod.to_string()), ("reason", reason.clone())]),
             );
@@ -505,7 +494,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                     self.ctx.event(
                         ObjectRef::namespaced("Pod", namespace, name),
                         EventType::Warning,
-                        REASON_FAILED_SCHEDULING,
+                        Reason::FailedScheduling,
                         format!("Ignoring pod, {error}"),
                         fields([
                             ("pod", pod.clone()),

@@ -26,50 +26,34 @@
 //! VolumeAttachments yet); no metrics yet; the termination deadline is read from the annotation
 //! when present and computed from the spec otherwise (upstream only reads the annotation).
 
-pub mod drain;
-
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use core_domain::labels::{ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_NODEPOOL};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod, Taint};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING};
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 use serde_json::{Map, Value, json};
 
-use super::nodeclaim::{has_termination_finalizer, is_node_ready, provider_id_of, set_condition};
+use super::drain::{self, DRAIN_POLL, fields, name_of, uid_preconditions};
+use super::nodeclaim::{
+    has_termination_finalizer, node_claim_of, node_provider_id, nodes_of, provider_id_of,
+    set_condition,
+};
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
-use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions, Snapshot};
-use crate::events::{EventType, ObjectRef};
-use drain::{DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan};
+use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Snapshot};
+use crate::events::{EventType, ObjectRef, Reason};
+use crate::objects::is_node_ready;
 
 /// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
 /// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
 pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
-/// How soon a drain that did something this pass looks again.
-pub const DRAIN_POLL: Duration = Duration::from_secs(1);
-/// How long a drain that could do nothing (PDBs, do-not-disrupt, pods terminating) waits at
-/// most before trying again (upstream's eviction backoff ceiling).
-pub const DRAIN_RETRY_MAX: Duration = Duration::from_secs(10);
-/// The label that takes a draining node out of external load balancers.
-pub const LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: &str =
-    "node.kubernetes.io/exclude-from-external-load-balancers";
 /// Repeated events about the same object and cause (a PDB blocking an eviction, the plugin
 /// failing) are recorded at most this often; the retries in between only log.
 pub const EVENT_DEDUPE_WINDOW: Duration = Duration::from_secs(2 * 60);
-
-/// The taint a draining node carries: `karpenter.sh/disrupted:NoSchedule`.
-pub fn disrupted_taint() -> Taint {
-    Taint {
-        key: DISRUPTED_TAINT_KEY.to_owned(),
-        value: None,
-        effect: DISRUPTED_TAINT_EFFECT.to_owned(),
-        time_added: None,
-    }
-}
 
 /// When the NodeClaim's drain ends regardless of what still runs: its deletion time plus its
 /// terminationGracePeriod, to the second; the annotation when it holds a valid time (whoever
@@ -95,50 +79,6 @@ pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
 
 fn is_deleting<K: kube::Resource>(object: &K) -> bool {
     object.meta().deletion_timestamp.is_some()
-}
-
-fn name_of<K: kube::Resource>(object: &K) -> &str {
-    object.meta().name.as_deref().unwrap_or_default()
-}
-
-fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions {
-    object
-        .meta()
-        .uid
-        .as_ref()
-        .map(Preconditions::uid)
-        .unwrap_or_default()
-}
-
-fn node_provider_id(node: &Node) -> &str {
-    node.spec
-        .as_ref()
-        .and_then(|spec| spec.provider_id.as_deref())
-        .unwrap_or_default()
-}
-
-/// The Nodes of a NodeClaim: those with its provider ID (a node name can be reused by a later
-/// instance, a provider ID cannot).
-pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a Node> {
-    let provider_id = provider_id_of(node_claim);
-    if provider_id.is_empty() {
-        return Vec::new();
-    }
-    snapshot
-        .nodes()
-        .filter(|node| node_provider_id(node) == provider_id)
-        .collect()
-}
-
-/// The NodeClaim of a Node, by provider ID.
-pub fn node_claim_of<'a>(snapshot: &'a Snapshot, node: &Node) -> Option<&'a NodeClaim> {
-    let provider_id = node_provider_id(node);
-    if provider_id.is_empty() {
-        return None;
-    }
-    snapshot
-        .node_claims()
-        .find(|node_claim| provider_id_of(node_claim) == provider_id)
 }
 
 /// One piece of work for a pass.
@@ -261,22 +201,6 @@ fn until(now: Timestamp, then: Timestamp) -> Duration {
     Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
 }
 
-fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .filter(|(_, value)| !value.is_empty())
-        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-        .collect()
-}
-
-fn qualified_pod_name(pod: &Pod) -> String {
-    format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or_default(),
-        name_of(pod)
-    )
-}
-
 /// What a drain of a NodeClaim's Nodes came to in one pass.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum DrainOutcome {
@@ -395,7 +319,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             self.ctx.event(
                 object,
                 EventType::Warning,
-                "PluginUnavailable",
+                Reason::PluginUnavailable,
                 format!("{rpc} failed, termination waits: {error}"),
                 fields,
             );
@@ -578,7 +502,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", name),
             EventType::Normal,
-            "InstanceTerminated",
+            Reason::InstanceTerminated,
             format!("Instance {provider_id} is terminated"),
             fields(&[
                 ("nodeClaim", name),
@@ -616,7 +540,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", name),
             EventType::Normal,
-            "NodeClaimDeleted",
+            Reason::NodeClaimDeleted,
             "NodeClaim deleted",
             fields(&[
                 ("nodeClaim", name),
@@ -731,7 +655,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("Node", name),
             EventType::Normal,
-            "NodeDeleted",
+            Reason::NodeDeleted,
             "Node deleted",
             fields(&[("node", name), ("nodeClaim", node_claim)]),
         );
@@ -782,131 +706,35 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             );
             return Ok(DrainOutcome::InstanceGone);
         }
+        let event_due = |reason: &str, key: &str| self.event_due(reason, key, now);
         let mut left = false;
         let mut acted = false;
-        let mut retry = DRAIN_RETRY_MAX;
+        let mut due = Vec::new();
         for node in nodes.iter_mut() {
-            *node = self.prepare_node(node).await?;
-            let node_name = name_of(node);
             let pods = pods_by_node
-                .get(node_name)
+                .get(name_of(node))
                 .map(Vec::as_slice)
                 .unwrap_or_default();
-            let plan = drain::plan(pods.iter().copied(), now, deadline);
-            // Past the deadline the plan still deletes what runs: the drain is over, but the
-            // pods get their last second.
-            acted |= self.execute(&plan, node_name, node_claim, now).await?;
-            if plan.is_drained() {
+            let Some(pass) =
+                drain::drain_node(&self.ctx, node, pods, node_claim, deadline, now, &event_due)
+                    .await?
+            else {
+                // The Node is gone: nothing of it to drain.
+                continue;
+            };
+            *node = pass.node;
+            acted |= pass.acted;
+            if pass.drained {
                 continue;
             }
             left = true;
-            for due in plan.next_force_delete.into_iter().chain(deadline) {
-                retry = retry.min(until(now, due));
-            }
+            due.extend(pass.next_force_delete.into_iter().chain(deadline));
         }
-        Ok(match (left, acted) {
-            (false, _) => DrainOutcome::Empty,
-            (true, true) => DrainOutcome::Draining(DRAIN_POLL),
-            (true, false) => DrainOutcome::Draining(retry.max(DRAIN_POLL)),
+        Ok(if left {
+            DrainOutcome::Draining(drain::retry_after(acted, due, now))
+        } else {
+            DrainOutcome::Empty
         })
-    }
-
-    /// Taints the Node `karpenter.sh/disrupted:NoSchedule` and labels it out of external load
-    /// balancers (upstream `Taint`).
-    async fn prepare_node(&self, node: &Node) -> Result<Node, ControllerError> {
-        let tainted = self
-            .ctx
-            .cluster
-            .add_node_taint(node, &disrupted_taint())
-            .await?;
-        let labelled =
-            tainted.metadata.labels.as_ref().is_some_and(|labels| {
-                labels.contains_key(LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
-            });
-        if labelled {
-            return Ok(tainted);
-        }
-        let patch = json!({ "metadata": { "labels": {
-            LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "karpenter",
-        } } });
-        Ok(self
-            .ctx
-            .cluster
-            .merge_patch::<Node>(None, name_of(node), &patch)
-            .await?)
-    }
-
-    /// Carries out one pass of a node's drain plan; answers whether any pod was deleted or
-    /// evicted.
-    async fn execute(
-        &self,
-        plan: &DrainPlan<'_>,
-        node: &str,
-        node_claim: &str,
-        now: Timestamp,
-    ) -> Result<bool, ControllerError> {
-        let mut acted = false;
-        for force in &plan.force_delete {
-            let pod = force.pod;
-            let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-            let options = DeleteOptions {
-                grace_period_seconds: Some(force.grace_period_seconds),
-                preconditions: uid_preconditions(pod),
-            };
-            match self
-                .ctx
-                .cluster
-                .delete::<Pod>(Some(namespace), name_of(pod), options)
-                .await
-            {
-                Ok(()) => {}
-                // Gone, or a new pod under the same name: nothing of this one to delete.
-                Err(error) if error.is_not_found() || error.is_conflict() => continue,
-                Err(error) => return Err(error.into()),
-            }
-            acted = true;
-            let qualified = qualified_pod_name(pod);
-            let grace = force.grace_period_seconds.to_string();
-            tracing::info!(
-                pod = %qualified,
-                node,
-                node_claim,
-                grace_period_seconds = force.grace_period_seconds,
-                "deleting pod for the terminationGracePeriod deadline"
-            );
-            self.ctx.event(
-                ObjectRef::namespaced("Pod", namespace, name_of(pod)),
-                EventType::Normal,
-                "PodDeleted",
-                format!(
-                    "Deleting the pod with a grace period of {grace}s so that it stops before the node's terminationGracePeriod ends"
-                ),
-                fields(&[
-                    ("pod", &qualified),
-                    ("node", node),
-                    ("nodeClaim", node_claim),
-                    ("reason", "TerminationGracePeriod"),
-                    ("gracePeriodSeconds", &grace),
-                ]),
-            );
-        }
-        for pod in &plan.evict {
-            acted |= self.evict(pod, node, node_claim, now).await?;
-        }
-        Ok(acted)
-    }
-
-    /// Evicts one pod; answers whether it went (or is going).
-    async fn evict(
-        &self,
-        pod: &Pod,
-        node: &str,
-        node_claim: &str,
-        now: Timestamp,
-    ) -> Result<bool, ControllerError> {
-        let event_due = |reason: &str, key: &str| self.event_due(reason, key, now);
-        let eviction = evict_pod(&self.ctx, pod, node, node_claim, &event_due).await?;
-        Ok(eviction == Eviction::Evicted)
     }
 
     /// Sets a NodeClaim status condition (optimistically: the condition list is replaced whole)
@@ -945,108 +773,6 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             .cluster
             .merge_patch_status::<NodeClaim>(None, name, &patch)
             .await?)
-    }
-}
-
-/// What asking the eviction API for one pod came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum Eviction {
-    /// Admitted: the pod is going.
-    Evicted,
-    /// Gone, or recreated under the same name since the read: nothing of this pod to evict.
-    Gone,
-    /// Refused by a PodDisruptionBudget (`namespace/name`), or by several selecting the pod
-    /// (comma-separated), which the eviction API does not support.
-    Blocked {
-        /// The budget or budgets.
-        budgets: String,
-    },
-}
-
-/// Evicts `pod` from `node` (of `node_claim`, empty for a Node without one) through the
-/// eviction API, with the pod's UID as precondition, and records `PodEvicted`, or
-/// `EvictionBlocked` when `event_due("EvictionBlocked", key)` says one is due for the pod (`key`:
-/// its UID). The one eviction step of every drain: termination's, and disruption's before it
-/// deletes a NodeClaim.
-pub(crate) async fn evict_pod<C: Cluster, P: CloudProvider>(
-    ctx: &Context<C, P>,
-    pod: &Pod,
-    node: &str,
-    node_claim: &str,
-    event_due: &(dyn Fn(&str, &str) -> bool + Sync),
-) -> Result<Eviction, ClusterError> {
-    let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
-    let name = name_of(pod);
-    let qualified = qualified_pod_name(pod);
-    let object = ObjectRef::namespaced("Pod", namespace, name);
-    let dedupe_key = pod
-        .metadata
-        .uid
-        .clone()
-        .unwrap_or_else(|| qualified.clone());
-    match ctx
-        .cluster
-        .evict(namespace, name, &uid_preconditions(pod))
-        .await
-    {
-        Ok(()) => {
-            tracing::info!(pod = %qualified, node, node_claim, "evicted pod");
-            ctx.event(
-                object,
-                EventType::Normal,
-                "PodEvicted",
-                format!("Evicted pod from node {node}"),
-                fields(&[
-                    ("pod", &qualified),
-                    ("node", node),
-                    ("nodeClaim", node_claim),
-                ]),
-            );
-            Ok(Eviction::Evicted)
-        }
-        // Gone, or recreated under the same name since the read: not this drain's pod.
-        Err(error) if error.is_not_found() || error.is_conflict() => Ok(Eviction::Gone),
-        Err(ClusterError::TooManyRequests { budget, reason, .. }) => {
-            tracing::debug!(pod = %qualified, node, budget = %budget, "eviction blocked by a PodDisruptionBudget");
-            let budget = format!("{namespace}/{budget}");
-            if event_due("EvictionBlocked", &dedupe_key) {
-                ctx.event(
-                    object,
-                    EventType::Normal,
-                    "EvictionBlocked",
-                    format!("Eviction blocked by PodDisruptionBudget {budget}: {reason}"),
-                    fields(&[
-                        ("pod", &qualified),
-                        ("node", node),
-                        ("nodeClaim", node_claim),
-                        ("podDisruptionBudget", &budget),
-                    ]),
-                );
-            }
-            Ok(Eviction::Blocked { budgets: budget })
-        }
-        Err(ClusterError::MultipleDisruptionBudgets { budgets, .. }) => {
-            let budgets = budgets.join(",");
-            tracing::warn!(pod = %qualified, node, budgets = %budgets, "pod matches several PodDisruptionBudgets; eviction refused");
-            if event_due("EvictionBlocked", &dedupe_key) {
-                ctx.event(
-                    object,
-                    EventType::Warning,
-                    "EvictionBlocked",
-                    format!(
-                        "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
-                    ),
-                    fields(&[
-                        ("pod", &qualified),
-                        ("node", node),
-                        ("nodeClaim", node_claim),
-                        ("podDisruptionBudget", &budgets),
-                    ]),
-                );
-            }
-            Ok(Eviction::Blocked { budgets })
-        }
-        Err(error) => Err(error),
     }
 }
 

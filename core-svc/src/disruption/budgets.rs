@@ -53,7 +53,7 @@ use super::candidates::{
     node_pool_name,
 };
 use crate::cluster::Snapshot;
-use crate::controllers::nodeclaim::is_node_ready;
+use crate::objects::is_node_ready;
 
 /// Every disruption reason, in their order.
 pub const REASONS: [DisruptionReason; 3] = [

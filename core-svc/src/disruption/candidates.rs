@@ -49,9 +49,8 @@ use kube::core::{Selector, SelectorExt};
 use super::cost;
 use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
 use crate::cluster::Snapshot;
-use crate::controllers::nodeclaim;
-use crate::controllers::termination::drain::{
-    DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, is_mirror, is_owned_by_daemon_set, is_terminating,
+use crate::objects::{
+    has_disrupted_taint, is_mirror, is_owned_by_daemon_set, is_terminating,
     tolerates_disrupted_taint,
 };
 use crate::pdb;
@@ -240,10 +239,10 @@ impl Candidate<'_> {
         self.node_pool.metadata.name.as_deref().unwrap_or_default()
     }
 
-    /// The NodeClaim's name: what a [`Command`](crate::controllers::disruption::Command)
-    /// names its candidates by.
+    /// The NodeClaim's name: what the disruption controller's commands name their candidates
+    /// by.
     pub fn node_claim_name(&self) -> &str {
-        nodeclaim::name_of(self.node_claim)
+        self.node_claim.metadata.name.as_deref().unwrap_or_default()
     }
 
     /// Whether no pod that matters has to move (upstream v1.14 `IsEmpty`: DaemonSet and mirror
@@ -318,16 +317,6 @@ fn claim_condition_true(node_claim: &NodeClaim, type_: &str) -> bool {
         .status
         .as_ref()
         .is_some_and(|status| condition::is_true(&status.conditions, type_))
-}
-
-/// Whether the Node carries `karpenter.sh/disrupted:NoSchedule`.
-pub fn has_disrupted_taint(node: &Node) -> bool {
-    node.spec
-        .as_ref()
-        .and_then(|spec| spec.taints.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .any(|taint| taint.key == DISRUPTED_TAINT_KEY && taint.effect == DISRUPTED_TAINT_EFFECT)
 }
 
 /// Why the node already counts as disrupting, if it does.
@@ -683,6 +672,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::objects::DISRUPTED_TAINT_KEY;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
     use serde_json::{Value, json};
 
@@ -872,7 +862,7 @@ mod tests {
             .spec
             .as_mut()
             .unwrap()
-            .taints = Some(vec![crate::controllers::termination::disrupted_taint()]);
+            .taints = Some(vec![crate::objects::disrupted_taint()]);
         assert_eq!(
             verdict(&tainted, "a", DisruptionClass::Graceful),
             Err(Blocked::AlreadyDisrupting(Disrupting::Tainted))

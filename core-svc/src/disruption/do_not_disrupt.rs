@@ -17,7 +17,7 @@ use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::duration::parse_go_duration;
 
-use crate::controllers::termination::drain::{is_terminal, is_terminating};
+use crate::objects::{is_terminal, is_terminating};
 
 /// What a pod's `karpenter.sh/do-not-disrupt` annotation says at one instant.
 #[derive(Debug, Clone, PartialEq, Eq)]

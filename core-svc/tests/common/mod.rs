@@ -214,14 +214,7 @@ pub(crate) fn node_milli_cpu(node: &Node) -> i64 {
 }
 
 /// Whether a Node is `Ready=True`.
-pub(crate) fn is_node_ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|c| c.type_ == "Ready" && c.status == "True")
-}
+pub(crate) use core_svc::objects::is_node_ready;
 
 /// The kubelet reporting a Node Ready with `allocatable`.
 pub(crate) async fn set_node_ready(cluster: &InMemoryCluster, node: &str, allocatable: &Value) {

@@ -126,9 +126,9 @@ async fn run(args: Args) -> anyhow::Result<()> {
         let mut example: BTreeMap<String, String> = BTreeMap::new();
         for event in events.drain() {
             example
-                .entry(event.reason.clone())
+                .entry(event.reason.as_str().to_owned())
                 .or_insert_with(|| event.message.clone());
-            *decided.entry(event.reason).or_default() += 1;
+            *decided.entry(event.reason.as_str().to_owned()).or_default() += 1;
         }
         report(json!({
             "figure": "disruption_pass_seconds",

@@ -25,10 +25,10 @@ use core_domain::labels::LabelPolicy;
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::memo::NodeMemo;
 // The stand-ins judge pods and Nodes by the same rules as core's controllers.
-pub use core_svc::controllers::nodeclaim::is_node_ready;
 pub use core_svc::controllers::provisioning::selection::{
     is_daemon_set_pod, is_terminal, is_terminating,
 };
+pub use core_svc::objects::is_node_ready;
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;

@@ -20,7 +20,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::events::{Event, EventType, Events, ObjectRef};
+use crate::events::{Event, EventType, Events, ObjectRef, Reason};
 
 /// How many events may wait for the API server.
 pub const QUEUE_CAPACITY: usize = 1_000;
@@ -76,8 +76,8 @@ pub fn event_body(event: &Event, name: &str, instance: &str) -> Value {
         "eventTime": micro_time(event.time),
         "reportingController": REPORTING_CONTROLLER,
         "reportingInstance": instance,
-        "action": event.reason,
-        "reason": event.reason,
+        "action": event.reason.as_str(),
+        "reason": event.reason.as_str(),
         "type": match event.type_ {
             EventType::Normal => "Normal",
             EventType::Warning => "Warning",
@@ -105,7 +105,7 @@ fn truncate(text: &str, limit: usize) -> &str {
 }
 
 /// What makes two events the same: the object, the reason and the message.
-type DedupeKey = (ObjectRef, String, String);
+type DedupeKey = (ObjectRef, Reason, String);
 
 /// The Events port over the API server.
 #[derive(Debug)]
@@ -163,11 +163,7 @@ impl ApiServerEvents {
 
     /// Whether `event` repeats one recorded within the window (and if not, remembers it).
     fn is_repeat(&self, event: &Event) -> bool {
-        let key = (
-            event.object.clone(),
-            event.reason.clone(),
-            event.message.clone(),
-        );
+        let key = (event.object.clone(), event.reason, event.message.clone());
         let window = jiff::SignedDuration::try_from(DEDUPE_WINDOW).unwrap_or_default();
         let mut recent = self
             .recent
@@ -202,7 +198,7 @@ mod tests {
 
     use super::*;
 
-    fn event(kind: &str, namespace: &str, reason: &str) -> Event {
+    fn event(kind: &str, namespace: &str, reason: Reason) -> Event {
         Event {
             time: Timestamp::from_second(1_800_000_000).unwrap_or(Timestamp::UNIX_EPOCH),
             object: ObjectRef {
@@ -211,7 +207,7 @@ mod tests {
                 name: "default-x7k2p".to_owned(),
             },
             type_: EventType::Normal,
-            reason: reason.to_owned(),
+            reason,
             message: "Disrupting NodeClaim: Drifted".to_owned(),
             fields: BTreeMap::new(),
         }
@@ -220,7 +216,7 @@ mod tests {
     #[test]
     fn given_a_nodeclaim_event_then_the_body_is_an_events_k8s_io_event_in_default() {
         let body = event_body(
-            &event("NodeClaim", "", "DisruptionLaunching"),
+            &event("NodeClaim", "", Reason::DisruptionTerminating),
             "default-x7k2p.1",
             "core-0",
         );
@@ -233,8 +229,8 @@ mod tests {
                 "eventTime": "2027-01-15T08:00:00.000000Z",
                 "reportingController": "karpenter",
                 "reportingInstance": "core-0",
-                "action": "DisruptionLaunching",
-                "reason": "DisruptionLaunching",
+                "action": "DisruptionTerminating",
+                "reason": "DisruptionTerminating",
                 "type": "Normal",
                 "note": "Disrupting NodeClaim: Drifted",
                 "regarding": {"kind": "NodeClaim", "name": "default-x7k2p", "apiVersion": "karpenter.sh/v1"},
@@ -244,7 +240,7 @@ mod tests {
 
     #[test]
     fn given_a_pod_event_then_it_goes_to_the_pods_namespace() {
-        let pod = event("Pod", "shop", "Evicted");
+        let pod = event("Pod", "shop", Reason::PodEvicted);
         assert_eq!(event_namespace(&pod), "shop");
         let body = event_body(&pod, "n", "core-0");
         assert_eq!(body["regarding"]["namespace"], "shop");
@@ -267,7 +263,7 @@ mod tests {
             recent: Mutex::new(HashMap::new()),
             dropped: AtomicU64::new(0),
         };
-        let first = event("Node", "", "DisruptionBlocked");
+        let first = event("Node", "", Reason::DisruptionBlocked);
         let mut later = first.clone();
         later.time = first.time + jiff::SignedDuration::from_secs(60);
         let mut much_later = first.clone();
@@ -290,7 +286,11 @@ mod tests {
             recent: Mutex::new(HashMap::new()),
             dropped: AtomicU64::new(0),
         };
-        for reason in ["A", "B", "C"] {
+        for reason in [
+            Reason::DisruptionBlocked,
+            Reason::NodeDeleted,
+            Reason::NodeRegistered,
+        ] {
             events.record(event("Node", "", reason));
         }
         assert_eq!(events.dropped(), 2);

@@ -125,10 +125,11 @@ fn shrink<T>(list: &mut Option<Vec<T>>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::controllers::nodeclaim::is_node_ready;
+    use crate::controllers::drain::plan as drain;
     use crate::controllers::provisioning::{convert, selection};
-    use crate::controllers::termination::drain;
     use crate::disruption::do_not_disrupt;
+    use crate::objects;
+    use crate::objects::is_node_ready;
     use core_domain::labels::LabelPolicy;
     use jiff::Timestamp;
     use serde_json::json;
@@ -234,9 +235,9 @@ mod tests {
             ("reschedulable", selection::is_reschedulable),
             ("terminal", selection::is_terminal),
             ("daemon set pod", selection::is_daemon_set_pod),
-            ("critical", drain::is_critical),
-            ("mirror", drain::is_mirror),
-            ("tolerates disrupted", drain::tolerates_disrupted_taint),
+            ("critical", objects::is_critical),
+            ("mirror", objects::is_mirror),
+            ("tolerates disrupted", objects::tolerates_disrupted_taint),
         ] {
             assert_eq!(read(&slimmed), read(&full), "{name}");
         }
@@ -245,8 +246,8 @@ mod tests {
             drain::is_evictable(&full, now)
         );
         assert_eq!(
-            drain::pod_grace_period_seconds(&slimmed),
-            drain::pod_grace_period_seconds(&full)
+            objects::pod_grace_period_seconds(&slimmed),
+            objects::pod_grace_period_seconds(&full)
         );
         assert_eq!(
             do_not_disrupt::evaluate(&slimmed, now),

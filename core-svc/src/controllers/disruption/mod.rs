@@ -124,14 +124,14 @@ use self::orchestration::{
 };
 use self::simulate::{SimulationSources, Simulator};
 use self::single::SingleNodeConsolidation;
-use super::nodeclaim::is_node_ready;
+use super::nodeclaim::nodes_of;
+use super::provisioning::DEFAULT_INSTANCE_TYPES_TTL;
 use super::provisioning::catalogue::CatalogueCache;
 use super::provisioning::input::Catalogue;
 use super::provisioning::memo::NodeMemo;
 use super::provisioning::nominations::{SharedNominations, nomination_window};
 use super::provisioning::selection::{self, UsableNodePool};
-use super::provisioning::{DEFAULT_INSTANCE_TYPES_TTL, REASON_PLUGIN_UNAVAILABLE};
-use super::termination::{EVENT_DEDUPE_WINDOW, nodes_of};
+use super::termination::EVENT_DEDUPE_WINDOW;
 use super::{Context, Controller, ControllerError, Requeue, Settings};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, Snapshot};
@@ -140,8 +140,9 @@ use crate::disruption::{
     Blocked, BlockedReason, Candidate, CandidateSelector, DisruptionClass, Explainer, Explanation,
     Observation, Observed, budgets, do_not_disrupt,
 };
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use crate::metrics::Metrics;
+use crate::objects::is_node_ready;
 
 /// How long a command of a method that validates waits before it is re-checked and started
 /// (upstream `commandValidationDelay`).
@@ -676,9 +677,6 @@ impl<C, P> std::fmt::Debug for DisruptionController<C, P> {
     }
 }
 
-/// The `DisruptionBlocked` event reason.
-pub const REASON_BLOCKED: &str = "DisruptionBlocked";
-
 impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     /// The controller with the default options and methods.
     pub fn new(ctx: Context<C, P>) -> Self {
@@ -1123,7 +1121,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodePool", &name),
                         EventType::Warning,
-                        REASON_PLUGIN_UNAVAILABLE,
+                        Reason::PluginUnavailable,
                         format!("Cannot get the instance types of NodePool {name}; disruption waits: {error}"),
                         orchestration::fields([
                             ("nodePool", name.clone()),
@@ -1168,7 +1166,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             self.ctx.event(
                 ObjectRef::namespaced("Pod", namespace, name),
                 EventType::Warning,
-                "InvalidDoNotDisrupt",
+                Reason::InvalidDoNotDisrupt,
                 format!(
                     "Ignoring karpenter.sh/do-not-disrupt: {:?}: {}",
                     found.value, found.problem
@@ -1256,7 +1254,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             self.ctx.event(
                 ObjectRef::cluster_scoped("Node", &node),
                 EventType::Normal,
-                REASON_BLOCKED,
+                Reason::DisruptionBlocked,
                 explanation.message.clone(),
                 fields,
             );
@@ -1582,7 +1580,7 @@ fn with_disrupted_taint(
                 .get_or_insert_with(Default::default)
                 .taints
                 .get_or_insert_with(Vec::new)
-                .push(super::termination::disrupted_taint());
+                .push(crate::objects::disrupted_taint());
         }
     }
     copy

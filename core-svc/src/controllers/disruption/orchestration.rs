@@ -11,24 +11,24 @@
 //!    - one whose NodeClaim sets `spec.terminationGracePeriod`: taint its Nodes
 //!      `karpenter.sh/disrupted:NoSchedule`, set its `DisruptionReason` condition and delete it
 //!      at once; the termination controller drains it, bounded by that grace period;
-//!    - any other is drained **before** it is deleted: taint, condition, and the drain's start
+//!    - any other is drained **before** it is deleted: condition, the drain's start
 //!      and timeout recorded on the NodeClaim ([`ANNOTATION_DRAIN_STARTED_AT`],
-//!      [`ANNOTATION_DRAIN_TIMEOUT`]); the timeout is the seed's drain timeout, the sum of the
-//!      `terminationGracePeriodSeconds` (30 when unset) of the pods the drain waits for,
-//!      computed when it starts ([`drain_timeout`], at least [`MIN_DRAIN_TIMEOUT`]). Each pass
-//!      then evicts by the termination drain's own plan ([`drain::plan`]: its tiers, order and
-//!      rules, no deadline) through the termination controller's eviction step (UID
-//!      precondition, `PodEvicted` / `EvictionBlocked`); once the plan says drained, the
-//!      NodeClaim is deleted and the termination controller, finding nothing left, terminates
-//!      the instance. A node with nothing to drain is deleted in the pass that taints it, as
-//!      before.
+//!      [`ANNOTATION_DRAIN_TIMEOUT`]), then the drain path termination takes too
+//!      ([`drain::drain_node`]: the taint and the load-balancer exclusion label, then
+//!      evictions by [`plan::plan`], its tiers, order and rules, without a deadline; UID
+//!      precondition, `PodEvicted` / `EvictionBlocked`). The timeout is the seed's drain
+//!      timeout, the sum of the `terminationGracePeriodSeconds` (30 when unset) of the pods the
+//!      drain waits for, computed when it starts ([`drain_timeout`], at least
+//!      [`MIN_DRAIN_TIMEOUT`]). Once the plan says drained, the NodeClaim is deleted and the
+//!      termination controller, finding nothing left, terminates the instance. A node with
+//!      nothing to drain is cordoned and deleted in one pass.
 //!
 //! **Rollback.** While it waits, a command whose replacement is deleted or missing (the
 //! lifecycle controller deletes a NodeClaim on insufficient capacity, and on launch and
 //! registration timeouts; the API may refuse a create) or that is older than
 //! [`command_timeout`] is abandoned: the replacements not initialized yet are deleted, the
 //! command's annotations are removed from the others (they stay as capacity, consolidated
-//! later if unused), the candidates lose the taint and the condition (should a crash have left
+//! later if unused), the candidates lose the taint, the label and the condition (should a crash have left
 //! them), and `DisruptionAbandoned` is recorded; the controller remembers the failure as an
 //! [`Observation`], so the node's `DisruptionBlocked` says the replacement failed, and
 //! retries later. A candidate NodeClaim is never deleted before
@@ -81,20 +81,16 @@ use super::Command;
 use super::annotations::{self as command_keys, LegacyRename};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{
-    Cluster, ClusterError, ClusterExt, ClusterObject, DeleteOptions, Preconditions, Snapshot,
+    Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot,
 };
 use crate::controllers::Context;
+use crate::controllers::drain::plan::{self, DrainPlan};
+use crate::controllers::drain::{self, DRAIN_RETRY_MAX, is_cordoned};
 use crate::controllers::nodeclaim::{name_of, node_pool_of};
+use crate::controllers::nodeclaim::{node_claim_of, nodes_of};
 use crate::controllers::provisioning::nodeclaims;
-use crate::controllers::termination::drain::{
-    self, DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, DrainPlan,
-};
-use crate::controllers::termination::{
-    DRAIN_POLL, DRAIN_RETRY_MAX, Eviction, disrupted_taint, evict_pod, nodes_of,
-};
-use crate::disruption::candidates::has_disrupted_taint;
 use crate::disruption::{CandidateSelector, Observation, Observed};
-use crate::events::{EventType, ObjectRef};
+use crate::events::{EventType, ObjectRef, Reason};
 use core_domain::scheduler::PlannedNodeClaim;
 
 pub use super::annotations::{
@@ -122,15 +118,6 @@ pub const MAX_COMMAND_TIMEOUT: Duration = Duration::from_secs(60 * 60);
 /// What each command in flight adds to the timeout (upstream: the queue drains slower when
 /// long).
 pub const COMMAND_TIMEOUT_PER_COMMAND: Duration = Duration::from_millis(80);
-
-/// The `DisruptionStarted` event reason.
-pub const REASON_STARTED: &str = "DisruptionStarted";
-/// The `DisruptionAbandoned` event reason.
-pub const REASON_ABANDONED: &str = "DisruptionAbandoned";
-/// The event each candidate gets when it is deleted (upstream's reason).
-pub const REASON_TERMINATING: &str = "DisruptionTerminating";
-/// The event each candidate gets when it is tainted and its drain begins, before it is deleted.
-pub const REASON_DRAINING: &str = "DisruptionDraining";
 
 /// How long a command may wait for its replacements: `clamp(80ms × commands, 10 min, 1 h)`
 /// (upstream `getCommandTimeout`'s form).
@@ -372,7 +359,8 @@ pub fn progress(
 /// A stale disruption mark: a taint or a condition nobody stands behind.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StaleMark {
-    /// The Node carries `karpenter.sh/disrupted:NoSchedule`.
+    /// The Node carries `karpenter.sh/disrupted:NoSchedule` or core's load-balancer exclusion
+    /// label ([`drain::is_cordoned`]).
     Taint {
         /// The Node.
         node: String,
@@ -411,10 +399,10 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
     };
     let mut marks = Vec::new();
     for node in snapshot.nodes() {
-        if node.metadata.deletion_timestamp.is_some() || !has_disrupted_taint(node) {
+        if node.metadata.deletion_timestamp.is_some() || !is_cordoned(node) {
             continue;
         }
-        let claim = crate::controllers::termination::node_claim_of(snapshot, node);
+        let claim = node_claim_of(snapshot, node);
         if claim.is_some_and(|claim| {
             claim.metadata.deletion_timestamp.is_some() || involved.contains(name_of(claim))
         }) {
@@ -446,7 +434,7 @@ pub fn stale_marks(snapshot: &Snapshot, in_flight: &[InFlight]) -> Vec<StaleMark
             continue;
         }
         // A Node without its NodeClaim is on its way out: no write for it.
-        let Some(claim) = crate::controllers::termination::node_claim_of(snapshot, node) else {
+        let Some(claim) = node_claim_of(snapshot, node) else {
             continue;
         };
         if !in_a_command(claim) {
@@ -522,8 +510,8 @@ pub fn drains_before_delete(claim: &NodeClaim) -> bool {
 pub fn drain_timeout<'p>(pods: impl IntoIterator<Item = &'p Pod>, now: Timestamp) -> Duration {
     let seconds = pods
         .into_iter()
-        .filter(|pod| drain::is_waiting_eviction(pod, now))
-        .map(|pod| u64::try_from(drain::pod_grace_period_seconds(pod)).unwrap_or(0))
+        .filter(|pod| plan::is_waiting_eviction(pod, now))
+        .map(|pod| u64::try_from(crate::objects::pod_grace_period_seconds(pod)).unwrap_or(0))
         .fold(0, u64::saturating_add);
     Duration::from_secs(seconds).max(MIN_DRAIN_TIMEOUT)
 }
@@ -590,7 +578,7 @@ pub fn candidate_step<'s>(
                 .get(node.metadata.name.as_deref().unwrap_or_default())
                 .cloned()
                 .unwrap_or_default();
-            let plan = drain::plan(pods.iter().copied(), now, None);
+            let plan = plan::plan(pods.iter().copied(), now, None);
             NodeDrain { node, pods, plan }
         })
         .collect();
@@ -632,7 +620,7 @@ pub fn drain_blockers(snapshot: &Snapshot, nodes: &[NodeDrain<'_>], now: Timesta
         blockers.extend(
             node.pods
                 .iter()
-                .filter(|pod| drain::is_waiting_eviction(pod, now) && drain::Tier::of(pod) == tier)
+                .filter(|pod| plan::is_waiting_eviction(pod, now) && plan::Tier::of(pod) == tier)
                 .map(|pod| blocker(pod, &selector, now)),
         );
     }
@@ -654,10 +642,10 @@ fn blocker(pod: &Pod, selector: &CandidateSelector<'_>, now: Timestamp) -> Strin
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default()
     );
-    if drain::is_terminating(pod) {
+    if crate::objects::is_terminating(pod) {
         return format!("pod {name} is still terminating");
     }
-    if drain::has_active_do_not_disrupt(pod, now) {
+    if plan::has_active_do_not_disrupt(pod, now) {
         return format!("pod {name} has karpenter.sh/do-not-disrupt");
     }
     match selector.pdbs_of(pod).as_slice() {
@@ -835,9 +823,7 @@ pub struct Terminated {
     pub timed_out: Option<String>,
 }
 
-/// Says whether an event about a key is due (`(reason, key)`), for the `EvictionBlocked`
-/// events of the drains, which repeat every pass otherwise.
-pub type EventDue<'c> = &'c (dyn Fn(&str, &str) -> bool + Sync);
+pub use crate::controllers::drain::EventDue;
 
 /// Runs commands through the ports.
 pub struct Orchestrator<'c, C, P> {
@@ -923,7 +909,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
                     self.ctx.event(
                         ObjectRef::cluster_scoped("NodeClaim", &name),
                         EventType::Normal,
-                        crate::controllers::provisioning::REASON_NODE_CLAIM_CREATED,
+                        Reason::NodeClaimCreated,
                         format!(
                             "Created NodeClaim {name} from NodePool {} to replace {}",
                             planned.node_pool,
@@ -995,7 +981,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &first),
             EventType::Normal,
-            REASON_STARTED,
+            Reason::DisruptionStarted,
             format!(
                 "Disrupting {} ({}): {} with {} replacement(s)",
                 command.candidates.join(", "),
@@ -1025,7 +1011,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &first),
             EventType::Warning,
-            REASON_ABANDONED,
+            Reason::DisruptionAbandoned,
             format!(
                 "Abandoned disrupting {} ({}): {why}",
                 candidates.join(", "),
@@ -1096,16 +1082,16 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
                         Err(error) if error.is_not_found() => continue,
                         Err(error) => return Err(error),
                     }
-                    self.mark(claim, &nodes, reason, now).await?;
+                    self.mark(claim, reason, now).await?;
                     self.draining_event(claim, &nodes, reason, snapshot, timeout);
-                    let acted = self.evict(claim, &nodes).await?;
+                    let (_, acted) = self.drain(claim, &nodes, now).await?;
                     done.wrote = true;
                     done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
                 }
                 CandidateStep::Drain { clock, nodes } => {
-                    done.wrote |= self.mark(claim, &nodes, reason, now).await?;
-                    let acted = self.evict(claim, &nodes).await?;
-                    done.wrote |= acted;
+                    done.wrote |= self.mark(claim, reason, now).await?;
+                    let (cordoned, acted) = self.drain(claim, &nodes, now).await?;
+                    done.wrote |= cordoned || acted;
                     done.look_again = soonest(done.look_again, drain_retry(acted, clock, now));
                 }
             }
@@ -1125,7 +1111,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         let name = name_of(claim).to_owned();
         let nodes = nodes_of(snapshot, claim);
         for node in &nodes {
-            self.taint(node).await?;
+            drain::cordon(self.ctx.cluster.as_ref(), node).await?;
         }
         self.set_disruption_condition(claim, reason, now).await?;
         self.delete_node_claim(claim).await?;
@@ -1138,7 +1124,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &name),
             EventType::Normal,
-            REASON_TERMINATING,
+            Reason::DisruptionTerminating,
             format!("Disrupting NodeClaim {name}: {}", reason_name(reason)),
             fields([
                 ("nodeClaim", name.clone()),
@@ -1150,52 +1136,54 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         Ok(())
     }
 
-    /// Makes sure the draining candidate's Nodes carry the taint and the candidate its
-    /// condition; whether anything was written.
+    /// Makes sure the draining candidate carries its `DisruptionReason` condition; whether it
+    /// was written.
     async fn mark(
         &self,
         claim: &NodeClaim,
-        nodes: &[NodeDrain<'_>],
         reason: DisruptionReason,
         now: Timestamp,
     ) -> Result<bool, ClusterError> {
-        let mut wrote = false;
-        for node in nodes {
-            if !has_disrupted_taint(node.node) {
-                self.taint(node.node).await?;
-                wrote = true;
-            }
-        }
         let marked = claim_condition(claim, CONDITION_DISRUPTION_REASON)
             .is_some_and(|c| c.status == ConditionStatus::True);
         if !marked {
             self.set_disruption_condition(claim, reason, now).await?;
-            wrote = true;
         }
-        Ok(wrote)
+        Ok(!marked)
     }
 
-    /// Evicts what the plans of the candidate's Nodes say; whether an eviction was admitted.
-    async fn evict(
+    /// One pass of the drain of the candidate's Nodes, through the termination controller's
+    /// drain path (cordon, then evictions by the plan; no deadline: the drain timeout bounds
+    /// it instead); whether a Node was cordoned now, and whether an eviction was admitted.
+    async fn drain(
         &self,
         claim: &NodeClaim,
         nodes: &[NodeDrain<'_>],
-    ) -> Result<bool, ClusterError> {
+        now: Timestamp,
+    ) -> Result<(bool, bool), ClusterError> {
         let always = |_: &str, _: &str| true;
         let event_due: EventDue<'_> = match self.event_due {
             Some(event_due) => event_due,
             None => &always,
         };
-        let mut acted = false;
+        let (mut cordoned, mut acted) = (false, false);
         for node in nodes {
-            let node_name = node.node.metadata.name.as_deref().unwrap_or_default();
-            for pod in &node.plan.evict {
-                let eviction =
-                    evict_pod(self.ctx, pod, node_name, name_of(claim), event_due).await?;
-                acted |= eviction == Eviction::Evicted;
+            let pass = drain::drain_node(
+                self.ctx,
+                node.node,
+                &node.pods,
+                name_of(claim),
+                None,
+                now,
+                event_due,
+            )
+            .await?;
+            if let Some(pass) = pass {
+                cordoned |= pass.cordoned_now;
+                acted |= pass.acted;
             }
         }
-        Ok(acted)
+        Ok((cordoned, acted))
     }
 
     fn draining_event(
@@ -1216,7 +1204,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         self.ctx.event(
             ObjectRef::cluster_scoped("NodeClaim", &name),
             EventType::Normal,
-            REASON_DRAINING,
+            Reason::DisruptionDraining,
             format!(
                 "Draining NodeClaim {name} before deleting it ({}); the drain gives up after {}",
                 reason_name(reason),
@@ -1296,7 +1284,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             StaleMark::Taint { node } => {
                 if let Some(node) = snapshot.node(node) {
                     tracing::info!(node = ?node.metadata.name, "removing a stale disrupted taint");
-                    self.untaint(node).await?;
+                    drain::uncordon(self.ctx.cluster.as_ref(), node).await?;
                 }
             }
             StaleMark::Condition { node_claim } => {
@@ -1323,8 +1311,8 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     async fn unmark(&self, claim: &NodeClaim, snapshot: &Snapshot) -> Result<bool, ClusterError> {
         let mut changed = false;
         for node in nodes_of(snapshot, claim) {
-            if has_disrupted_taint(node) {
-                self.untaint(node).await?;
+            if is_cordoned(node) {
+                drain::uncordon(self.ctx.cluster.as_ref(), node).await?;
                 changed = true;
             }
         }
@@ -1333,49 +1321,6 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
             changed = true;
         }
         Ok(changed)
-    }
-
-    async fn taint(&self, node: &Node) -> Result<(), ClusterError> {
-        let taint = disrupted_taint();
-        match self.ctx.cluster.add_node_taint(node, &taint).await {
-            Ok(_) => Ok(()),
-            Err(error) if error.is_conflict() => {
-                let name = node.metadata.name.as_deref().unwrap_or_default();
-                match self.ctx.cluster.get::<Node>(None, name).await? {
-                    Some(fresh) => self
-                        .ctx
-                        .cluster
-                        .add_node_taint(&fresh, &taint)
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            }
-            Err(error) if error.is_not_found() => Ok(()),
-            Err(error) => Err(error),
-        }
-    }
-
-    async fn untaint(&self, node: &Node) -> Result<(), ClusterError> {
-        let cluster = &self.ctx.cluster;
-        match cluster
-            .remove_node_taint(node, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
-            .await
-        {
-            Ok(_) => Ok(()),
-            Err(error) if error.is_conflict() => {
-                let name = node.metadata.name.as_deref().unwrap_or_default();
-                match cluster.get::<Node>(None, name).await? {
-                    Some(fresh) => cluster
-                        .remove_node_taint(&fresh, DISRUPTED_TAINT_KEY, DISRUPTED_TAINT_EFFECT)
-                        .await
-                        .map(|_| ()),
-                    None => Ok(()),
-                }
-            }
-            Err(error) if error.is_not_found() => Ok(()),
-            Err(error) => Err(error),
-        }
     }
 
     async fn set_disruption_condition(
@@ -1477,11 +1422,7 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
 /// When a drain looks again: soon after it evicted something, else at the next retry of a
 /// blocked eviction or at its deadline, whichever comes first.
 fn drain_retry(acted: bool, clock: DrainClock, now: Timestamp) -> Duration {
-    if acted {
-        return DRAIN_POLL;
-    }
-    let left = Duration::try_from(clock.deadline().duration_since(now)).unwrap_or(Duration::ZERO);
-    left.min(DRAIN_RETRY_MAX).max(DRAIN_POLL)
+    drain::retry_after(acted, [clock.deadline()], now)
 }
 
 fn soonest(a: Option<Duration>, b: Duration) -> Option<Duration> {
@@ -1762,7 +1703,7 @@ mod tests {
         let tainted = |suffix: &str| {
             let (claim, mut node) = managed(suffix, "default", vec![]);
             node.spec.get_or_insert_with(Default::default).taints =
-                Some(vec![crate::controllers::termination::disrupted_taint()]);
+                Some(vec![crate::objects::disrupted_taint()]);
             (claim, node)
         };
         let command = command(&["claim-b"], 1);

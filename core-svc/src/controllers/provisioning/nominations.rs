@@ -30,7 +30,7 @@ use karpenter_api::nodeclaim::CONDITION_INITIALIZED;
 
 use super::batcher::{later, remaining};
 use crate::cluster::Snapshot;
-use crate::controllers::termination::nodes_of;
+use crate::controllers::nodeclaim::nodes_of;
 
 /// The shortest nomination window.
 pub const MIN_NOMINATION_WINDOW: Duration = Duration::from_secs(10);

@@ -14,27 +14,14 @@
 //! - which must be deleted now because the terminationGracePeriod deadline would otherwise cut
 //!   their own grace period short ([`force_delete_grace_period`]), do-not-disrupt or not.
 
-use std::time::Duration;
-
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Pod, Toleration};
+use k8s_openapi::api::core::v1::Pod;
 
 use crate::disruption::do_not_disrupt;
-
-/// The taint key core puts on a node it drains.
-pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
-/// The effect of the disrupted taint.
-pub const DISRUPTED_TAINT_EFFECT: &str = "NoSchedule";
-/// A terminating pod this long past its deletion deadline is not waited for any more (upstream
-/// `IsStuckTerminating`): its kubelet is gone or stuck.
-pub const STUCK_TERMINATING_AFTER: Duration = Duration::from_secs(60);
-/// The grace period Kubernetes gives a pod that does not set `terminationGracePeriodSeconds`.
-pub const DEFAULT_POD_GRACE_PERIOD_SECONDS: i64 = 30;
-/// The annotation the kubelet puts on the API server's copy of a static pod.
-pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
-/// The priority classes whose pods go last (Kubernetes' graceful node shutdown).
-pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] =
-    ["system-cluster-critical", "system-node-critical"];
+use crate::objects::{
+    is_critical, is_mirror, is_owned_by_daemon_set, is_stuck_terminating, is_terminal,
+    is_terminating, pod_grace_period_seconds, tolerates_disrupted_taint,
+};
 
 /// The drain's tiers, in the order they are drained.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -61,100 +48,10 @@ impl Tier {
     }
 }
 
-/// Whether the pod's priority class is one of the [`CRITICAL_PRIORITY_CLASSES`].
-pub fn is_critical(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|spec| spec.priority_class_name.as_deref())
-        .is_some_and(|class| CRITICAL_PRIORITY_CLASSES.contains(&class))
-}
-
-/// Whether an `apps/v1` DaemonSet owns the pod.
-pub fn is_owned_by_daemon_set(pod: &Pod) -> bool {
-    is_owned_by(pod, "apps/v1", "DaemonSet")
-}
-
-/// Whether the pod is a mirror of a static pod: owned by its Node (`v1`), or carrying the
-/// kubelet's mirror annotation. The API server cannot delete what the kubelet runs from a file.
-pub fn is_mirror(pod: &Pod) -> bool {
-    is_owned_by(pod, "v1", "Node")
-        || pod
-            .metadata
-            .annotations
-            .as_ref()
-            .is_some_and(|annotations| annotations.contains_key(ANNOTATION_MIRROR_POD))
-}
-
-fn is_owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
-    pod.metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|owner| owner.api_version == api_version && owner.kind == kind)
-}
-
-/// Whether the pod finished (`Succeeded` or `Failed`).
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status
-            .as_ref()
-            .and_then(|status| status.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// Whether the pod is being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-/// Whether the pod has been terminating for more than [`STUCK_TERMINATING_AFTER`] past its
-/// deletion deadline (a pod's `deletionTimestamp` is when its grace period ends).
-pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
-    pod.metadata
-        .deletion_timestamp
-        .as_ref()
-        .is_some_and(|deadline| now.duration_since(deadline.0) > signed(STUCK_TERMINATING_AFTER))
-}
-
 /// Whether the pod's `karpenter.sh/do-not-disrupt` protects it at `now`: `"true"`, or a
 /// duration not yet elapsed since the pod started. An invalid value protects nothing.
 pub fn has_active_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
     do_not_disrupt::evaluate(pod, now).blocks()
-}
-
-/// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule`: such a pod may run on a
-/// draining node, so the drain neither evicts it nor waits for it.
-pub fn tolerates_disrupted_taint(pod: &Pod) -> bool {
-    pod.spec
-        .as_ref()
-        .and_then(|spec| spec.tolerations.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .any(|toleration| tolerates(toleration, DISRUPTED_TAINT_KEY, "", DISRUPTED_TAINT_EFFECT))
-}
-
-/// Kubernetes' `Toleration.ToleratesTaint`.
-fn tolerates(toleration: &Toleration, key: &str, value: &str, effect: &str) -> bool {
-    if toleration
-        .effect
-        .as_deref()
-        .is_some_and(|tolerated| !tolerated.is_empty() && tolerated != effect)
-    {
-        return false;
-    }
-    if toleration
-        .key
-        .as_deref()
-        .is_some_and(|tolerated| !tolerated.is_empty() && tolerated != key)
-    {
-        return false;
-    }
-    match toleration.operator.as_deref().unwrap_or_default() {
-        "" | "Equal" => toleration.value.as_deref().unwrap_or_default() == value,
-        "Exists" => true,
-        _ => false,
-    }
 }
 
 /// Whether the drain waits for the pod to go (upstream `IsWaitingEviction`). Pods with
@@ -173,14 +70,6 @@ pub fn is_evictable(pod: &Pod, now: Timestamp) -> bool {
         && !tolerates_disrupted_taint(pod)
         && !is_mirror(pod)
         && !has_active_do_not_disrupt(pod, now)
-}
-
-/// The pod's own grace period, Kubernetes' default when unset.
-pub fn pod_grace_period_seconds(pod: &Pod) -> i64 {
-    pod.spec
-        .as_ref()
-        .and_then(|spec| spec.termination_grace_period_seconds)
-        .unwrap_or(DEFAULT_POD_GRACE_PERIOD_SECONDS)
 }
 
 /// When the pod must be deleted for its whole grace period to end by `deadline` (the
@@ -209,10 +98,6 @@ pub fn force_delete_grace_period(pod: &Pod, now: Timestamp, deadline: Timestamp)
 /// Whole seconds from `now` to `deadline`, negative when it has passed.
 fn remaining_seconds(now: Timestamp, deadline: Timestamp) -> i64 {
     deadline.duration_since(now).as_secs()
-}
-
-fn signed(duration: Duration) -> SignedDuration {
-    SignedDuration::try_from(duration).unwrap_or(SignedDuration::MAX)
 }
 
 /// A pod to delete because of the terminationGracePeriod deadline.
