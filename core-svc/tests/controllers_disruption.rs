@@ -459,13 +459,7 @@ async fn given_a_drifted_node_when_disruption_runs_then_its_replacement_is_initi
         "not tainted while the replacement is not up"
     );
     assert!(
-        world
-            .claim("default-a")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none(),
+        !world.claim_deleting("default-a").await,
         "not deleted while the replacement is not up"
     );
     let started = world.events("DisruptionStarted");
@@ -759,15 +753,7 @@ async fn given_insufficient_capacity_for_the_replacement_when_drifted_then_it_ro
         .unwrap()
         .unwrap();
     assert!(!is_tainted(&node));
-    assert!(
-        world
-            .claim("default-a")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none()
-    );
+    assert!(!world.claim_deleting("default-a").await);
     assert!(
         world
             .claims()
@@ -909,15 +895,7 @@ async fn given_empty_consolidatable_nodes_when_emptiness_runs_then_they_are_dele
                 .is_some()
         );
     }
-    assert!(
-        world
-            .claim("default-c")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none()
-    );
+    assert!(!world.claim_deleting("default-c").await);
 }
 
 #[tokio::test]
@@ -944,15 +922,7 @@ async fn given_an_empty_node_that_gets_a_pod_during_validation_when_validated_th
         "{:?}",
         abandoned[0]
     );
-    assert!(
-        world
-            .claim("default-a")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none()
-    );
+    assert!(!world.claim_deleting("default-a").await);
 }
 
 #[tokio::test]
@@ -964,15 +934,7 @@ async fn given_consolidate_after_never_when_nodes_are_empty_then_emptiness_does_
     world.ticks(5, secs(20)).await;
 
     assert!(world.events("DisruptionStarted").is_empty());
-    assert!(
-        world
-            .claim("default-a")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none()
-    );
+    assert!(!world.claim_deleting("default-a").await);
 }
 
 #[tokio::test]
@@ -1076,6 +1038,13 @@ impl World {
             )
             .await
             .unwrap();
+    }
+
+    /// Whether NodeClaim `name`, which must exist, is being deleted.
+    async fn claim_deleting(&self, name: &str) -> bool {
+        let claim = self.claim(name).await;
+        let claim = claim.unwrap_or_else(|| panic!("NodeClaim {name} is gone"));
+        claim.metadata.deletion_timestamp.is_some()
     }
 
     async fn node_tainted(&self, name: &str) -> bool {
@@ -1276,13 +1245,7 @@ async fn given_a_drifted_node_drained_before_its_deletion_when_it_drains_then_it
     );
     assert_eq!(world.events("PodEvicted").len(), 1);
     assert!(
-        world
-            .claim("default-a")
-            .await
-            .unwrap()
-            .metadata
-            .deletion_timestamp
-            .is_none(),
+        !world.claim_deleting("default-a").await,
         "still draining: the disruption controller's drain, not termination's"
     );
 
