@@ -32,6 +32,8 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::{Selector, SelectorExt};
 
+use crate::objects::{is_terminal, is_terminating};
+
 /// `unhealthyPodEvictionPolicy: AlwaysAllow`: a budget that never protects pods that are not
 /// Ready.
 pub const UNHEALTHY_POD_EVICTION_ALWAYS_ALLOW: &str = "AlwaysAllow";
@@ -214,19 +216,6 @@ fn is_ready(pod: &Pod) -> bool {
         .into_iter()
         .flatten()
         .any(|condition| condition.type_ == "Ready" && condition.status == "True")
-}
-
-fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
-
-fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status
-            .as_ref()
-            .and_then(|status| status.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
 }
 
 #[cfg(test)]
