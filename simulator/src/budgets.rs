@@ -114,6 +114,15 @@ pub fn desired_healthy(
     }
 }
 
+/// Whether `qualified` (`namespace/name`, the default namespace when the pod names none) names
+/// `pod`.
+fn is_named(pod: &Pod, qualified: &str) -> bool {
+    qualified
+        .strip_prefix(pod.metadata.namespace.as_deref().unwrap_or("default"))
+        .and_then(|rest| rest.strip_prefix('/'))
+        .is_some_and(|name| Some(name) == pod.metadata.name.as_deref())
+}
+
 /// How many of the evictions (`namespace/name`, in the order they happened) each left `pdb`
 /// with fewer healthy pods than it requires, given the pods before them.
 pub fn violations<P: std::borrow::Borrow<Pod>>(
@@ -122,24 +131,24 @@ pub fn violations<P: std::borrow::Borrow<Pod>>(
     evicted: &[String],
     controller_of: &dyn Fn(&Pod) -> Controller,
 ) -> u64 {
-    let covered: Vec<&Pod> = pods_before
-        .iter()
-        .map(std::borrow::Borrow::borrow)
-        .filter(|pod| covers(pdb, pod))
-        .collect();
+    let pods_before = || pods_before.iter().map(std::borrow::Borrow::borrow);
+    // Most evictions leave most budgets alone: those need no count of their pods.
+    let touched = evicted.iter().any(|qualified| {
+        pods_before()
+            .find(|pod| is_named(pod, qualified))
+            .is_some_and(|pod| covers(pdb, pod))
+    });
+    if !touched {
+        return 0;
+    }
+    let covered: Vec<&Pod> = pods_before().filter(|pod| covers(pdb, pod)).collect();
     let desired = desired_healthy(pdb, &covered, controller_of);
     let healthy = |pod: &Pod| is_pod_ready(pod) && !is_terminating(pod);
     let mut left =
         i32::try_from(covered.iter().filter(|pod| healthy(pod)).count()).unwrap_or(i32::MAX);
     let mut count = 0;
     for qualified in evicted {
-        let Some(pod) = covered.iter().find(|pod| {
-            format!(
-                "{}/{}",
-                pod.metadata.namespace.as_deref().unwrap_or("default"),
-                pod.metadata.name.as_deref().unwrap_or_default()
-            ) == *qualified
-        }) else {
+        let Some(pod) = covered.iter().find(|pod| is_named(pod, qualified)) else {
             continue;
         };
         if !healthy(pod) {
@@ -243,6 +252,25 @@ mod tests {
         assert_eq!(desired_healthy(&pdb, &covered, &deployment_of_four), 3);
         let pdb = budget(json!({"maxUnavailable": "30%"}));
         assert_eq!(desired_healthy(&pdb, &covered, &deployment_of_four), 2);
+    }
+
+    #[test]
+    fn an_eviction_outside_a_budget_counts_nothing_against_it() {
+        let pdb = budget(json!({"maxUnavailable": 0}));
+        let mut other = pod("other", true);
+        other.metadata.labels = Some([("app".to_owned(), "api".to_owned())].into());
+        let pods = vec![pod("a", true), pod("b", true), other];
+        assert_eq!(
+            violations(&pdb, &pods, &evicting(&["other"]), &deployment_of_four),
+            0
+        );
+        assert_eq!(
+            violations(&pdb, &pods, &evicting(&["a"]), &deployment_of_four),
+            1
+        );
+        assert!(is_named(&pods[0], "default/a"));
+        assert!(!is_named(&pods[0], "default/ab"));
+        assert!(!is_named(&pods[0], "kube-system/a"));
     }
 
     #[test]

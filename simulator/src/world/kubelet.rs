@@ -329,12 +329,23 @@ async fn remove_startup_taints(cluster: &Arc<InMemoryCluster>, node: &Node, clai
         .as_ref()
         .and_then(|spec| spec.taints.as_deref())
         .unwrap_or_default();
-    let mut current = node.clone();
-    for startup in &claim.spec.startup_taints {
-        if taints
+    let present = |startup: &&Taint| {
+        taints
             .iter()
             .any(|t| t.key == startup.key && t.effect == startup.effect)
-        {
+    };
+    // Most Nodes carry none by now: copy the Node only when there is one to remove.
+    if !claim
+        .spec
+        .startup_taints
+        .iter()
+        .any(|startup| present(&startup))
+    {
+        return;
+    }
+    let mut current = node.clone();
+    for startup in &claim.spec.startup_taints {
+        if present(&startup) {
             let name = name_of(&node.metadata).to_owned();
             match cluster
                 .remove_node_taint(&current, &startup.key, &startup.effect)
