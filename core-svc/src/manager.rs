@@ -8,10 +8,10 @@
 //! come, or when anything in the cluster changed since its last pass began (its own writes
 //! included, as a watch would deliver them). A change is seen through
 //! [`Cluster::revision`], which moves on every change the cluster sees; a failed pass is
-//! retried after [`ERROR_RETRY`]. The disruption controller is the exception
-//! ([`ControllerKind::polled_every`]): like upstream's, it is polled every 10 s (sooner when
-//! it asks) and not run on changes, since its pass weighs the whole fleet. Controllers run one at a time, in the order of
-//! [`ControllerKind::ALL`]: a pass sees every write of the passes before it.
+//! retried after [`ERROR_RETRY`]. Disruption and garbage collection are the exceptions
+//! ([`ControllerKind::polled_every`]): like upstream's, they are polled (every 10 s and every
+//! 2 min, sooner when they ask) and not run on changes. Controllers run one at a time, in the
+//! order of [`ControllerKind::ALL`]: a pass sees every write of the passes before it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -91,13 +91,17 @@ impl ControllerKind {
     ];
 
     /// How often a controller that does not run on cluster changes is polled; `None` for the
-    /// others, which run on every change and when they asked to. Disruption is polled, as
-    /// upstream's singleton disruption controller is (kubernetes-sigs/karpenter,
-    /// `pkg/controllers/disruption/controller.go`: every 10 s, sooner when it asks): its pass
-    /// weighs the whole fleet, and during a roll the cluster changes every second.
-    pub fn polled_every(self) -> Option<Duration> {
+    /// others, which run on every change and when they asked to. Two are polled, as upstream's
+    /// singletons are: disruption (kubernetes-sigs/karpenter,
+    /// `pkg/controllers/disruption/controller.go`: every 10 s, sooner when it asks), whose pass
+    /// weighs the whole fleet while during a roll the cluster changes every second; and
+    /// garbage collection (`pkg/controllers/nodeclaim/garbagecollection/controller.go`: every
+    /// `settings.gc_period`, 2 min), which lists every instance of the cloud and looks for
+    /// what no change in the cluster can tell it: instances and NodeClaims that lost each other.
+    pub fn polled_every(self, settings: &crate::controllers::Settings) -> Option<Duration> {
         match self {
             Self::Disruption => Some(crate::controllers::disruption::POLLING_PERIOD),
+            Self::GarbageCollection => Some(settings.gc_period),
             _ => None,
         }
     }
@@ -217,6 +221,8 @@ struct Slot<C, P> {
     controller: AnyController<C, P>,
     /// When its last pass asked to run again; `None`: only on a change.
     due: Option<Timestamp>,
+    /// [`ControllerKind::polled_every`].
+    polled: Option<Duration>,
     /// The cluster's revision when its last pass began; `None` before the first pass.
     seen: Option<u64>,
 }
@@ -254,6 +260,7 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
                 kind,
                 controller: AnyController::build(kind, &ctx, options, &nominations, &catalogues),
                 due: None,
+                polled: kind.polled_every(&ctx.settings),
                 seen: None,
             })
             .collect();
@@ -290,7 +297,7 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
             elapsed_us = u64::try_from(started.elapsed().as_micros()).unwrap_or(u64::MAX),
             "controller pass"
         );
-        let polled = slot.kind.polled_every().map(|every| later(now, every));
+        let polled = slot.polled.map(|every| later(now, every));
         slot.due = match &result {
             Ok(Requeue::After(after)) => {
                 let asked = later(now, *after);
@@ -363,7 +370,7 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
 }
 
 fn slot_is_due<C, P>(slot: &Slot<C, P>, now: Timestamp, revision: u64) -> bool {
-    let changed = match slot.kind.polled_every() {
+    let changed = match slot.polled {
         // A polled controller's first pass is due at once.
         Some(_) => slot.seen.is_none(),
         None => slot.seen != Some(revision),
@@ -456,8 +463,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn given_a_change_in_the_cluster_then_every_controller_but_the_polled_disruption_runs_again()
-     {
+    async fn given_a_change_in_the_cluster_then_every_controller_but_the_polled_ones_runs_again() {
         let (mut manager, cluster, clock) = manager();
         manager.run_due(clock.now()).await;
         cluster
@@ -465,19 +471,28 @@ mod tests {
             .await
             .expect("a valid NodePool");
         assert!(manager.is_due(ControllerKind::Provisioning, clock.now()));
-        assert!(!manager.is_due(ControllerKind::Disruption, clock.now()));
+        let polled = [
+            ControllerKind::Disruption,
+            ControllerKind::GarbageCollection,
+        ];
+        for kind in polled {
+            assert!(!manager.is_due(kind, clock.now()), "{kind:?}");
+        }
         let passes = manager.run_due(clock.now()).await;
         assert_eq!(
             passes.first().map(|p| p.kind),
             Some(ControllerKind::NodeClass)
         );
-        assert!(passes.iter().all(|p| p.kind != ControllerKind::Disruption));
+        assert!(passes.iter().all(|p| !polled.contains(&p.kind)));
 
-        // Disruption runs on its polling period, change or not.
+        // Each polled controller runs on its period, change or not.
         clock.advance(crate::controllers::disruption::POLLING_PERIOD);
         assert!(manager.is_due(ControllerKind::Disruption, clock.now()));
+        assert!(!manager.is_due(ControllerKind::GarbageCollection, clock.now()));
         let passes = manager.run_due(clock.now()).await;
         assert!(passes.iter().any(|p| p.kind == ControllerKind::Disruption));
+        clock.set(at(120));
+        assert!(manager.is_due(ControllerKind::GarbageCollection, clock.now()));
     }
 
     #[tokio::test]

@@ -236,9 +236,9 @@ impl State {
         input
             .existing_nodes
             .retain(|node| !sources.leaving.contains(&node.name));
-        reserve_for_waiting(&mut input);
-        let base_pods = input.pods.len();
         let prunable = !has_inter_pod_constraints(&input);
+        reserve_for_waiting(&mut input, prunable);
+        let base_pods = input.pods.len();
         let slots: Vec<Slot> = std::mem::take(&mut input.existing_nodes)
             .into_iter()
             .map(Slot::new)
@@ -454,12 +454,42 @@ fn has_inter_pod_constraints(input: &SchedulingInput) -> bool {
 /// the input (it is theirs before any candidate's pod), the others stay to place, competing for
 /// new capacity only. Without this, a candidate's pod could take the place a waiting pod (one
 /// evicted from a node being replaced, say) is about to get, and the candidate would look
-/// removable without a replacement.
-fn reserve_for_waiting(input: &mut SchedulingInput) {
+/// removable without a replacement. When `prunable` (see [`State::prunable`]), the nodes
+/// without room for any waiting pod are not shown to the scheduler: they would take none of
+/// them, and in a full fleet they are most of it.
+fn reserve_for_waiting(input: &mut SchedulingInput, prunable: bool) {
     if input.pods.is_empty() {
         return;
     }
-    let results = match solve(input) {
+    let smallest = prunable.then(|| Room::smallest(&input.pods));
+    let mut hidden: Vec<(usize, ExistingNode)> = Vec::new();
+    let mut shown: Vec<usize> = Vec::new();
+    for (position, node) in std::mem::take(&mut input.existing_nodes)
+        .into_iter()
+        .enumerate()
+    {
+        if smallest.is_some_and(|smallest| !Room::free_on(&node).holds(&smallest)) {
+            hidden.push((position, node));
+        } else {
+            shown.push(position);
+            input.existing_nodes.push(node);
+        }
+    }
+    let solved = solve(input);
+    // Every node back, in its order.
+    let mut nodes: Vec<Option<ExistingNode>> = Vec::new();
+    nodes.resize_with(shown.len() + hidden.len(), || None);
+    for (position, node) in shown
+        .into_iter()
+        .zip(std::mem::take(&mut input.existing_nodes))
+        .chain(hidden)
+    {
+        if let Some(slot) = nodes.get_mut(position) {
+            *slot = Some(node);
+        }
+    }
+    input.existing_nodes = nodes.into_iter().flatten().collect();
+    let results = match solved {
         Ok(results) => results,
         Err(error) => {
             tracing::error!(%error, "the scheduler refused the waiting pods");
@@ -504,6 +534,62 @@ mod tests {
         INSTANCE_TYPE, catalogue, managed, pod, pool, snapshot,
     };
     use crate::controllers::testing;
+
+    #[test]
+    fn given_full_nodes_then_the_waiting_pods_are_reserved_on_the_nodes_with_room_and_all_come_back_in_order()
+     {
+        use core_domain::quantity::Quantity;
+        let list = |cpu: &str, pods: &str| {
+            ResourceList::from_quantities([
+                ("cpu", Quantity::parse(cpu).unwrap()),
+                ("memory", Quantity::parse("8Gi").unwrap()),
+                ("pods", Quantity::parse(pods).unwrap()),
+            ])
+            .unwrap()
+        };
+        let waiting = |name: &str| {
+            core_domain::scheduler::Pod::new("default", name).with_requests(
+                ResourceList::from_quantities([("cpu", Quantity::parse("1").unwrap())]).unwrap(),
+            )
+        };
+        let node = |name: &str, cpu: &str| {
+            ExistingNode::new(name, [("kubernetes.io/hostname", name)], list(cpu, "110"))
+        };
+        // `full` has half a core: it cannot take a 1-core pod and is not shown.
+        let nodes = vec![
+            node("c-roomy", "4"),
+            node("a-full", "500m"),
+            node("b-roomy", "1"),
+        ];
+        for prunable in [true, false] {
+            let mut input = SchedulingInput {
+                pods: vec![waiting("w-0"), waiting("w-1"), waiting("w-2")],
+                existing_nodes: nodes.clone(),
+                node_pools: Vec::new(),
+                daemon_set_pods: Vec::new(),
+                label_policy: LabelPolicy::core(),
+                preference_policy: PreferencePolicy::Respect,
+            };
+            reserve_for_waiting(&mut input, prunable);
+            let names: Vec<&str> = input
+                .existing_nodes
+                .iter()
+                .map(|n| n.name.as_str())
+                .collect();
+            assert_eq!(
+                names,
+                ["c-roomy", "a-full", "b-roomy"],
+                "prunable: {prunable}"
+            );
+            let bound: usize = input.existing_nodes.iter().map(|n| n.pods.len()).sum();
+            assert_eq!(bound, 3, "prunable: {prunable}");
+            assert!(
+                input.existing_nodes[1].pods.is_empty(),
+                "prunable: {prunable}"
+            );
+            assert!(input.pods.is_empty(), "prunable: {prunable}");
+        }
+    }
 
     fn simulate_on(
         snapshot: &Snapshot,
