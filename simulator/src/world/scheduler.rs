@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use core_domain::labels::{LABEL_HOSTNAME, LabelPolicy};
-use core_domain::scheduler::{ExistingNode, PodId, PreferencePolicy, SchedulingInput, solve};
+use core_domain::scheduler::{
+    ExistingNode, PodId, PreferencePolicy, Room, SchedulingInput, looks_at_other_pods, solve,
+};
 use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::convert;
 use core_svc::controllers::provisioning::input::existing_node;
@@ -89,13 +91,27 @@ pub async fn step(
             Err(error) => refused.push((pod, format!("the pod cannot be read: {error}"))),
         }
     }
-    let input = |pods, existing_nodes| SchedulingInput {
-        pods,
-        existing_nodes,
-        node_pools: Vec::new(),
-        daemon_set_pods: Vec::new(),
-        label_policy: policy.clone(),
-        preference_policy: PreferencePolicy::Respect,
+    // When no pod looks at other pods, a Node without room for the smallest of the pods to
+    // place takes none of them and changes nothing: leave it out (in a full cluster, most are).
+    let input = |pods: Vec<core_domain::scheduler::Pod>, nodes: &[ExistingNode]| {
+        let prunable = !pods
+            .iter()
+            .chain(nodes.iter().flat_map(|node| &node.pods))
+            .any(looks_at_other_pods);
+        let smallest = Room::smallest(&pods);
+        let existing_nodes = nodes
+            .iter()
+            .filter(|node| !prunable || Room::free_on(node).holds(&smallest))
+            .cloned()
+            .collect();
+        SchedulingInput {
+            pods,
+            existing_nodes,
+            node_pools: Vec::new(),
+            daemon_set_pods: Vec::new(),
+            label_policy: policy.clone(),
+            preference_policy: PreferencePolicy::Respect,
+        }
     };
     if !nominated.is_empty() {
         let pinned = nominated
@@ -108,7 +124,7 @@ pub async fn step(
                 pinned
             })
             .collect();
-        let placed: HashMap<PodId, String> = match solve(&input(pinned, nodes.clone())) {
+        let placed: HashMap<PodId, String> = match solve(&input(pinned, &nodes)) {
             Ok(results) => results.existing_placements.into_iter().collect(),
             Err(error) => {
                 tracing::warn!(%error, "scheduler: the scheduling input is invalid");
@@ -133,7 +149,7 @@ pub async fn step(
         .iter()
         .map(|pod| ((namespace_of(pod), name_of(&pod.metadata)), *pod))
         .collect();
-    match solve(&input(others, nodes)) {
+    match solve(&input(others, &nodes)) {
         Ok(results) => {
             for (id, node) in &results.existing_placements {
                 let (namespace, name) = (id.namespace(), id.name());

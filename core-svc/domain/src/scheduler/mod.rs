@@ -103,6 +103,7 @@ mod preferences;
 mod queue;
 mod reasons;
 mod results;
+mod room;
 mod selector;
 mod solver;
 mod taints;
@@ -125,6 +126,7 @@ pub use node::ExistingNode;
 pub use nodepool::{Limits, NODES, NodePoolSpec};
 pub use pod::{Pod, PodId};
 pub use results::{PlannedNodeClaim, SchedulingResults};
+pub use room::{Room, has_inter_pod_constraints, looks_at_other_pods};
 pub use selector::{LabelSelector, Namespaces, SelectorExpression, SelectorOperator};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 

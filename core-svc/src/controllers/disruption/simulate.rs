@@ -39,9 +39,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core_domain::labels::LabelPolicy;
-use core_domain::resources::ResourceList;
 use core_domain::scheduler::{
-    ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, SchedulingInput, solve,
+    ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, Room, SchedulingInput,
+    has_inter_pod_constraints, solve,
 };
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
@@ -155,55 +155,6 @@ impl Slot {
             initialized: node.initialized,
             node: Some(node),
         }
-    }
-}
-
-/// Amounts of the resources every pod asks for: what a node has free, or the smallest request
-/// among the pods to place.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Room {
-    cpu_millis: i64,
-    memory: i64,
-    ephemeral_storage: i64,
-    pods: i64,
-}
-
-impl Room {
-    /// What `node` has free.
-    fn free_on(node: &ExistingNode) -> Self {
-        let free = node.allocatable.saturating_sub(&node.requested);
-        Self {
-            cpu_millis: free.cpu_millis(),
-            memory: free.memory_bytes(),
-            ephemeral_storage: free.ephemeral_storage_bytes(),
-            pods: free.pods(),
-        }
-    }
-
-    /// The smallest request of `pods` for each of cpu, memory and ephemeral storage, and one pod
-    /// slot: a node with less free than that of any of them takes none of them.
-    fn smallest(pods: &[core_domain::scheduler::Pod]) -> Self {
-        let least = |amount: fn(&ResourceList) -> i64| {
-            pods.iter()
-                .map(|pod| amount(&pod.requests))
-                .min()
-                .unwrap_or(0)
-        };
-        Self {
-            cpu_millis: least(ResourceList::cpu_millis),
-            memory: least(ResourceList::memory_bytes),
-            ephemeral_storage: least(ResourceList::ephemeral_storage_bytes),
-            pods: 1,
-        }
-    }
-
-    /// Whether this much free holds `wanted`, resource by resource.
-    fn holds(&self, wanted: &Self) -> bool {
-        let enough = |free: i64, want: i64| want <= 0 || free >= want;
-        enough(self.cpu_millis, wanted.cpu_millis)
-            && enough(self.memory, wanted.memory)
-            && enough(self.ephemeral_storage, wanted.ephemeral_storage)
-            && enough(self.pods, wanted.pods)
     }
 }
 
@@ -433,23 +384,6 @@ impl<'a> Simulator<'a> {
     }
 }
 
-/// Whether any pod of the input, placed or to place, has a constraint that looks at other
-/// pods (topology spread, pod affinity or anti-affinity): then every node counts, wherever it
-/// has room.
-fn has_inter_pod_constraints(input: &SchedulingInput) -> bool {
-    let constrained = |pod: &core_domain::scheduler::Pod| {
-        !pod.topology_spread_constraints.is_empty()
-            || !pod.pod_affinity.is_empty()
-            || !pod.pod_anti_affinity.is_empty()
-    };
-    input.pods.iter().any(constrained)
-        || input
-            .existing_nodes
-            .iter()
-            .flat_map(|node| &node.pods)
-            .any(constrained)
-}
-
 /// Places the pods already waiting first: those that fit existing capacity are bound to it in
 /// the input (it is theirs before any candidate's pod), the others stay to place, competing for
 /// new capacity only. Without this, a candidate's pod could take the place a waiting pod (one
@@ -534,6 +468,7 @@ mod tests {
         INSTANCE_TYPE, catalogue, managed, pod, pool, snapshot,
     };
     use crate::controllers::testing;
+    use core_domain::resources::ResourceList;
 
     #[test]
     fn given_full_nodes_then_the_waiting_pods_are_reserved_on_the_nodes_with_room_and_all_come_back_in_order()
@@ -761,63 +696,6 @@ mod tests {
                 .iter()
                 .any(|pod| pod.to_string() == "default/candidate")
         );
-    }
-
-    #[test]
-    fn full_nodes_are_left_out_only_when_no_pod_looks_at_other_pods() {
-        let mut input = SchedulingInput::default();
-        let mut small = core_domain::scheduler::Pod::new("default", "small");
-        small.requests = ResourceList::new().with("cpu", 500);
-        let mut big = core_domain::scheduler::Pod::new("default", "big");
-        big.requests = ResourceList::new()
-            .with("cpu", 2000)
-            .with("memory", 1 << 30);
-        input.pods = vec![small.clone(), big];
-        let smallest = Room::smallest(&input.pods);
-        assert_eq!(
-            smallest,
-            Room {
-                cpu_millis: 500,
-                memory: 0,
-                ephemeral_storage: 0,
-                pods: 1
-            }
-        );
-
-        let allocatable = ResourceList::new().with("cpu", 1000).with("pods", 2);
-        let node = ExistingNode::new("n", [], allocatable.clone());
-        assert!(Room::free_on(&node).holds(&smallest));
-        let full = ExistingNode::new("n", [], allocatable.clone()).with_pod(small.clone());
-        let mut busy = core_domain::scheduler::Pod::new("default", "busy");
-        busy.requests = ResourceList::new().with("cpu", 600);
-        let cpu_full = ExistingNode::new("n", [], allocatable.clone()).with_pod(busy);
-        let slots_full = ExistingNode::new("n", [], allocatable)
-            .with_pod(core_domain::scheduler::Pod::new("default", "one"))
-            .with_pod(core_domain::scheduler::Pod::new("default", "two"));
-        assert!(
-            Room::free_on(&full).holds(&smallest),
-            "500m and one slot left"
-        );
-        assert!(!Room::free_on(&cpu_full).holds(&smallest), "400m left");
-        assert!(
-            !Room::free_on(&slots_full).holds(&smallest),
-            "no pod slot left"
-        );
-
-        assert!(!has_inter_pod_constraints(&input));
-        input
-            .existing_nodes
-            .push(ExistingNode::new("m", [], ResourceList::new()).with_pod({
-                let mut spread = core_domain::scheduler::Pod::new("default", "spread");
-                spread.pod_anti_affinity.required.push(
-                    core_domain::scheduler::PodAffinityTerm::new(
-                        "kubernetes.io/hostname",
-                        core_domain::scheduler::LabelSelector::default(),
-                    ),
-                );
-                spread
-            }));
-        assert!(has_inter_pod_constraints(&input));
     }
 
     #[test]
