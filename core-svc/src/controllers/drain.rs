@@ -29,7 +29,7 @@ use crate::events::{EventType, ObjectRef, Reason};
 use crate::objects::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS_VALUE,
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, disrupted_taint, has_disrupted_taint,
-    has_exclude_label,
+    has_exclude_label, name_of,
 };
 use plan::DrainPlan;
 
@@ -357,10 +357,6 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
         }
         Err(error) => Err(error),
     }
-}
-
-pub(crate) fn name_of<K: kube::Resource>(object: &K) -> &str {
-    object.meta().name.as_deref().unwrap_or_default()
 }
 
 pub(crate) fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions {

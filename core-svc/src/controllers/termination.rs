@@ -37,7 +37,7 @@ use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 use serde_json::{Map, Value, json};
 
-use super::drain::{self, DRAIN_POLL, fields, name_of, uid_preconditions};
+use super::drain::{self, DRAIN_POLL, fields, uid_preconditions};
 use super::nodeclaim::{
     has_termination_finalizer, node_claim_of, node_provider_id, nodes_of, provider_id_of,
     set_condition,
@@ -46,7 +46,7 @@ use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Snapshot};
 use crate::events::{EventType, ObjectRef, Reason};
-use crate::objects::is_node_ready;
+use crate::objects::{is_node_ready, name_of};
 
 /// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
 /// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
