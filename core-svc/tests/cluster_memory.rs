@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{from_json, pdb, replica_set_pod, start};
+use common::{ec2_node_class_ref, from_json, pdb, replica_set_pod, start};
 
 const FINALIZER: &str = "karpenter.sh/termination";
 
@@ -34,27 +34,20 @@ fn cluster() -> (InMemoryCluster, FakeClock) {
 }
 
 fn node_pool(name: &str) -> NodePool {
-    from_json(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": { "name": name },
-        "spec": { "template": { "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            "requirements": [],
-        } } },
-    }))
+    common::node_pool(
+        name,
+        json!({ "spec": { "template": { "spec": { "nodeClassRef": ec2_node_class_ref() } } } }),
+    )
 }
 
 fn node_claim(name: &str) -> NodeClaim {
-    from_json(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": { "name": name, "labels": { "karpenter.sh/nodepool": "default" } },
-        "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            "requirements": [],
-        },
-    }))
+    common::node_claim(
+        name,
+        json!({
+            "metadata": { "labels": { "karpenter.sh/nodepool": "default" } },
+            "spec": { "nodeClassRef": ec2_node_class_ref() },
+        }),
+    )
 }
 
 fn node(name: &str) -> Node {

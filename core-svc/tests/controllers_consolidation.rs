@@ -107,7 +107,7 @@ impl World {
             ..
         } = harness;
         cluster
-            .create_node_class(&common::test_node_class("default", json!({ "spec": {} })))
+            .create_node_class(&common::node_class("default", json!({ "spec": {} })))
             .await
             .unwrap();
         let disruption = common::merged(
@@ -896,7 +896,6 @@ async fn a_cluster_with_a_cordoned_target_is_not_a_place_to_go() {
 mod end_to_end {
     use std::collections::BTreeMap;
 
-    use core_svc::cloudprovider::{CloudInstance, InstanceState};
     use core_svc::controllers::disruption::DisruptionController;
     use core_svc::controllers::lifecycle::LifecycleController;
     use core_svc::controllers::termination::TerminationController;
@@ -946,7 +945,7 @@ mod end_to_end {
                 first_initialized: BTreeMap::new(),
                 recreated: 0,
             };
-            let node_class = common::test_node_class("default", json!({}));
+            let node_class = common::node_class("default", json!({}));
             fleet.cluster.create_node_class(&node_class).await.unwrap();
             let reference = serde_json::from_value(
                 json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" }),
@@ -1018,17 +1017,8 @@ mod end_to_end {
                 )
                 .await
                 .unwrap();
-            self.cloud.insert_instance(CloudInstance {
-                node_claim_name: Some(name.to_owned()),
-                provider_id: provider_id.clone(),
-                image_id: None,
-                labels: BTreeMap::new(),
-                capacity: Default::default(),
-                allocatable: Default::default(),
-                creation_time: None,
-                deletion_time: None,
-                state: InstanceState::Running,
-            });
+            self.cloud
+                .insert_instance(common::running_instance(name, &provider_id));
             let mut node_labels = labels.clone();
             node_labels["karpenter.sh/initialized"] = json!("true");
             node_labels["karpenter.sh/registered"] = json!("true");
