@@ -192,7 +192,7 @@ impl World {
             .await
             .unwrap();
         self.cloud
-            .insert_instance(common::running_instance(&claim_name, &provider_id));
+            .insert_instance(common::running_instance(Some(&claim_name), &provider_id));
         let mut node_labels = labels.clone();
         node_labels["karpenter.sh/initialized"] = json!("true");
         node_labels["karpenter.sh/registered"] = json!("true");

@@ -55,7 +55,7 @@ impl World {
     fn instance(&self, provider_id: &str, node_claim: &str) {
         self.cloud.insert_instance(CloudInstance {
             creation_time: Some(self.now()),
-            ..common::running_instance(node_claim, provider_id)
+            ..common::running_instance(Some(node_claim), provider_id)
         });
     }
 

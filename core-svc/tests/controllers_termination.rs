@@ -95,7 +95,7 @@ impl World {
             .await
             .unwrap();
         self.cloud
-            .insert_instance(common::running_instance(CLAIM, PROVIDER_ID));
+            .insert_instance(common::running_instance(Some(CLAIM), PROVIDER_ID));
         let node = common::node(
             NODE,
             json!({

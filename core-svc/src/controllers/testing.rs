@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::cloudprovider::NodeClassKind;
+use crate::cloudprovider::{CloudInstance, InstanceState, NodeClassKind};
 use crate::cluster::Snapshot;
 
 /// `seconds` after a fixed instant (2023-11-14T22:13:20Z), so tests read as offsets.
@@ -145,6 +145,22 @@ pub fn unschedulable_pod(name: &str, patch: Value) -> Pod {
             patch,
         ),
     )
+}
+
+/// A running instance of the cloud as `provider_id`, launched for the NodeClaim `node_claim`
+/// (none: not Karpenter's), with no creation time, capacity or labels.
+pub fn running_instance(node_claim: Option<&str>, provider_id: &str) -> CloudInstance {
+    CloudInstance {
+        node_claim_name: node_claim.map(str::to_owned),
+        provider_id: provider_id.to_owned(),
+        image_id: None,
+        labels: std::collections::BTreeMap::new(),
+        capacity: Default::default(),
+        allocatable: Default::default(),
+        creation_time: None,
+        deletion_time: None,
+        state: InstanceState::Running,
+    }
 }
 
 /// Owned copies of a snapshot's shared objects, for assertions that keep them.

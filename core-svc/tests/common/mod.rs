@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use core_svc::apis::NodeClaim;
 use core_svc::clock::FakeClock;
-use core_svc::cloudprovider::{CloudInstance, FakeCloudProvider, InstanceState};
+use core_svc::cloudprovider::FakeCloudProvider;
 use core_svc::cluster::{Cluster as _, InMemoryCluster};
 use core_svc::controllers::{Context, Settings};
 use core_svc::events::MemoryEvents;
@@ -23,7 +23,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use serde_json::{Value, json};
 
 pub(crate) use core_svc::controllers::testing::{
-    from_json, merged, node, node_claim, node_class, node_pool, owned, pod,
+    from_json, merged, node, node_claim, node_class, node_pool, owned, pod, running_instance,
 };
 
 /// The reference to the `default` EC2NodeClass, as JSON, for the tests whose objects name the
@@ -74,22 +74,6 @@ impl Harness {
             events: self.events.clone(),
             settings: Settings::default(),
         }
-    }
-}
-
-/// The running instance the fake cloud launched as `provider_id` for the NodeClaim
-/// `node_claim`, with no creation time.
-pub(crate) fn running_instance(node_claim: &str, provider_id: &str) -> CloudInstance {
-    CloudInstance {
-        node_claim_name: Some(node_claim.to_owned()),
-        provider_id: provider_id.to_owned(),
-        image_id: None,
-        labels: std::collections::BTreeMap::new(),
-        capacity: Default::default(),
-        allocatable: Default::default(),
-        creation_time: None,
-        deletion_time: None,
-        state: InstanceState::Running,
     }
 }
 
