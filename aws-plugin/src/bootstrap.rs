@@ -256,22 +256,34 @@ fn taint_value(taint: &Taint) -> &str {
 
 /// A double-quoted string as Go's `%q` writes it, which is how upstream quotes flag values.
 fn go_quote(text: &str) -> String {
+    double_quoted_with(text, |c| match c {
+        '\u{7}' => Some("\\a".into()),
+        '\u{8}' => Some("\\b".into()),
+        '\u{c}' => Some("\\f".into()),
+        '\n' => Some("\\n".into()),
+        '\r' => Some("\\r".into()),
+        '\t' => Some("\\t".into()),
+        '\u{b}' => Some("\\v".into()),
+        c if c.is_ascii_control() => Some(format!("\\x{:02x}", u32::from(c))),
+        c if c.is_control() => Some(format!("\\u{:04x}", u32::from(c))),
+        _ => None,
+    })
+}
+
+/// `text` between double quotes, with `"` and `\` escaped by a backslash and every other
+/// character written as `escape` says (`None`: as it is). Go's `%q` and YAML's and TOML's
+/// double-quoted strings differ only in `escape`.
+fn double_quoted_with(text: &str, escape: impl Fn(char) -> Option<String>) -> String {
     let mut quoted = String::with_capacity(text.len() + 2);
     quoted.push('"');
     for c in text.chars() {
         match c {
             '"' => quoted.push_str("\\\""),
             '\\' => quoted.push_str("\\\\"),
-            '\u{7}' => quoted.push_str("\\a"),
-            '\u{8}' => quoted.push_str("\\b"),
-            '\u{c}' => quoted.push_str("\\f"),
-            '\n' => quoted.push_str("\\n"),
-            '\r' => quoted.push_str("\\r"),
-            '\t' => quoted.push_str("\\t"),
-            '\u{b}' => quoted.push_str("\\v"),
-            c if c.is_ascii_control() => quoted.push_str(&format!("\\x{:02x}", u32::from(c))),
-            c if c.is_control() => quoted.push_str(&format!("\\u{:04x}", u32::from(c))),
-            c => quoted.push(c),
+            c => match escape(c) {
+                Some(escaped) => quoted.push_str(&escaped),
+                None => quoted.push(c),
+            },
         }
     }
     quoted.push('"');

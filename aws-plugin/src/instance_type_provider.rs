@@ -454,6 +454,7 @@ mod tests {
 
     use super::*;
     use crate::ec2::memory::MemoryEc2;
+    use crate::node_class::fixture::node_class;
 
     fn setup() -> (Arc<MemoryEc2>, Arc<FakeClock>, InstanceTypeProvider) {
         let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());
@@ -610,18 +611,8 @@ mod tests {
         };
         let default = provider.instance_types(None).await.unwrap();
         assert_eq!(pods(&default), "29");
-        let node_class = json!({
-            "apiVersion": "karpenter.k8s.aws/v1",
-            "kind": "EC2NodeClass",
-            "metadata": {"name": "default"},
-            "spec": {
-                "role": "KarpenterNodeRole",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "c"}}],
-                "kubelet": {"maxPods": 17},
-            },
-        });
+        let mut node_class = node_class();
+        node_class["spec"]["kubelet"] = json!({"maxPods": 17});
         let types = provider.instance_types(Some(&node_class)).await.unwrap();
         assert_eq!(pods(&types), "17");
     }

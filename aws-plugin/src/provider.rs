@@ -634,19 +634,13 @@ mod tests {
     async fn create_then_is_drifted_after_a_new_image_then_delete() {
         let f = Fixture::new();
         let provider = provider(&f);
-        let requirement = |key: &str, values: &[&str]| v1::Requirement {
-            key: key.to_owned(),
-            operator: v1::Operator::In as i32,
-            values: values.iter().map(|v| (*v).to_owned()).collect(),
-            min_values: None,
-        };
         let claim = v1::NodeClaim {
             name: "default-abcde".to_owned(),
             labels: [("karpenter.sh/nodepool".to_owned(), "default".to_owned())].into(),
             spec: Some(v1::NodeClaimSpec {
                 requirements: vec![
-                    requirement("node.kubernetes.io/instance-type", &["m5.large"]),
-                    requirement("karpenter.sh/capacity-type", &["on-demand"]),
+                    v1::Requirement::in_values("node.kubernetes.io/instance-type", ["m5.large"]),
+                    v1::Requirement::in_values("karpenter.sh/capacity-type", ["on-demand"]),
                 ],
                 ..v1::NodeClaimSpec::default()
             }),

@@ -263,12 +263,7 @@ fn node_pool() -> Value {
 }
 
 fn requirement(key: &str, values: &[&str]) -> v1::Requirement {
-    v1::Requirement {
-        key: key.to_owned(),
-        operator: v1::Operator::In as i32,
-        values: values.iter().map(|v| (*v).to_owned()).collect(),
-        min_values: None,
-    }
+    v1::Requirement::in_values(key, values)
 }
 
 /// The NodeClaim core would send for one m5.large on-demand node of NodePool `default`.

@@ -150,6 +150,22 @@ pub struct Event {
     pub fields: BTreeMap<String, String>,
 }
 
+/// An event's fields from `(key, value)` pairs.
+pub fn fields<'a, V: Into<String>>(
+    pairs: impl IntoIterator<Item = (&'a str, V)>,
+) -> BTreeMap<String, String> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key.to_owned(), value.into()))
+        .collect()
+}
+
+/// An event's fields from the `(key, value)` pairs whose value is not empty: a detail that is
+/// not known is left out rather than written empty.
+pub fn non_empty_fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+    fields(pairs.iter().copied().filter(|(_, value)| !value.is_empty()))
+}
+
 /// Where events go.
 pub trait Events: Send + Sync + std::fmt::Debug {
     /// Records one event. Never fails: an event that cannot be delivered is logged and
@@ -214,7 +230,17 @@ impl Events for MemoryEvents {
 
 #[cfg(test)]
 mod tests {
-    use super::Reason;
+    use super::{Reason, fields, non_empty_fields};
+
+    #[test]
+    fn fields_keep_every_pair_and_non_empty_fields_leave_out_the_empty_values() {
+        let all = fields([("node", "a".to_owned()), ("pod", String::new())]);
+        assert_eq!(all.len(), 2);
+        assert_eq!(all["pod"], "");
+        let known = non_empty_fields(&[("node", "a"), ("pod", "")]);
+        assert_eq!(known.len(), 1);
+        assert_eq!(known["node"], "a");
+    }
 
     #[test]
     fn reasons_are_recorded_exactly_as_upstream_and_the_simulator_spell_them() {

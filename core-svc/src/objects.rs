@@ -24,6 +24,11 @@ pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
 pub const CRITICAL_PRIORITY_CLASSES: [&str; 2] =
     ["system-cluster-critical", "system-node-critical"];
 
+/// The object's name (empty when unset: every object read from the API server has one).
+pub fn name_of<K: kube::Resource>(object: &K) -> &str {
+    object.meta().name.as_deref().unwrap_or_default()
+}
+
 /// Whether the pod's priority class is one of the [`CRITICAL_PRIORITY_CLASSES`].
 pub fn is_critical(pod: &Pod) -> bool {
     pod.spec

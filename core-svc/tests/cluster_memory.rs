@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 mod common;
 
-use common::{from_json, pdb, replica_set_pod, start};
+use common::{ec2_node_class_ref, from_json, pdb, replica_set_pod, start};
 
 const FINALIZER: &str = "karpenter.sh/termination";
 
@@ -34,27 +34,20 @@ fn cluster() -> (InMemoryCluster, FakeClock) {
 }
 
 fn node_pool(name: &str) -> NodePool {
-    from_json(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodePool",
-        "metadata": { "name": name },
-        "spec": { "template": { "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            "requirements": [],
-        } } },
-    }))
+    common::node_pool(
+        name,
+        json!({ "spec": { "template": { "spec": { "nodeClassRef": ec2_node_class_ref() } } } }),
+    )
 }
 
 fn node_claim(name: &str) -> NodeClaim {
-    from_json(json!({
-        "apiVersion": "karpenter.sh/v1",
-        "kind": "NodeClaim",
-        "metadata": { "name": name, "labels": { "karpenter.sh/nodepool": "default" } },
-        "spec": {
-            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            "requirements": [],
-        },
-    }))
+    common::node_claim(
+        name,
+        json!({
+            "metadata": { "labels": { "karpenter.sh/nodepool": "default" } },
+            "spec": { "nodeClassRef": ec2_node_class_ref() },
+        }),
+    )
 }
 
 fn node(name: &str) -> Node {
@@ -87,6 +80,19 @@ fn node_class_ref(name: &str) -> NodeClassReference {
 /// Creates the PodDisruptionBudget `namespace/name` with `spec`.
 async fn create_pdb(cluster: &InMemoryCluster, namespace: &str, name: &str, spec: Value) {
     cluster.create(&pdb(namespace, name, spec)).await.unwrap();
+}
+
+/// Creates the PodDisruptionBudget `default/web-pdb` over the `web` pods, with `budget`
+/// (`minAvailable` or `maxUnavailable`).
+async fn create_web_pdb(cluster: &InMemoryCluster, budget: Value) {
+    let selector = json!({ "selector": { "matchLabels": { "app": "web" } } });
+    create_pdb(
+        cluster,
+        "default",
+        "web-pdb",
+        common::merged(selector, budget),
+    )
+    .await;
 }
 
 /// Evicts `default/name` without preconditions.
@@ -669,13 +675,7 @@ async fn given_a_bound_pod_when_its_node_name_is_patched_then_it_is_refused() {
 async fn given_max_unavailable_zero_when_evicting_then_too_many_requests_names_the_pdb() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 2).await;
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "maxUnavailable": 0, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "maxUnavailable": 0 })).await;
     let error = evict(&cluster, "web-0").await.unwrap_err();
     let ClusterError::TooManyRequests {
         pod,
@@ -708,13 +708,7 @@ async fn given_min_available_2_and_3_healthy_pods_then_one_eviction_is_allowed_a
  {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "minAvailable": 2 })).await;
     let before = cluster.snapshot().await.unwrap();
     let status = before
         .pdb("default", "web-pdb")
@@ -771,13 +765,7 @@ async fn given_max_unavailable_1_when_one_evicted_pod_is_still_terminating_then_
  {
     let (cluster, _) = cluster();
     running_pods(&cluster, 4).await;
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "maxUnavailable": 1, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "maxUnavailable": 1 })).await;
     evict(&cluster, "web-0").await.unwrap();
     // web-0 is terminating but still one of the four replicas: the budget is spent. (Counting
     // only running pods as expected would let every other pod go, one eviction at a time.)
@@ -794,13 +782,7 @@ async fn given_max_unavailable_1_when_one_evicted_pod_is_still_terminating_then_
 async fn given_max_unavailable_as_a_percentage_then_it_is_rounded_up() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "maxUnavailable": "50%", "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "maxUnavailable": "50%" })).await;
     let budget = cluster
         .get::<PodDisruptionBudget>(Some("default"), "web-pdb")
         .await
@@ -867,13 +849,7 @@ async fn given_an_unready_pod_under_a_met_budget_then_it_may_be_evicted() {
     let (cluster, _) = cluster();
     running_pods(&cluster, 3).await;
     cluster.set_pod_ready("default", "web-2", false).unwrap();
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "minAvailable": 2 })).await;
     // 2 healthy of 2 desired: no disruption allowed, but the unhealthy pod does not count.
     evict(&cluster, "web-0").await.unwrap_err();
     evict(&cluster, "web-2").await.unwrap();
@@ -884,13 +860,7 @@ async fn given_an_unready_pod_under_a_broken_budget_then_only_always_allow_lets_
     let (cluster, _) = cluster();
     running_pods(&cluster, 2).await;
     cluster.set_pod_ready("default", "web-1", false).unwrap();
-    create_pdb(
-        &cluster,
-        "default",
-        "web-pdb",
-        json!({ "minAvailable": 2, "selector": { "matchLabels": { "app": "web" } } }),
-    )
-    .await;
+    create_web_pdb(&cluster, json!({ "minAvailable": 2 })).await;
     let error = evict(&cluster, "web-1").await.unwrap_err();
     assert!(
         matches!(error, ClusterError::TooManyRequests { .. }),

@@ -107,7 +107,7 @@ impl World {
             ..
         } = harness;
         cluster
-            .create_node_class(&common::test_node_class("default", json!({ "spec": {} })))
+            .create_node_class(&common::node_class("default", json!({ "spec": {} })))
             .await
             .unwrap();
         let disruption = common::merged(
@@ -246,6 +246,20 @@ impl World {
         )
     }
 
+    /// A world of `capacity_type` with one consolidatable node `a` of `size`, running the pod
+    /// `p1` (1 CPU).
+    async fn one_busy_node(
+        capacity_type: &str,
+        catalogue: Vec<Arc<InstanceType>>,
+        size: &str,
+    ) -> Self {
+        let world = World::new(json!({}), &[capacity_type], catalogue).await;
+        world.add_node("a", size, capacity_type).await;
+        world.add_pod("p1", "a", "1").await;
+        world.mark_consolidatable().await;
+        world
+    }
+
     async fn mark_consolidatable(&self) -> Requeue {
         self.consolidatable.reconcile().await.unwrap()
     }
@@ -313,6 +327,16 @@ fn only_command(outcome: &MethodOutcome) -> &Command {
     assert_eq!(outcome.commands.len(), 1, "{outcome:#?}");
     assert!(outcome.needs_validation);
     &outcome.commands[0]
+}
+
+/// Asserts that a reason observed about `node` contains `text`.
+#[track_caller]
+fn assert_observed(outcome: &MethodOutcome, node: &str, text: &str) {
+    let reasons = observed_reasons(outcome, node);
+    assert!(
+        reasons.iter().any(|r| r.contains(text)),
+        "no reason observed about {node} contains {text:?}: {reasons:?}"
+    );
 }
 
 fn observed_reasons(outcome: &MethodOutcome, node: &str) -> Vec<String> {
@@ -499,10 +523,7 @@ async fn given_one_node_whose_pods_fit_on_another_then_single_node_consolidation
 
 #[tokio::test]
 async fn given_a_node_replaceable_by_a_strictly_cheaper_one_then_it_is_replaced() {
-    let world = World::new(json!({}), &["on-demand"], catalogue()).await;
-    world.add_node("a", "large", "on-demand").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("on-demand", catalogue(), "large").await;
 
     let outcome = world.decide(&single()).await;
     let command = only_command(&outcome);
@@ -519,20 +540,11 @@ async fn given_a_node_replaceable_by_a_strictly_cheaper_one_then_it_is_replaced(
 
 #[tokio::test]
 async fn given_nothing_cheaper_then_no_replacement_and_the_reason_is_observed() {
-    let world = World::new(json!({}), &["on-demand"], catalogue()).await;
-    world.add_node("a", "small", "on-demand").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("on-demand", catalogue(), "small").await;
 
     let outcome = world.decide(&single()).await;
     assert!(outcome.commands.is_empty(), "{outcome:#?}");
-    let reasons = observed_reasons(&outcome, "a");
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("can't replace with a cheaper node")),
-        "{reasons:?}"
-    );
+    assert_observed(&outcome, "a", "can't replace with a cheaper node");
     assert!(world.decide(&multi()).await.commands.is_empty());
 }
 
@@ -653,29 +665,17 @@ async fn given_budgets_then_multi_node_takes_only_what_they_allow() {
 async fn given_spot_nodes_then_spot_to_spot_is_off_by_default() {
     let mut types = catalogue();
     types.extend(cheap_spot_types(20));
-    let world = World::new(json!({}), &["spot"], types).await;
-    world.add_node("a", "large", "spot").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("spot", types, "large").await;
 
     let outcome = world.decide(&single()).await;
     assert!(outcome.commands.is_empty(), "{outcome:#?}");
-    let reasons = observed_reasons(&outcome, "a");
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("spot-to-spot consolidation is disabled")),
-        "{reasons:?}"
-    );
+    assert_observed(&outcome, "a", "spot-to-spot consolidation is disabled");
 }
 
 #[tokio::test]
 async fn given_spot_to_spot_then_a_single_node_needs_fifteen_cheaper_types_and_gets_fifteen() {
     // small and medium spot are cheaper than large spot: 2 options only.
-    let world = World::new(json!({}), &["spot"], catalogue()).await;
-    world.add_node("a", "large", "spot").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("spot", catalogue(), "large").await;
     let outcome = world.decide(&spot_to_spot()).await;
     assert!(outcome.commands.is_empty(), "{outcome:#?}");
     let reasons = observed_reasons(&outcome, "a");
@@ -688,10 +688,7 @@ async fn given_spot_to_spot_then_a_single_node_needs_fifteen_cheaper_types_and_g
 
     let mut types = catalogue();
     types.extend(cheap_spot_types(20));
-    let world = World::new(json!({}), &["spot"], types).await;
-    world.add_node("a", "large", "spot").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("spot", types, "large").await;
     let outcome = world.decide(&spot_to_spot()).await;
     let command = only_command(&outcome);
     let [replacement] = command.replacements.as_slice() else {
@@ -796,10 +793,7 @@ async fn given_a_budget_closing_in_the_window_then_the_command_is_abandoned_for_
 #[tokio::test]
 async fn given_a_replacement_whose_types_are_no_longer_offered_then_it_is_abandoned_for_scheduling()
 {
-    let world = World::new(json!({}), &["on-demand"], catalogue()).await;
-    world.add_node("a", "large", "on-demand").await;
-    world.add_pod("p1", "a", "1").await;
-    world.mark_consolidatable().await;
+    let world = World::one_busy_node("on-demand", catalogue(), "large").await;
     let outcome = world.decide(&single()).await;
     let command = only_command(&outcome).clone();
 
@@ -827,13 +821,7 @@ async fn given_an_unconsolidatable_first_candidate_then_single_node_tries_the_ne
     let command = only_command(&outcome);
     assert_eq!(command.candidates, ["a"]);
     assert!(command.replacements.is_empty());
-    let reasons = observed_reasons(&outcome, "b");
-    assert!(
-        reasons
-            .iter()
-            .any(|r| r.contains("can't replace with a cheaper node")),
-        "{reasons:?}"
-    );
+    assert_observed(&outcome, "b", "can't replace with a cheaper node");
 }
 
 #[tokio::test]
@@ -896,7 +884,6 @@ async fn a_cluster_with_a_cordoned_target_is_not_a_place_to_go() {
 mod end_to_end {
     use std::collections::BTreeMap;
 
-    use core_svc::cloudprovider::{CloudInstance, InstanceState};
     use core_svc::controllers::disruption::DisruptionController;
     use core_svc::controllers::lifecycle::LifecycleController;
     use core_svc::controllers::termination::TerminationController;
@@ -946,7 +933,7 @@ mod end_to_end {
                 first_initialized: BTreeMap::new(),
                 recreated: 0,
             };
-            let node_class = common::test_node_class("default", json!({}));
+            let node_class = common::node_class("default", json!({}));
             fleet.cluster.create_node_class(&node_class).await.unwrap();
             let reference = serde_json::from_value(
                 json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" }),
@@ -1018,17 +1005,8 @@ mod end_to_end {
                 )
                 .await
                 .unwrap();
-            self.cloud.insert_instance(CloudInstance {
-                node_claim_name: Some(name.to_owned()),
-                provider_id: provider_id.clone(),
-                image_id: None,
-                labels: BTreeMap::new(),
-                capacity: Default::default(),
-                allocatable: Default::default(),
-                creation_time: None,
-                deletion_time: None,
-                state: InstanceState::Running,
-            });
+            self.cloud
+                .insert_instance(common::running_instance(Some(name), &provider_id));
             let mut node_labels = labels.clone();
             node_labels["karpenter.sh/initialized"] = json!("true");
             node_labels["karpenter.sh/registered"] = json!("true");

@@ -17,9 +17,7 @@ use std::time::Duration;
 use core_svc::apis::NodeClaim;
 use core_svc::clock::{Clock, FakeClock};
 use core_svc::cloudprovider::fake::instance_type;
-use core_svc::cloudprovider::{
-    CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
-};
+use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, ClusterObject, InMemoryCluster};
 use core_svc::controllers::Controller;
 use core_svc::controllers::disruption::DisruptionController;
@@ -98,7 +96,7 @@ impl World {
             first_disrupted: BTreeMap::new(),
             recreated: 0,
         };
-        let node_class: DynamicObject = common::test_node_class("default", json!({}));
+        let node_class: DynamicObject = common::node_class("default", json!({}));
         world.cluster.create_node_class(&node_class).await.unwrap();
         world
             .cluster
@@ -193,17 +191,8 @@ impl World {
             )
             .await
             .unwrap();
-        self.cloud.insert_instance(CloudInstance {
-            node_claim_name: Some(claim_name.clone()),
-            provider_id: provider_id.clone(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Default::default(),
-            allocatable: Default::default(),
-            creation_time: None,
-            deletion_time: None,
-            state: InstanceState::Running,
-        });
+        self.cloud
+            .insert_instance(common::running_instance(Some(&claim_name), &provider_id));
         let mut node_labels = labels.clone();
         node_labels["karpenter.sh/initialized"] = json!("true");
         node_labels["karpenter.sh/registered"] = json!("true");

@@ -9,7 +9,6 @@
 )]
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::nodeclaim::{CONDITION_DRIFTED, CONDITION_LAUNCHED};
@@ -19,52 +18,49 @@ use core_svc::apis::nodepool::{
 use core_svc::apis::{
     Condition, ConditionStatus, NodeClaim, NodeClassReference, NodePool, condition,
 };
-use core_svc::clock::{Clock, FakeClock};
+use core_svc::clock::Clock;
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, DriftReason, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::drift::{DriftController, RENEW_SPACING};
 use core_svc::controllers::hash::HashController;
 use core_svc::controllers::{Controller, Requeue, Settings};
-use core_svc::events::{EventType, MemoryEvents};
+use core_svc::events::EventType;
 use serde_json::{Value, json};
 
 mod common;
 
-use common::{Harness, test_node_class};
+use common::{Harness, node_class};
 
 const POOL: &str = "default";
 /// What upstream Karpenter (v1.x) stamps as its NodePool hash version.
 const UPSTREAM_HASH_VERSION: &str = "v3";
 
 struct Env {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     hash: HashController<InMemoryCluster, FakeCloudProvider>,
     drift: DriftController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 impl Env {
     async fn new() -> Self {
         let harness = Harness::new();
         let ctx = harness.context();
-        let Harness {
-            cluster,
-            cloud,
-            clock,
-            events,
-        } = harness;
-        cluster
-            .create_node_class(&test_node_class("default", json!({ "spec": {} })))
+        harness
+            .cluster
+            .create_node_class(&node_class("default", json!({ "spec": {} })))
             .await
             .unwrap();
         Self {
-            cluster,
-            cloud,
-            clock,
-            events,
+            harness,
             hash: HashController::new(ctx.clone()),
             drift: DriftController::new(ctx),
         }

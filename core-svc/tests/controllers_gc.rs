@@ -8,21 +8,15 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use core_domain::resources::Quantities;
 use core_svc::apis::NodeClaim;
-use core_svc::clock::{Clock, FakeClock};
+use core_svc::clock::Clock;
 use core_svc::cloudprovider::fake::Call;
-use core_svc::cloudprovider::{
-    CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
-};
+use core_svc::cloudprovider::{CloudInstance, CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::gc::GarbageCollectionController;
 use core_svc::controllers::{Controller, Requeue};
-use core_svc::events::MemoryEvents;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::json;
 
@@ -31,28 +25,24 @@ mod common;
 use common::Harness;
 
 struct World {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     controller: GarbageCollectionController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 impl World {
     fn new() -> Self {
         let harness = Harness::new();
         let controller = GarbageCollectionController::new(harness.context());
-        let Harness {
-            cluster,
-            cloud,
-            clock,
-            events,
-        } = harness;
         World {
-            cluster,
-            cloud,
-            clock,
-            events,
+            harness,
             controller,
         }
     }
@@ -64,15 +54,8 @@ impl World {
     /// An instance in the cloud launched for `node_claim` now.
     fn instance(&self, provider_id: &str, node_claim: &str) {
         self.cloud.insert_instance(CloudInstance {
-            node_claim_name: Some(node_claim.to_owned()),
-            provider_id: provider_id.to_owned(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Quantities::new(),
-            allocatable: Quantities::new(),
             creation_time: Some(self.now()),
-            deletion_time: None,
-            state: InstanceState::Running,
+            ..common::running_instance(Some(node_claim), provider_id)
         });
     }
 

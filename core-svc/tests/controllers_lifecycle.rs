@@ -7,19 +7,16 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::NodeClaim;
 use core_svc::apis::condition::ConditionStatus;
-use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::lifecycle::LifecycleController;
 use core_svc::controllers::nodeclaim::{condition_status, has_termination_finalizer, request_of};
 use core_svc::controllers::{Controller, Requeue};
-use core_svc::events::MemoryEvents;
 use k8s_openapi::api::core::v1::Node;
 use serde_json::{Value, json};
 
@@ -30,28 +27,24 @@ use common::{Harness, merged};
 const NAME: &str = "default-abcde";
 
 struct World {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     controller: LifecycleController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 impl World {
     async fn new() -> Self {
         let harness = Harness::new();
         let controller = LifecycleController::new(harness.context());
-        let Harness {
-            cluster,
-            cloud,
-            clock,
-            events,
-        } = harness;
         let world = World {
-            cluster,
-            cloud,
-            clock,
-            events,
+            harness,
             controller,
         };
         world.create_node_class().await;
@@ -59,7 +52,7 @@ impl World {
     }
 
     async fn create_node_class(&self) {
-        let node_class = common::test_node_class("default", json!({}));
+        let node_class = common::node_class("default", json!({}));
         self.cluster.create_node_class(&node_class).await.unwrap();
     }
 

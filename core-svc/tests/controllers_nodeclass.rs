@@ -12,7 +12,6 @@ use std::time::Duration;
 
 use core_svc::apis::nodeclaim::CONDITION_DRIFTED;
 use core_svc::apis::{ConditionStatus, NodeClaim, NodeClassReference};
-use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::{
     CloudProviderError, FakeCloudProvider, NodeClassCondition, NodeClassKind, ResolvedNodeClass,
     Rpc,
@@ -20,7 +19,7 @@ use core_svc::cloudprovider::{
 use core_svc::cluster::{Cluster, InMemoryCluster};
 use core_svc::controllers::nodeclass::NodeClassController;
 use core_svc::controllers::{Controller, Requeue};
-use core_svc::events::{EventType, MemoryEvents};
+use core_svc::events::EventType;
 use kube::core::DynamicObject;
 use serde_json::{Value, json};
 
@@ -32,11 +31,16 @@ const HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
 const HASH_VERSION: &str = "karpenter.k8s.aws/ec2nodeclass-hash-version";
 
 struct Env {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     controller: NodeClassController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for Env {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 impl Env {
@@ -52,12 +56,7 @@ impl Env {
             }],
         ));
         let ctx = harness.context();
-        let Harness {
-            cluster,
-            cloud,
-            clock,
-            events,
-        } = harness;
+        let cluster = &harness.cluster;
         cluster.create_node_class(&node_class()).await.unwrap();
         cluster
             .merge_patch_node_class_status(
@@ -67,10 +66,7 @@ impl Env {
             .await
             .unwrap();
         Self {
-            cluster,
-            cloud,
-            clock,
-            events,
+            harness,
             controller: NodeClassController::new(ctx),
         }
     }

@@ -8,7 +8,6 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::NodeClaim;
@@ -16,14 +15,13 @@ use core_svc::apis::NodePool;
 use core_svc::apis::nodepool::{
     ANNOTATION_NODEPOOL_HASH, ANNOTATION_NODEPOOL_HASH_VERSION, NODEPOOL_HASH_VERSION,
 };
-use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::fake::Call;
 use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::provisioning::nominations::Target;
 use core_svc::controllers::provisioning::{Provisioner, ProvisionerOptions};
 use core_svc::controllers::{Context, Controller, Requeue};
-use core_svc::events::{EventType, MemoryEvents};
+use core_svc::events::EventType;
 use k8s_openapi::api::apps::v1::DaemonSet;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -37,12 +35,17 @@ const CAPACITY_TYPE: &str = "karpenter.sh/capacity-type";
 const NODEPOOL: &str = "karpenter.sh/nodepool";
 
 struct World {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     context: Context<InMemoryCluster, FakeCloudProvider>,
     provisioner: Provisioner<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 impl World {
@@ -51,19 +54,10 @@ impl World {
     async fn new() -> Self {
         let harness = Harness::new();
         let context = harness.context();
-        let Harness {
-            cluster,
-            cloud,
-            clock,
-            events,
-        } = harness;
         let world = World {
             provisioner: provisioner(context.clone()),
             context,
-            cluster,
-            cloud,
-            clock,
-            events,
+            harness,
         };
         world.create_node_class("default", "True").await;
         world
@@ -75,7 +69,7 @@ impl World {
     }
 
     async fn create_node_class(&self, name: &str, ready: &str) {
-        let node_class = common::test_node_class(
+        let node_class = common::node_class(
             name,
             json!({ "metadata": { "annotations": {
                 "test.karpenter.sh/testnodeclass-hash": "1234",

@@ -9,21 +9,16 @@
     reason = "tests: a panic is a failed assertion"
 )]
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::apis::NodeClaim;
-use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::fake::Call;
-use core_svc::cloudprovider::{
-    CloudInstance, CloudProviderError, FakeCloudProvider, InstanceState, Rpc,
-};
+use core_svc::cloudprovider::{CloudProviderError, FakeCloudProvider, Rpc};
 use core_svc::cluster::{Cluster, DeleteOptions, InMemoryCluster};
 use core_svc::controllers::expiration::ExpirationController;
 use core_svc::controllers::termination::TerminationController;
 use core_svc::controllers::{Controller, Requeue};
-use core_svc::events::{Event, EventType, MemoryEvents};
+use core_svc::events::{Event, EventType};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -47,30 +42,26 @@ fn secs(seconds: u64) -> Duration {
 }
 
 struct World {
-    cluster: Arc<InMemoryCluster>,
-    cloud: Arc<FakeCloudProvider>,
-    clock: FakeClock,
-    events: Arc<MemoryEvents>,
+    harness: Harness,
     termination: TerminationController<InMemoryCluster, FakeCloudProvider>,
     expiration: ExpirationController<InMemoryCluster, FakeCloudProvider>,
+}
+
+impl std::ops::Deref for World {
+    type Target = Harness;
+
+    fn deref(&self) -> &Harness {
+        &self.harness
+    }
 }
 
 fn world() -> World {
     let harness = Harness::new();
     let ctx = harness.context();
-    let Harness {
-        cluster,
-        cloud,
-        clock,
-        events,
-    } = harness;
     World {
         termination: TerminationController::new(ctx.clone()),
         expiration: ExpirationController::new(ctx),
-        cluster,
-        cloud,
-        clock,
-        events,
+        harness,
     }
 }
 
@@ -103,17 +94,8 @@ impl World {
             )
             .await
             .unwrap();
-        self.cloud.insert_instance(CloudInstance {
-            node_claim_name: Some(CLAIM.into()),
-            provider_id: PROVIDER_ID.into(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Default::default(),
-            allocatable: Default::default(),
-            creation_time: None,
-            deletion_time: None,
-            state: InstanceState::Running,
-        });
+        self.cloud
+            .insert_instance(common::running_instance(Some(CLAIM), PROVIDER_ID));
         let node = common::node(
             NODE,
             json!({

@@ -24,8 +24,11 @@ use core_svc::pdb;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
+mod common;
+
+use common::{ec2_node_class_ref, merged};
 
 /// Monday 2025-03-03, noon UTC: inside the business-hours budget window.
 fn monday_noon() -> Timestamp {
@@ -37,36 +40,13 @@ fn saturday_noon() -> Timestamp {
     "2025-03-01T12:00:00Z".parse().unwrap()
 }
 
-fn from_json<T: DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-/// Merges `patch` into `target`, objects key by key; anything else replaces.
-fn merge(target: &mut Value, patch: Value) {
-    match (target, patch) {
-        (Value::Object(target), Value::Object(patch)) => {
-            for (key, value) in patch {
-                merge(target.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (target, patch) => *target = patch,
-    }
-}
-
-fn merged(mut base: Value, patch: Value) -> Value {
-    merge(&mut base, patch);
-    base
-}
-
 /// NodePool `default`: no drift during business hours (09:00-17:00 UTC on weekdays), one node
 /// at a time otherwise.
 fn node_pool(patch: Value) -> NodePool {
-    from_json(merged(
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": { "name": "default" },
-            "spec": {
+    common::node_pool(
+        "default",
+        merged(
+            json!({ "spec": {
                 "disruption": {
                     "consolidateAfter": "10m",
                     "budgets": [
@@ -74,90 +54,86 @@ fn node_pool(patch: Value) -> NodePool {
                         { "nodes": "1" },
                     ],
                 },
-                "template": { "spec": {
-                    "requirements": [],
-                    "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-                } },
-            },
-        }),
-        patch,
-    ))
+                "template": { "spec": { "nodeClassRef": ec2_node_class_ref() } },
+            } }),
+            patch,
+        ),
+    )
 }
 
 /// The NodeClaim of `node`: drifted since 08:00 on Saturday, consolidatable.
 fn node_claim(node: &str, patch: Value) -> NodeClaim {
-    from_json(merged(
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": {
-                "name": format!("{node}-claim"),
-                "labels": { "karpenter.sh/nodepool": "default" },
-                "creationTimestamp": "2025-03-01T00:00:00Z",
-            },
-            "spec": {
-                "requirements": [],
-                "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
-            },
-            "status": {
-                "providerID": format!("fake:///{node}"),
-                "nodeName": node,
-                "conditions": [
-                    { "type": "Initialized", "status": "True", "lastTransitionTime": "2025-03-01T00:02:00Z" },
-                    { "type": "Drifted", "status": "True", "lastTransitionTime": "2025-03-01T08:00:00Z" },
-                    { "type": "Consolidatable", "status": "True", "lastTransitionTime": "2025-03-01T00:12:00Z" },
-                ],
-            },
-        }),
-        patch,
-    ))
+    common::node_claim(
+        &format!("{node}-claim"),
+        merged(
+            json!({
+                "metadata": {
+                    "labels": { "karpenter.sh/nodepool": "default" },
+                    "creationTimestamp": "2025-03-01T00:00:00Z",
+                },
+                "spec": { "nodeClassRef": ec2_node_class_ref() },
+                "status": {
+                    "providerID": format!("fake:///{node}"),
+                    "nodeName": node,
+                    "conditions": [
+                        { "type": "Initialized", "status": "True", "lastTransitionTime": "2025-03-01T00:02:00Z" },
+                        { "type": "Drifted", "status": "True", "lastTransitionTime": "2025-03-01T08:00:00Z" },
+                        { "type": "Consolidatable", "status": "True", "lastTransitionTime": "2025-03-01T00:12:00Z" },
+                    ],
+                },
+            }),
+            patch,
+        ),
+    )
 }
 
 fn node(name: &str, patch: Value) -> Node {
-    from_json(merged(
-        json!({
-            "metadata": {
-                "name": name,
-                "labels": { "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true" },
-            },
-            "spec": { "providerID": format!("fake:///{name}") },
-            "status": { "conditions": [{ "type": "Ready", "status": "True" }] },
-        }),
-        patch,
-    ))
+    common::node(
+        name,
+        merged(
+            json!({
+                "metadata": {
+                    "labels": { "karpenter.sh/nodepool": "default", "karpenter.sh/initialized": "true" },
+                },
+                "spec": { "providerID": format!("fake:///{name}") },
+                "status": { "conditions": [{ "type": "Ready", "status": "True" }] },
+            }),
+            patch,
+        ),
+    )
 }
 
 /// A Ready pod of the ReplicaSet `app` (`app: <app>`), bound to `node`.
 fn pod(name: &str, app: &str, node: &str, patch: Value) -> Pod {
-    from_json(merged(
-        json!({
-            "metadata": {
-                "name": name,
-                "namespace": "default",
-                "labels": { "app": app },
-                "ownerReferences": [{
-                    "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app,
-                    "uid": format!("{app}-uid"), "controller": true,
-                }],
-            },
-            "spec": { "nodeName": node, "containers": [{ "name": "app", "image": "nginx" }] },
-            "status": {
-                "phase": "Running",
-                "startTime": "2025-03-03T10:00:00Z",
-                "conditions": [{ "type": "Ready", "status": "True" }],
-            },
-        }),
-        patch,
-    ))
+    common::pod(
+        name,
+        merged(
+            json!({
+                "metadata": {
+                    "labels": { "app": app },
+                    "ownerReferences": [{
+                        "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": app,
+                        "uid": format!("{app}-uid"), "controller": true,
+                    }],
+                },
+                "spec": { "nodeName": node, "containers": [{ "name": "app", "image": "nginx" }] },
+                "status": {
+                    "phase": "Running",
+                    "startTime": "2025-03-03T10:00:00Z",
+                    "conditions": [{ "type": "Ready", "status": "True" }],
+                },
+            }),
+            patch,
+        ),
+    )
 }
 
 fn pdb(name: &str, app: Value, spec: Value) -> PodDisruptionBudget {
-    from_json(json!({
-        "apiVersion": "policy/v1",
-        "kind": "PodDisruptionBudget",
-        "metadata": { "name": name, "namespace": "default" },
-        "spec": merged(json!({ "selector": { "matchLabels": app } }), spec),
-    }))
+    common::pdb(
+        "default",
+        name,
+        merged(json!({ "selector": { "matchLabels": app } }), spec),
+    )
 }
 
 /// Three nodes of NodePool `default`: `node-a` (two `web` pods), `node-b` (one `db` pod),

@@ -13,7 +13,7 @@ use provider_sdk::Endpoint;
 use provider_sdk::v1::cloud_provider_service_client::CloudProviderServiceClient;
 use provider_sdk::v1::{
     CreateRequest, DeleteRequest, DeletionState, GetInstanceTypesRequest, NodeClaim, NodeClaimSpec,
-    Operator, Requirement,
+    Requirement,
 };
 use tokio_stream::StreamExt as _;
 
@@ -37,12 +37,10 @@ fn node_claim(name: &str, instance_types: &[&str]) -> NodeClaim {
     NodeClaim {
         name: name.into(),
         spec: Some(NodeClaimSpec {
-            requirements: vec![Requirement {
-                key: "node.kubernetes.io/instance-type".into(),
-                operator: Operator::In as i32,
-                values: instance_types.iter().map(|t| (*t).into()).collect(),
-                min_values: None,
-            }],
+            requirements: vec![Requirement::in_values(
+                "node.kubernetes.io/instance-type",
+                instance_types,
+            )],
             ..Default::default()
         }),
         ..Default::default()

@@ -34,6 +34,21 @@ pub mod v1 {
     tonic::include_proto!("karpenter.cloudprovider.v1");
 }
 
+impl v1::Requirement {
+    /// `key In values`, without minValues.
+    pub fn in_values<V: AsRef<str>>(key: &str, values: impl IntoIterator<Item = V>) -> Self {
+        Self {
+            key: key.to_owned(),
+            operator: v1::Operator::In as i32,
+            values: values
+                .into_iter()
+                .map(|value| value.as_ref().to_owned())
+                .collect(),
+            min_values: None,
+        }
+    }
+}
+
 /// The stream a plugin's `get_instance_types` returns: chunks of the catalogue (see
 /// [`chunk::chunk_instance_types`]), or an error that voids the whole answer.
 pub type InstanceTypeStream = tonic::codegen::BoxStream<v1::GetInstanceTypesResponse>;
@@ -61,6 +76,15 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
+
+    #[test]
+    fn in_values_is_an_in_requirement_without_min_values() {
+        let requirement = v1::Requirement::in_values("zone", ["a", "b"]);
+        assert_eq!(requirement.key, "zone");
+        assert_eq!(requirement.operator(), v1::Operator::In);
+        assert_eq!(requirement.values, ["a", "b"]);
+        assert_eq!(requirement.min_values, None);
+    }
 
     #[test]
     fn descriptor_set_decodes_and_keeps_comments() {

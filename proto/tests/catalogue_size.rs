@@ -18,7 +18,7 @@ use provider_sdk::v1::cloud_provider_service_client::CloudProviderServiceClient;
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService;
 use provider_sdk::v1::identity_service_server::IdentityService;
 use provider_sdk::v1::{
-    GetInstanceTypesRequest, GetInstanceTypesResponse, InstanceType, Offering, Operator, Overhead,
+    GetInstanceTypesRequest, GetInstanceTypesResponse, InstanceType, Offering, Overhead,
     Requirement,
 };
 use provider_sdk::{Endpoint, InstanceTypeStream, connect::connect};
@@ -38,12 +38,7 @@ const ZONES: [&str; 6] = [
 const DEFAULT_GRPC_LIMIT: usize = 4 * 1024 * 1024;
 
 fn requirement(key: &str, values: &[&str]) -> Requirement {
-    Requirement {
-        key: key.to_owned(),
-        operator: Operator::In as i32,
-        values: values.iter().map(|v| (*v).to_owned()).collect(),
-        min_values: None,
-    }
+    Requirement::in_values(key, values)
 }
 
 fn quantities(pairs: &[(&str, String)]) -> HashMap<String, String> {

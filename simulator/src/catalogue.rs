@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use aws_plugin::catalogue::{self, CatalogueError};
 use aws_plugin::instance_types::{NodeSettings, Prices, Zone, instance_type};
+use core_domain::hash::Fnv1a;
 use core_domain::instance_type::InstanceType;
 use core_svc::plugin::instance_types::{InvalidInstanceType, catalogue_from_proto};
 
@@ -74,11 +75,9 @@ pub fn instance_types(
 /// A deterministic fraction in [0.3, 0.7) from the seed, type and zone (FNV-1a: stable across
 /// platforms and Rust versions, unlike the standard library's hasher).
 pub(crate) fn spot_fraction(seed: u64, instance_type: &str, zone: &str) -> f64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325 ^ seed;
-    for byte in instance_type.bytes().chain([0]).chain(zone.bytes()) {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = Fnv1a::seeded(seed)
+        .write(instance_type.bytes().chain([0]).chain(zone.bytes()))
+        .finish();
     0.3 + 0.4 * ((hash >> 11) as f64 / (1u64 << 53) as f64)
 }
 

@@ -17,9 +17,9 @@ use core_svc::controllers::disruption::annotations::{
 };
 use simulator::report::Report;
 use support::{
-    DISRUPTED_TAINT, NEW_IMAGE, OLD_IMAGE, assert_drifted_after, assert_fleet_on,
-    assert_replaced_before_deleted, claims_of, created_before, events, events_for, example,
-    first_t, replacements_of, run,
+    DISRUPTED_TAINT, NEW_IMAGE, OLD_IMAGE, assert_drifted_after,
+    assert_each_replaced_before_deleted, assert_fleet_on, assert_replaced_before_deleted,
+    claims_of, created_before, events, events_for, example, first_t, replacements_of, run,
 };
 
 #[test]
@@ -41,10 +41,7 @@ fn an_ami_upgrade_replaces_every_node_within_the_budget_and_the_pdb() {
         "one command per node, none retried"
     );
     assert!(events(&report, "DisruptionAbandoned").is_empty());
-    let mut replacements = BTreeSet::new();
-    for claim in &fleet {
-        replacements.extend(assert_replaced_before_deleted(&report, claim, NEW_IMAGE));
-    }
+    let replacements = assert_each_replaced_before_deleted(&report, &fleet, NEW_IMAGE);
     let finals: BTreeSet<String> = report
         .final_state
         .node_claims
@@ -268,9 +265,7 @@ fn capacity_errors_during_an_upgrade_roll_back_and_the_upgrade_resumes() {
     });
     assert!(explained, "DisruptionBlocked says the replacement failed");
 
-    for claim in &fleet {
-        assert_replaced_before_deleted(&report, claim, NEW_IMAGE);
-    }
+    assert_each_replaced_before_deleted(&report, &fleet, NEW_IMAGE);
     assert_fleet_on(&report, NEW_IMAGE);
     assert_eq!(
         report.final_state.instances.len(),
@@ -407,9 +402,7 @@ fn core_restarts_mid_upgrade_lose_nothing_and_leave_nothing_behind() {
         restarts[2]
     );
 
-    for claim in &fleet {
-        assert_replaced_before_deleted(&report, claim, NEW_IMAGE);
-    }
+    assert_each_replaced_before_deleted(&report, &fleet, NEW_IMAGE);
     assert_fleet_on(&report, NEW_IMAGE);
     assert_eq!(
         report.stats.node_claims_created, 8,

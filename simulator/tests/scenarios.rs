@@ -14,8 +14,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use karpenter_api::nodepool::NODEPOOL_HASH_VERSION;
 use simulator::report::{FinalNodeClaim, Report};
 use support::{
-    NEW_IMAGE, OLD_IMAGE, assert_drifted_after, assert_fleet_on, assert_replaced_before_deleted,
-    claims_of as claims_in, created_before, events, example, replacements_of, run,
+    NEW_IMAGE, OLD_IMAGE, assert_drifted_after, assert_each_replaced_before_deleted,
+    assert_fleet_on, claims_of as claims_in, created_before, events, example, pods_in,
+    replacements_of, run,
 };
 
 fn condition<'a>(claim: &'a FinalNodeClaim, type_: &str) -> Option<(&'a str, &'a str)> {
@@ -70,12 +71,7 @@ fn scale_up_from_zero_launches_capacity_for_every_pod_in_every_zone() {
     );
     assert_lifecycle_in_order(&report);
 
-    let web: Vec<_> = report
-        .final_state
-        .pods
-        .iter()
-        .filter(|p| p.namespace == "default")
-        .collect();
+    let web = pods_in(&report, "default");
     assert_eq!(web.len(), 30);
     assert!(web.iter().all(|p| p.phase == "Running" && p.node.is_some()));
 
@@ -148,12 +144,7 @@ fn a_scale_up_is_planned_once_and_nothing_it_launched_is_consolidated_while_the_
         "launch (30s) + registration (30s) + batching, once: {}",
         stats.pods_pending_max_seconds
     );
-    let workloads: Vec<_> = report
-        .final_state
-        .pods
-        .iter()
-        .filter(|p| p.namespace == "default")
-        .collect();
+    let workloads = pods_in(&report, "default");
     assert_eq!(workloads.len(), 30 + 40 + 6);
     assert!(
         workloads
@@ -193,10 +184,7 @@ fn new_ami_drifts_what_the_old_image_launched_and_replaces_it_with_the_new_one()
 
     // Each drifted NodeClaim is replaced on the new image, the replacement initialized
     // before the old node is drained and deleted.
-    let mut replacements = BTreeSet::new();
-    for claim in &old {
-        replacements.extend(assert_replaced_before_deleted(&report, claim, NEW_IMAGE));
-    }
+    let replacements = assert_each_replaced_before_deleted(&report, &old, NEW_IMAGE);
     // Capacity launched for the scale-up at 25m boots the new image and never drifts.
     let scale_up: BTreeSet<String> = report
         .events_of("NodeClaimCreated")
@@ -247,10 +235,7 @@ fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template_and_replac
     assert_eq!(claims_in(&drifted), old_template);
 
     // Replaced one at a time from the new template (same image: only the NodePool changed).
-    let mut replacements = BTreeSet::new();
-    for claim in &old_template {
-        replacements.extend(assert_replaced_before_deleted(&report, claim, OLD_IMAGE));
-    }
+    let replacements = assert_each_replaced_before_deleted(&report, &old_template, OLD_IMAGE);
     let pool = &report.final_state.node_pools[0];
     let pool_hash = &pool.annotations["karpenter.sh/nodepool-hash"];
     let claims = &report.final_state.node_claims;
@@ -446,12 +431,7 @@ fn a_core_restart_and_a_plugin_outage_lose_nothing_and_duplicate_nothing() {
     );
     assert_eq!(stats.node_claims_deleted, 0);
     assert_eq!(stats.orphaned_instances, 0);
-    let web: Vec<_> = report
-        .final_state
-        .pods
-        .iter()
-        .filter(|p| p.namespace == "default")
-        .collect();
+    let web = pods_in(&report, "default");
     assert_eq!(web.len(), 20);
     assert!(web.iter().all(|p| p.phase == "Running"));
 }

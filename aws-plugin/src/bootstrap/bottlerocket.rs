@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use toml_edit::{DocumentMut, InlineTable, Item, Table, Value};
 
-use super::{Bootstrap, BootstrapError, taint_value};
+use super::{Bootstrap, BootstrapError, double_quoted_with, taint_value};
 
 /// A TOML table: values and sub-tables, by key.
 type Tree = BTreeMap<String, Node>;
@@ -308,23 +308,15 @@ fn toml_string(text: &str) -> String {
     if literal_ok {
         return format!("'{text}'");
     }
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\u{8}' => quoted.push_str("\\b"),
-            '\t' => quoted.push_str("\\t"),
-            '\n' => quoted.push_str("\\n"),
-            '\u{c}' => quoted.push_str("\\f"),
-            '\r' => quoted.push_str("\\r"),
-            c if c.is_control() => quoted.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
+    double_quoted_with(text, |c| match c {
+        '\u{8}' => Some("\\b".into()),
+        '\t' => Some("\\t".into()),
+        '\n' => Some("\\n".into()),
+        '\u{c}' => Some("\\f".into()),
+        '\r' => Some("\\r".into()),
+        c if c.is_control() => Some(format!("\\u{:04X}", u32::from(c))),
+        _ => None,
+    })
 }
 
 #[cfg(test)]

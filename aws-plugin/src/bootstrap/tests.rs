@@ -57,6 +57,11 @@ fn fixture() -> Fixture {
 }
 
 impl Fixture {
+    /// What `family` renders with `user_data` and this fixture's settings.
+    fn rendered(&self, family: AMIFamily, user_data: Option<&str>) -> String {
+        render(&self.input(family, user_data)).unwrap()
+    }
+
     fn input<'a>(&'a self, family: AMIFamily, user_data: Option<&'a str>) -> Bootstrap<'a> {
         Bootstrap {
             family,
@@ -110,43 +115,40 @@ spec:
 
 const MIME_HEADER: &str = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n";
 
+/// Asserts that AL2023 renders `user_data` as a MIME document of `parts` and then Karpenter's
+/// node config.
+fn assert_al2023_parts(user_data: &str, parts: &str) {
+    assert_eq!(
+        fixture().rendered(AMIFamily::Al2023, Some(user_data)),
+        format!("{MIME_HEADER}{parts}{KARPENTER_NODE_CONFIG}")
+    );
+}
+
 #[test]
 fn al2023_puts_the_user_script_before_karpenters_node_config() {
-    let fixture = fixture();
     let script = "#!/bin/bash\necho \"Hello, AL2023!\"\n";
-    let expected = format!(
-        "{MIME_HEADER}--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho \"Hello, AL2023!\"\n\n{KARPENTER_NODE_CONFIG}"
-    );
-    assert_eq!(
-        render(&fixture.input(AMIFamily::Al2023, Some(script))).unwrap(),
-        expected
+    assert_al2023_parts(
+        script,
+        "--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho \"Hello, AL2023!\"\n\n",
     );
 }
 
 #[test]
 fn al2023_merges_the_parts_of_mime_user_data() {
-    let fixture = fixture();
     // Upstream's `al2023_mime_userdata_input.golden`: its last boundary has no closing `--`.
     let user_data = "MIME-Version: 1.0\nContent-Type: multipart/mixed; boundary=\"//\"\n\n--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 42\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho \"Hello, AL2023!\"\n--//\n";
-    let expected = format!(
-        "{MIME_HEADER}--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 42\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho \"Hello, AL2023!\"\n{KARPENTER_NODE_CONFIG}"
-    );
-    assert_eq!(
-        render(&fixture.input(AMIFamily::Al2023, Some(user_data))).unwrap(),
-        expected
+    assert_al2023_parts(
+        user_data,
+        "--//\nContent-Type: application/node.eks.aws\n\napiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 42\n--//\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\n\n#!/bin/bash\necho \"Hello, AL2023!\"\n",
     );
 }
 
 #[test]
 fn al2023_types_a_yaml_user_data_as_a_node_config() {
-    let fixture = fixture();
     let user_data = "apiVersion: node.eks.aws/v1alpha1\nkind: NodeConfig\nspec:\n  kubelet:\n    config:\n      maxPods: 42\n";
-    let expected = format!(
-        "{MIME_HEADER}--//\nContent-Type: application/node.eks.aws\n\n{user_data}\n{KARPENTER_NODE_CONFIG}"
-    );
-    assert_eq!(
-        render(&fixture.input(AMIFamily::Al2023, Some(user_data))).unwrap(),
-        expected
+    assert_al2023_parts(
+        user_data,
+        &format!("--//\nContent-Type: application/node.eks.aws\n\n{user_data}\n"),
     );
 }
 
@@ -184,7 +186,7 @@ fn al2023_passes_kubelet_settings_karpenter_does_not_know() {
         .kubelet
         .other
         .insert("shutdownGracePeriod".into(), "30s".into());
-    let text = render(&fixture.input(AMIFamily::Al2023, None)).unwrap();
+    let text = fixture.rendered(AMIFamily::Al2023, None);
     // The node class's maxPods wins over the ENI-limited one.
     assert!(text.contains("      maxPods: 58\n"), "{text}");
     assert!(text.contains("      shutdownGracePeriod: 30s\n"), "{text}");
@@ -260,11 +262,11 @@ fn al2_runs_the_user_script_then_bootstrap_sh() {
     let fixture = fixture();
     let script = "#!/bin/bash\necho \"Running custom user data script\"\n";
     assert_eq!(
-        render(&fixture.input(AMIFamily::Al2, Some(script))).unwrap(),
+        fixture.rendered(AMIFamily::Al2, Some(script)),
         format!("{MIME_HEADER}{AL2_USER_PART}{AL2_BOOTSTRAP_PART}")
     );
     assert_eq!(
-        render(&fixture.input(AMIFamily::Al2, None)).unwrap(),
+        fixture.rendered(AMIFamily::Al2, None),
         format!("{MIME_HEADER}{AL2_BOOTSTRAP_PART}")
     );
 }
@@ -275,7 +277,7 @@ fn al2_merges_the_parts_of_mime_user_data() {
     // Upstream's `al2_userdata_content_type_first_input.golden`, with CRLF line ends.
     let user_data = "Content-Type: multipart/mixed; boundary=\"BOUNDARY\"\r\nMIME-Version: 1.0\r\n\r\n--BOUNDARY\r\nContent-Type: text/x-shellscript; charset=\"us-ascii\"\r\n\r\n#!/bin/bash\r\necho \"Running custom user data script\"\r\n\r\n--BOUNDARY--";
     assert_eq!(
-        render(&fixture.input(AMIFamily::Al2, Some(user_data))).unwrap(),
+        fixture.rendered(AMIFamily::Al2, Some(user_data)),
         format!("{MIME_HEADER}{AL2_USER_PART}{AL2_BOOTSTRAP_PART}")
     );
 }
@@ -302,7 +304,7 @@ fn al2_writes_every_kubelet_flag_and_ipv6() {
     fixture.labels.clear();
     fixture.taints.clear();
     fixture.cluster.ca_bundle = None;
-    let text = render(&fixture.input(AMIFamily::Al2, None)).unwrap();
+    let text = fixture.rendered(AMIFamily::Al2, None);
     let expected = r#"/etc/eks/bootstrap.sh 'test-cluster' --apiserver-endpoint 'https://test-cluster' \
 --ip-family ipv6 \
 --dns-cluster-ip 'fd00::a' \
@@ -405,7 +407,7 @@ no-proxy = ['localhost', '127.0.0.1']
 time-servers = ['169.254.169.123']
 "#;
     assert_eq!(
-        render(&fixture.input(AMIFamily::Bottlerocket, Some(BOTTLEROCKET_USER_DATA))).unwrap(),
+        fixture.rendered(AMIFamily::Bottlerocket, Some(BOTTLEROCKET_USER_DATA)),
         expected
     );
 }
@@ -490,10 +492,7 @@ Write-Host "Finished running custom user data script"
         AMIFamily::Windows2022,
         AMIFamily::Windows2025,
     ] {
-        assert_eq!(
-            render(&fixture.input(family, Some(script))).unwrap(),
-            expected
-        );
+        assert_eq!(fixture.rendered(family, Some(script)), expected);
     }
 }
 
@@ -559,7 +558,7 @@ fn labels_and_taints_are_quoted_for_the_shell_they_land_in() {
     fixture.taints = vec![taint("k", Some("v'\u{2019}"), "NoSchedule")];
     fixture.kubelet = KubeletConfiguration::default();
 
-    let al2 = render(&fixture.input(AMIFamily::Al2, None)).unwrap();
+    let al2 = fixture.rendered(AMIFamily::Al2, None);
     assert!(al2.contains(r#"/etc/eks/bootstrap.sh 'it'\''s' "#), "{al2}");
     assert!(
         al2.contains(
@@ -568,7 +567,7 @@ fn labels_and_taints_are_quoted_for_the_shell_they_land_in() {
         "{al2}"
     );
 
-    let windows = render(&fixture.input(AMIFamily::Windows2022, None)).unwrap();
+    let windows = fixture.rendered(AMIFamily::Windows2022, None);
     assert!(windows.contains("-EKSClusterName 'it''s' "), "{windows}");
     assert!(
         windows.contains(
@@ -577,7 +576,7 @@ fn labels_and_taints_are_quoted_for_the_shell_they_land_in() {
         "{windows}"
     );
 
-    let al2023 = render(&fixture.input(AMIFamily::Al2023, None)).unwrap();
+    let al2023 = fixture.rendered(AMIFamily::Al2023, None);
     // Plain YAML: quotes and backslashes in it are literal.
     assert!(
         al2023.contains(
@@ -588,7 +587,7 @@ fn labels_and_taints_are_quoted_for_the_shell_they_land_in() {
     );
     assert!(al2023.contains("        value: v'’\n"), "{al2023}");
 
-    let bottlerocket = render(&fixture.input(AMIFamily::Bottlerocket, None)).unwrap();
+    let bottlerocket = fixture.rendered(AMIFamily::Bottlerocket, None);
     assert!(
         bottlerocket.contains(
             "[settings.kubernetes.node-labels]\na = \"it's \\\"q\\\" \\\\\"\nz = 'last'\n"

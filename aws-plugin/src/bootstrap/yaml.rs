@@ -184,21 +184,13 @@ fn needs_escape(c: char) -> bool {
 }
 
 fn double_quoted(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        match c {
-            '"' => quoted.push_str("\\\""),
-            '\\' => quoted.push_str("\\\\"),
-            '\n' => quoted.push_str("\\n"),
-            '\t' => quoted.push_str("\\t"),
-            '\r' => quoted.push_str("\\r"),
-            c if needs_escape(c) => quoted.push_str(&format!("\\u{:04X}", u32::from(c))),
-            c => quoted.push(c),
-        }
-    }
-    quoted.push('"');
-    quoted
+    super::double_quoted_with(text, |c| match c {
+        '\n' => Some("\\n".into()),
+        '\t' => Some("\\t".into()),
+        '\r' => Some("\\r".into()),
+        c if needs_escape(c) => Some(format!("\\u{:04X}", u32::from(c))),
+        _ => None,
+    })
 }
 
 /// Whether the text reads as a YAML mapping, the test upstream uses to tell a `NodeConfig` in

@@ -58,6 +58,20 @@ fn filters(tags: &[TagFilter]) -> Vec<sdk::Filter> {
         .collect()
 }
 
+/// The tag filters, and a filter on `field` when `names` names any.
+fn filters_by_name(tags: &[TagFilter], field: &str, names: &[String]) -> Vec<sdk::Filter> {
+    let mut filters = filters(tags);
+    if !names.is_empty() {
+        filters.push(
+            sdk::Filter::builder()
+                .name(field)
+                .set_values(Some(names.to_vec()))
+                .build(),
+        );
+    }
+    filters
+}
+
 fn some_if_any<T>(v: Vec<T>) -> Option<Vec<T>> {
     (!v.is_empty()).then_some(v)
 }
@@ -405,15 +419,7 @@ impl Ec2 for SdkEc2 {
 
     fn describe_images<'a>(&'a self, query: &'a ImageQuery) -> AwsFuture<'a, Vec<Image>> {
         Box::pin(async move {
-            let mut filters = filters(&query.tags);
-            if !query.names.is_empty() {
-                filters.push(
-                    sdk::Filter::builder()
-                        .name("name")
-                        .set_values(Some(query.names.clone()))
-                        .build(),
-                );
-            }
+            let filters = filters_by_name(&query.tags, "name", &query.names);
             let mut pages = self
                 .client
                 .describe_images()
@@ -462,15 +468,7 @@ impl Ec2 for SdkEc2 {
         query: &'a SecurityGroupQuery,
     ) -> AwsFuture<'a, Vec<SecurityGroup>> {
         Box::pin(async move {
-            let mut filters = filters(&query.tags);
-            if !query.names.is_empty() {
-                filters.push(
-                    sdk::Filter::builder()
-                        .name("group-name")
-                        .set_values(Some(query.names.clone()))
-                        .build(),
-                );
-            }
+            let filters = filters_by_name(&query.tags, "group-name", &query.names);
             let mut pages = self
                 .client
                 .describe_security_groups()

@@ -498,12 +498,7 @@ mod tests {
     use super::*;
 
     fn requirement_in(key: &str, values: &[&str]) -> v1::Requirement {
-        v1::Requirement {
-            key: key.to_owned(),
-            operator: v1::Operator::In as i32,
-            values: values.iter().map(|v| (*v).to_owned()).collect(),
-            min_values: None,
-        }
+        v1::Requirement::in_values(key, values)
     }
 
     /// A type with 2 cpu / 8Gi in zones a and b, spot at `spot` and on-demand at `od`.
@@ -774,12 +769,7 @@ mod tests {
         let (field, _) =
             requirements(&[requirement_in("a", &["b"]), bad], "spec.requirements").unwrap_err();
         assert_eq!(field, "spec.requirements[1].operator");
-        let empty_in = v1::Requirement {
-            key: "k".to_owned(),
-            operator: v1::Operator::In as i32,
-            values: vec![],
-            min_values: None,
-        };
+        let empty_in = v1::Requirement::in_values("k", Vec::<String>::new());
         let (field, message) = requirements(&[empty_in], "spec.requirements").unwrap_err();
         assert_eq!(field, "spec.requirements[0]");
         assert!(message.contains("must have a value"), "{message}");

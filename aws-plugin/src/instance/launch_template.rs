@@ -13,6 +13,8 @@
 use std::collections::HashSet;
 use std::sync::{Mutex, MutexGuard};
 
+use core_domain::hash::fnv1a_64;
+
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::{
     AMIFamily, BlockDeviceMapping as ApiBlockDeviceMapping, HttpTokens,
@@ -112,14 +114,6 @@ pub fn name_of(request: &LaunchTemplateRequest) -> String {
         "{NAME_PREFIX}/{}",
         fnv1a_64(canonical.to_string().as_bytes())
     )
-}
-
-fn fnv1a_64(bytes: &[u8]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0100_0000_01b3;
-    bytes
-        .iter()
-        .fold(OFFSET, |hash, b| (hash ^ u64::from(*b)).wrapping_mul(PRIME))
 }
 
 /// The node class's block devices, or the AMI family's defaults when it names none

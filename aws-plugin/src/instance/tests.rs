@@ -88,12 +88,7 @@ impl Harness {
 }
 
 fn requirement(key: &str, values: &[&str]) -> v1::Requirement {
-    v1::Requirement {
-        key: key.to_owned(),
-        operator: v1::Operator::In as i32,
-        values: values.iter().map(|v| (*v).to_owned()).collect(),
-        min_values: None,
-    }
+    v1::Requirement::in_values(key, values)
 }
 
 fn claim(name: &str, requirements: Vec<v1::Requirement>) -> v1::NodeClaim {

@@ -54,25 +54,22 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::node_class::fixture;
     use crate::node_class::parse::parse_node_class;
 
     fn node_class(patch: serde_json::Value) -> EC2NodeClass {
-        let mut value = json!({
-            "metadata": {"name": "default"},
-            "spec": {
-                "role": "KarpenterNodeRole",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-                "userData": "echo hi",
-                "tags": {"team": "a"},
-                "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
-                    "ebs": {"volumeSize": "20Gi", "volumeType": "gp3"}}],
-            }
+        let mut value = fixture::node_class();
+        let spec_patch = json!({
+            "userData": "echo hi",
+            "tags": {"team": "a"},
+            "blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
+                "ebs": {"volumeSize": "20Gi", "volumeType": "gp3"}}],
         });
-        if let (Some(spec), Some(patch)) = (value["spec"].as_object_mut(), patch.as_object()) {
-            for (k, v) in patch {
-                spec.insert(k.clone(), v.clone());
+        for patch in [spec_patch, patch] {
+            if let (Some(spec), Some(patch)) = (value["spec"].as_object_mut(), patch.as_object()) {
+                for (k, v) in patch {
+                    spec.insert(k.clone(), v.clone());
+                }
             }
         }
         parse_node_class(&value).unwrap()

@@ -84,18 +84,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-
-    fn valid() -> serde_json::Value {
-        json!({
-            "metadata": {"name": "default"},
-            "spec": {
-                "role": "KarpenterNodeRole",
-                "amiSelectorTerms": [{"alias": "al2023@latest"}],
-                "subnetSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-                "securityGroupSelectorTerms": [{"tags": {"karpenter.sh/discovery": "demo"}}],
-            }
-        })
-    }
+    use crate::node_class::fixture::node_class as valid;
 
     #[test]
     fn a_valid_node_class_parses_with_defaults() {

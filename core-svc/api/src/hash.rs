@@ -17,6 +17,7 @@
 //! Callers pass the fields that are static (selectors and behaviour fields removed) after
 //! defaulting, so that an explicit default and an omitted field agree.
 
+use core_domain::hash::fnv1_64;
 use serde_json::Value;
 
 /// The decimal FNV-1 64-bit hash of `value`'s canonical form.
@@ -94,27 +95,11 @@ fn write_canonical(value: &Value, out: &mut String) {
     }
 }
 
-/// FNV-1 (not 1a), 64-bit, as Go's `hash/fnv.New64` that upstream's hashes use.
-fn fnv1_64(bytes: &[u8]) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes.iter().fold(OFFSET, |hash, &byte| {
-        hash.wrapping_mul(PRIME) ^ u64::from(byte)
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use serde_json::json;
 
     use super::*;
-
-    #[test]
-    fn fnv1_matches_the_reference_vectors() {
-        // Go: fnv.New64() over "" and "a".
-        assert_eq!(fnv1_64(b""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(fnv1_64(b"a"), 0xaf63_bd4c_8601_b7be);
-    }
 
     #[test]
     fn key_order_and_list_order_do_not_matter() {

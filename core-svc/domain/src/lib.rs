@@ -6,6 +6,7 @@
 //! API types into these types at their edge. That is what lets core-svc, aws-plugin
 //! and the simulator share it, and what lets it be tested and benchmarked alone.
 
+pub mod hash;
 pub mod instance_type;
 pub mod labels;
 pub mod quantity;

@@ -934,17 +934,10 @@ mod tests {
             .create(&request("a", vec![]), &json!({}))
             .await
             .unwrap();
-        cloud.insert_instance(CloudInstance {
-            node_claim_name: None,
-            provider_id: "fake:///test-zone-2/leaked".into(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Quantities::new(),
-            allocatable: Quantities::new(),
-            creation_time: None,
-            deletion_time: None,
-            state: InstanceState::Running,
-        });
+        cloud.insert_instance(crate::controllers::testing::running_instance(
+            None,
+            "fake:///test-zone-2/leaked",
+        ));
         let listed: Vec<String> = cloud
             .list()
             .await

@@ -528,17 +528,8 @@ mod tests {
 
     #[test]
     fn an_instance_shutting_down_is_deleting() {
-        let mut instance = CloudInstance {
-            node_claim_name: None,
-            provider_id: "fake:///zone-a/i-1".into(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Quantities::new(),
-            allocatable: Quantities::new(),
-            creation_time: None,
-            deletion_time: None,
-            state: InstanceState::Running,
-        };
+        let mut instance =
+            crate::controllers::testing::running_instance(None, "fake:///zone-a/i-1");
         assert!(!instance.is_deleting());
         instance.state = InstanceState::Terminating;
         assert!(instance.is_deleting());

@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
+use core_domain::hash::Fnv1a;
 use tonic::Code;
 
 use super::Rpc;
@@ -100,7 +101,12 @@ impl RetryPolicy {
             return full;
         }
         // Equal jitter: half fixed, half spread, so a wait never shrinks below half.
-        let spread = fnv1a(key.as_bytes(), failed_attempts) % 1024;
+        // FNV-1a over the key and the attempt: stable across builds and platforms, unlike std's
+        // hasher, so a key's waits are the same in every run.
+        let spread = Fnv1a::new()
+            .write(key.bytes().chain(failed_attempts.to_le_bytes()))
+            .finish()
+            % 1024;
         let half = full / 2;
         half + (full - half) * u32::try_from(spread).unwrap_or(0) / 1023
     }
@@ -134,19 +140,6 @@ impl Default for RetryPolicy {
     fn default() -> Self {
         RetryPolicy::DEFAULT
     }
-}
-
-/// FNV-1a over `bytes` and `salt`: stable across builds and platforms, unlike std's hasher, so a
-/// key's waits are the same in every run.
-fn fnv1a(bytes: &[u8], salt: u32) -> u64 {
-    const OFFSET: u64 = 0xcbf2_9ce4_8422_2325;
-    const PRIME: u64 = 0x0000_0100_0000_01b3;
-    bytes
-        .iter()
-        .chain(salt.to_le_bytes().iter())
-        .fold(OFFSET, |hash, byte| {
-            (hash ^ u64::from(*byte)).wrapping_mul(PRIME)
-        })
 }
 
 /// Where the adapter measures a call's time and waits between attempts.

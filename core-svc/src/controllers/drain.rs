@@ -15,7 +15,6 @@
 
 pub mod plan;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -25,11 +24,11 @@ use serde_json::{Value, json};
 use super::Context;
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Preconditions};
-use crate::events::{EventType, ObjectRef, Reason};
+use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::{
     DISRUPTED_TAINT_EFFECT, DISRUPTED_TAINT_KEY, EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS_VALUE,
     LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS, disrupted_taint, has_disrupted_taint,
-    has_exclude_label,
+    has_exclude_label, name_of,
 };
 use plan::DrainPlan;
 
@@ -243,7 +242,7 @@ async fn execute<C: Cluster, P: CloudProvider>(
             format!(
                 "Deleting the pod with a grace period of {grace}s so that it stops before the node's terminationGracePeriod ends"
             ),
-            fields(&[
+            non_empty_fields(&[
                 ("pod", &qualified),
                 ("node", node),
                 ("nodeClaim", node_claim),
@@ -305,7 +304,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
                 EventType::Normal,
                 Reason::PodEvicted,
                 format!("Evicted pod from node {node}"),
-                fields(&[
+                non_empty_fields(&[
                     ("pod", &qualified),
                     ("node", node),
                     ("nodeClaim", node_claim),
@@ -324,7 +323,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
                     EventType::Normal,
                     Reason::EvictionBlocked,
                     format!("Eviction blocked by PodDisruptionBudget {budget}: {reason}"),
-                    fields(&[
+                    non_empty_fields(&[
                         ("pod", &qualified),
                         ("node", node),
                         ("nodeClaim", node_claim),
@@ -345,7 +344,7 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
                     format!(
                         "Eviction refused: the pod matches more than one PodDisruptionBudget ({budgets}), which eviction does not support"
                     ),
-                    fields(&[
+                    non_empty_fields(&[
                         ("pod", &qualified),
                         ("node", node),
                         ("nodeClaim", node_claim),
@@ -359,10 +358,6 @@ pub async fn evict_pod<C: Cluster, P: CloudProvider>(
     }
 }
 
-pub(crate) fn name_of<K: kube::Resource>(object: &K) -> &str {
-    object.meta().name.as_deref().unwrap_or_default()
-}
-
 pub(crate) fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions {
     object
         .meta()
@@ -370,14 +365,6 @@ pub(crate) fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions 
         .as_ref()
         .map(Preconditions::uid)
         .unwrap_or_default()
-}
-
-pub(crate) fn fields(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .filter(|(_, value)| !value.is_empty())
-        .map(|(key, value)| ((*key).to_owned(), (*value).to_owned()))
-        .collect()
 }
 
 pub(crate) fn qualified_pod_name(pod: &Pod) -> String {

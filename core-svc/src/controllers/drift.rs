@@ -45,6 +45,7 @@ use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, DriftReason};
 use crate::cluster::Cluster;
 use crate::events::{EventType, ObjectRef, Reason};
+use crate::objects::name_of;
 
 /// The NodePool's template changed (static drift).
 pub const REASON_NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
@@ -97,7 +98,7 @@ pub fn static_drift(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<Drif
             format!(
                 "the template of NodePool {} changed: its hash is {pool_hash}, the NodeClaim's \
                  is {claim_hash} (hash version {pool_version})",
-                name_of(&node_pool.metadata),
+                name_of(node_pool),
             ),
         )
     })
@@ -134,7 +135,7 @@ pub fn requirements_drift(node_claim: &NodeClaim, node_pool: &NodePool) -> Optio
         REASON_REQUIREMENTS_DRIFTED,
         format!(
             "the NodeClaim no longer matches the requirements of NodePool {}: {why}",
-            name_of(&node_pool.metadata)
+            name_of(node_pool)
         ),
     ))
 }
@@ -155,7 +156,7 @@ fn node_pool_requirements(node_pool: &NodePool) -> Option<Requirements> {
         Ok(requirements) => Some(requirements),
         Err(error) => {
             tracing::warn!(
-                node_pool = name_of(&node_pool.metadata),
+                node_pool = name_of(node_pool),
                 %error,
                 "the NodePool's requirements are invalid; requirements drift not checked"
             );
@@ -265,10 +266,6 @@ pub fn drifted_conditions(
             changed.then(|| (updated, newly.then_some(Reason::NodeClaimDrifted)))
         }
     }
-}
-
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or_default()
 }
 
 /// The last InstanceTypeNotFound check of a NodeClaim and its verdict, which stands until the
@@ -431,7 +428,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         {
             return last.drift.clone();
         }
-        let pool_name = name_of(&node_pool.metadata).to_owned();
+        let pool_name = name_of(node_pool).to_owned();
         if !pass.catalogues.contains_key(&pool_name) {
             let catalogue = self.catalogue(snapshot, node_pool, pass).await;
             pass.catalogues.insert(pool_name.clone(), catalogue);
@@ -470,11 +467,11 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         {
             Ok(catalogue) => Some(catalogue),
             Err(CloudProviderError::NodeClassNotReady(message)) => {
-                tracing::debug!(node_pool = name_of(&node_pool.metadata), %message, "node class not ready; instance types not checked");
+                tracing::debug!(node_pool = name_of(node_pool), %message, "node class not ready; instance types not checked");
                 None
             }
             Err(error) => {
-                let object = ObjectRef::cluster_scoped("NodePool", name_of(&node_pool.metadata));
+                let object = ObjectRef::cluster_scoped("NodePool", name_of(node_pool));
                 self.plugin_failed(pass, object, "nodePool", &error);
                 None
             }
@@ -487,7 +484,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         node_claim: &NodeClaim,
         pass: &mut PassState,
     ) -> Verdict {
-        let name = name_of(&node_claim.metadata);
+        let name = name_of(node_claim);
         let Some(node_class) = snapshot.node_class_for(&node_claim.spec.node_class_ref) else {
             tracing::debug!(
                 node_claim = name,
@@ -566,7 +563,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         verdict: &Verdict,
         pass: &mut PassState,
     ) -> Result<(), ControllerError> {
-        let name = name_of(&node_claim.metadata);
+        let name = name_of(node_claim);
         let conditions = node_claim
             .status
             .as_ref()
@@ -651,13 +648,8 @@ impl<C: Cluster, P: CloudProvider> Controller for DriftController<C, P> {
             } else {
                 Verdict::NotDrifted
             };
-            self.apply(
-                node_claim,
-                name_of(&node_pool.metadata),
-                &verdict,
-                &mut pass,
-            )
-            .await?;
+            self.apply(node_claim, name_of(node_pool), &verdict, &mut pass)
+                .await?;
         }
         // Forget the checks of NodeClaims that are gone.
         let live: HashSet<&str> = snapshot

@@ -328,7 +328,6 @@ mod tests {
     use super::*;
     use crate::cloudprovider::InstanceState;
     use crate::controllers::testing::{self, at, kinds, snapshot};
-    use core_domain::resources::Quantities;
     use serde_json::json;
     use std::time::SystemTime;
 
@@ -361,15 +360,8 @@ mod tests {
         created: Option<i64>,
     ) -> CloudInstance {
         CloudInstance {
-            node_claim_name: node_claim.map(str::to_owned),
-            provider_id: provider_id.into(),
-            image_id: None,
-            labels: BTreeMap::new(),
-            capacity: Quantities::new(),
-            allocatable: Quantities::new(),
             creation_time: created.map(|s| SystemTime::from(at(s))),
-            deletion_time: None,
-            state: InstanceState::Running,
+            ..testing::running_instance(node_claim, provider_id)
         }
     }
 

@@ -35,8 +35,8 @@ pub mod nodeclaim;
 pub mod nodeclass;
 pub mod provisioning;
 pub mod termination;
-#[cfg(test)]
-pub(crate) mod testing;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

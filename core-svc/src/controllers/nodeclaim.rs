@@ -141,10 +141,7 @@ pub fn provider_id_of(node_claim: &NodeClaim) -> &str {
         .map_or("", |status| status.provider_id.as_str())
 }
 
-/// The NodeClaim's name (empty when unset).
-pub fn name_of(node_claim: &NodeClaim) -> &str {
-    node_claim.metadata.name.as_deref().unwrap_or_default()
-}
+pub use crate::objects::name_of;
 
 /// The name of the NodePool the NodeClaim belongs to: its `karpenter.sh/nodepool` label.
 pub fn node_pool_of(node_claim: &NodeClaim) -> Option<&str> {

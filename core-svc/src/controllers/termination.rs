@@ -37,7 +37,7 @@ use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 use serde_json::{Map, Value, json};
 
-use super::drain::{self, DRAIN_POLL, fields, name_of, uid_preconditions};
+use super::drain::{self, DRAIN_POLL, uid_preconditions};
 use super::nodeclaim::{
     has_termination_finalizer, node_claim_of, node_provider_id, nodes_of, provider_id_of,
     set_condition,
@@ -45,8 +45,8 @@ use super::nodeclaim::{
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Snapshot};
-use crate::events::{EventType, ObjectRef, Reason};
-use crate::objects::is_node_ready;
+use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
+use crate::objects::{is_node_ready, name_of};
 
 /// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
 /// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
@@ -315,7 +315,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             } else {
                 "nodeClaim"
             };
-            let fields = fields(&[(key, &object.name), ("providerID", provider_id)]);
+            let fields = non_empty_fields(&[(key, &object.name), ("providerID", provider_id)]);
             self.ctx.event(
                 object,
                 EventType::Warning,
@@ -504,7 +504,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             EventType::Normal,
             Reason::InstanceTerminated,
             format!("Instance {provider_id} is terminated"),
-            fields(&[
+            non_empty_fields(&[
                 ("nodeClaim", name),
                 ("providerID", provider_id),
                 ("node", nodes.first().map(name_of).unwrap_or_default()),
@@ -542,7 +542,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             EventType::Normal,
             Reason::NodeClaimDeleted,
             "NodeClaim deleted",
-            fields(&[
+            non_empty_fields(&[
                 ("nodeClaim", name),
                 ("nodePool", node_pool),
                 ("providerID", provider_id),
@@ -657,7 +657,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
             EventType::Normal,
             Reason::NodeDeleted,
             "Node deleted",
-            fields(&[("node", name), ("nodeClaim", node_claim)]),
+            non_empty_fields(&[("node", name), ("nodeClaim", node_claim)]),
         );
         Ok(())
     }

@@ -1,6 +1,12 @@
-//! Fixtures the controllers' unit tests share: times as offsets from one instant, the node
-//! class kind of the tests' provider, JSON merging, and the smallest valid objects, which each
-//! test module dresses (by a JSON patch) with what its tests look at.
+//! Fixtures core-svc's tests share, its unit tests and (through the `testing` feature) its
+//! integration tests: times as offsets from one instant, the node class kind of the tests'
+//! provider, JSON merging, and the smallest valid objects, which each test dresses (by a JSON
+//! patch) with what it looks at.
+
+#![allow(
+    clippy::unwrap_used,
+    reason = "test fixtures: a fixture that does not parse is a failed test, with its location"
+)]
 
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -10,16 +16,16 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-use crate::cloudprovider::NodeClassKind;
+use crate::cloudprovider::{CloudInstance, InstanceState, NodeClassKind};
 use crate::cluster::Snapshot;
 
 /// `seconds` after a fixed instant (2023-11-14T22:13:20Z), so tests read as offsets.
-pub(crate) fn at(seconds: i64) -> Timestamp {
+pub fn at(seconds: i64) -> Timestamp {
     Timestamp::from_second(1_700_000_000 + seconds).unwrap()
 }
 
 /// The node class kinds the tests' provider serves: `test.karpenter.sh/v1` `TestNodeClass`.
-pub(crate) fn kinds() -> Vec<NodeClassKind> {
+pub fn kinds() -> Vec<NodeClassKind> {
     vec![NodeClassKind {
         group: "test.karpenter.sh".into(),
         version: "v1".into(),
@@ -33,13 +39,13 @@ fn node_class_ref() -> Value {
 }
 
 /// A fixture written as JSON, typed.
-pub(crate) fn from_json<T: DeserializeOwned>(value: Value) -> T {
+pub fn from_json<T: DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).unwrap()
 }
 
 /// Merges `patch` into `target`: objects key by key and recursively; anything else, `null`
 /// included, replaces what was there.
-pub(crate) fn merge(target: &mut Value, patch: Value) {
+pub fn merge(target: &mut Value, patch: Value) {
     match (target, patch) {
         (Value::Object(target), Value::Object(patch)) => {
             for (key, value) in patch {
@@ -51,18 +57,18 @@ pub(crate) fn merge(target: &mut Value, patch: Value) {
 }
 
 /// `base` with `patch` merged in.
-pub(crate) fn merged(mut base: Value, patch: Value) -> Value {
+pub fn merged(mut base: Value, patch: Value) -> Value {
     merge(&mut base, patch);
     base
 }
 
 /// `object` with `patch` merged into its JSON.
-pub(crate) fn patched<T: Serialize + DeserializeOwned>(object: &T, patch: Value) -> T {
+pub fn patched<T: Serialize + DeserializeOwned>(object: &T, patch: Value) -> T {
     from_json(merged(serde_json::to_value(object).unwrap(), patch))
 }
 
 /// A NodeClaim `name` of the `default` TestNodeClass with no requirements; `patch` merged in.
-pub(crate) fn node_claim(name: &str, patch: Value) -> NodeClaim {
+pub fn node_claim(name: &str, patch: Value) -> NodeClaim {
     from_json(merged(
         json!({
             "apiVersion": "karpenter.sh/v1",
@@ -76,7 +82,7 @@ pub(crate) fn node_claim(name: &str, patch: Value) -> NodeClaim {
 
 /// A NodePool `name` whose template takes the `default` TestNodeClass with no requirements;
 /// `patch` merged in.
-pub(crate) fn node_pool(name: &str, patch: Value) -> NodePool {
+pub fn node_pool(name: &str, patch: Value) -> NodePool {
     from_json(merged(
         json!({
             "apiVersion": "karpenter.sh/v1",
@@ -92,7 +98,7 @@ pub(crate) fn node_pool(name: &str, patch: Value) -> NodePool {
 }
 
 /// A TestNodeClass `name`; `patch` merged in.
-pub(crate) fn node_class(name: &str, patch: Value) -> DynamicObject {
+pub fn node_class(name: &str, patch: Value) -> DynamicObject {
     from_json(merged(
         json!({
             "apiVersion": "test.karpenter.sh/v1",
@@ -104,7 +110,7 @@ pub(crate) fn node_class(name: &str, patch: Value) -> DynamicObject {
 }
 
 /// A Node `name`; `patch` merged in.
-pub(crate) fn node(name: &str, patch: Value) -> Node {
+pub fn node(name: &str, patch: Value) -> Node {
     from_json(merged(
         json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }),
         patch,
@@ -112,7 +118,7 @@ pub(crate) fn node(name: &str, patch: Value) -> Node {
 }
 
 /// A Pod `default/name` without containers; `patch` merged in.
-pub(crate) fn pod(name: &str, patch: Value) -> Pod {
+pub fn pod(name: &str, patch: Value) -> Pod {
     from_json(merged(
         json!({
             "apiVersion": "v1",
@@ -126,7 +132,7 @@ pub(crate) fn pod(name: &str, patch: Value) -> Pod {
 
 /// A pending Pod `default/name` with UID `uid-NAME` that the kube-scheduler marked
 /// `PodScheduled=False, Unschedulable`; `patch` merged in.
-pub(crate) fn unschedulable_pod(name: &str, patch: Value) -> Pod {
+pub fn unschedulable_pod(name: &str, patch: Value) -> Pod {
     pod(
         name,
         merged(
@@ -141,8 +147,29 @@ pub(crate) fn unschedulable_pod(name: &str, patch: Value) -> Pod {
     )
 }
 
+/// A running instance of the cloud as `provider_id`, launched for the NodeClaim `node_claim`
+/// (none: not Karpenter's), with no creation time, capacity or labels.
+pub fn running_instance(node_claim: Option<&str>, provider_id: &str) -> CloudInstance {
+    CloudInstance {
+        node_claim_name: node_claim.map(str::to_owned),
+        provider_id: provider_id.to_owned(),
+        image_id: None,
+        labels: std::collections::BTreeMap::new(),
+        capacity: Default::default(),
+        allocatable: Default::default(),
+        creation_time: None,
+        deletion_time: None,
+        state: InstanceState::Running,
+    }
+}
+
+/// Owned copies of a snapshot's shared objects, for assertions that keep them.
+pub fn owned<T: Clone>(shared: &[std::sync::Arc<T>]) -> Vec<T> {
+    shared.iter().map(|object| T::clone(object)).collect()
+}
+
 /// A snapshot of `node_claims` and `nodes`, sorted as the cluster hands snapshots out.
-pub(crate) fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
+pub fn snapshot(node_claims: Vec<NodeClaim>, nodes: Vec<Node>) -> Snapshot {
     let mut snapshot = Snapshot {
         node_claims: crate::cluster::shared(node_claims),
         nodes: crate::cluster::shared(nodes),

@@ -138,6 +138,7 @@ pub fn sort_by_disruption_cost<T>(items: &mut [T], key: impl Fn(&T) -> (f64, &st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::controllers::testing;
     use serde_json::json;
 
     fn pod(priority: Option<i32>, deletion_cost: Option<&str>) -> Pod {
@@ -155,17 +156,13 @@ mod tests {
     }
 
     fn node_claim(created: &str, expire_after: &str) -> NodeClaim {
-        serde_json::from_value(json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": "c", "creationTimestamp": created },
-            "spec": {
-                "requirements": [],
-                "nodeClassRef": { "group": "g", "kind": "K", "name": "n" },
-                "expireAfter": expire_after,
-            },
-        }))
-        .unwrap()
+        testing::node_claim(
+            "c",
+            json!({
+                "metadata": { "creationTimestamp": created },
+                "spec": { "expireAfter": expire_after },
+            }),
+        )
     }
 
     fn at(text: &str) -> Timestamp {

@@ -193,12 +193,10 @@ mod tests {
     fn valid() -> v1::InstanceType {
         v1::InstanceType {
             name: "m5.large".into(),
-            requirements: vec![v1::Requirement {
-                key: LABEL_INSTANCE_TYPE.into(),
-                operator: v1::Operator::In as i32,
-                values: vec!["m5.large".into()],
-                min_values: None,
-            }],
+            requirements: vec![v1::Requirement::in_values(
+                LABEL_INSTANCE_TYPE,
+                ["m5.large"],
+            )],
             offerings: vec![v1::Offering {
                 zone: "us-east-1a".into(),
                 capacity_type: "on-demand".into(),

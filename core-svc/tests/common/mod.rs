@@ -1,15 +1,17 @@
 //! What the core-svc integration tests share: the in-memory ports a controller runs on (the
 //! in-memory cluster, the fake cloud provider, a fake clock and recorded events), and the
-//! smallest valid objects, which each test dresses (by a JSON patch) with what it looks at.
+//! smallest valid objects, which each test dresses (by a JSON patch) with what it looks at
+//! (core-svc's own fixtures, `core_svc::controllers::testing`, with a few for end-to-end runs).
 
 #![allow(
     dead_code,
+    unused_imports,
     reason = "every test crate compiles this module and each uses a part of it"
 )]
 
 use std::sync::Arc;
 
-use core_svc::apis::{NodeClaim, NodePool};
+use core_svc::apis::NodeClaim;
 use core_svc::clock::FakeClock;
 use core_svc::cloudprovider::FakeCloudProvider;
 use core_svc::cluster::{Cluster as _, InMemoryCluster};
@@ -18,9 +20,17 @@ use core_svc::events::MemoryEvents;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use kube::core::DynamicObject;
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
+
+pub(crate) use core_svc::controllers::testing::{
+    from_json, merged, node, node_claim, node_class, node_pool, owned, pod, running_instance,
+};
+
+/// The reference to the `default` EC2NodeClass, as JSON, for the tests whose objects name the
+/// AWS provider's node class rather than the fake provider's.
+pub(crate) fn ec2_node_class_ref() -> Value {
+    json!({ "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" })
+}
 
 /// The in-memory cluster's seed: generated names and UIDs repeat from run to run.
 const SEED: u64 = 7;
@@ -65,90 +75,6 @@ impl Harness {
             settings: Settings::default(),
         }
     }
-}
-
-/// A fixture written as JSON, typed.
-/// Owned copies of a snapshot's shared objects, for assertions that keep them.
-pub(crate) fn owned<T: Clone>(shared: &[std::sync::Arc<T>]) -> Vec<T> {
-    shared.iter().map(|object| T::clone(object)).collect()
-}
-
-pub(crate) fn from_json<T: DeserializeOwned>(value: Value) -> T {
-    serde_json::from_value(value).unwrap()
-}
-
-/// Merges `patch` into `target`: objects key by key and recursively; anything else, `null`
-/// included, replaces what was there.
-fn merge(target: &mut Value, patch: Value) {
-    match (target, patch) {
-        (Value::Object(target), Value::Object(patch)) => {
-            for (key, value) in patch {
-                merge(target.entry(key).or_insert(Value::Null), value);
-            }
-        }
-        (target, patch) => *target = patch,
-    }
-}
-
-/// `base` with `patch` merged in.
-pub(crate) fn merged(mut base: Value, patch: Value) -> Value {
-    merge(&mut base, patch);
-    base
-}
-
-/// The reference to the `default` TestNodeClass, as JSON.
-fn node_class_ref() -> Value {
-    json!({ "group": "test.karpenter.sh", "kind": "TestNodeClass", "name": "default" })
-}
-
-/// A TestNodeClass `name`; `patch` merged in.
-pub(crate) fn test_node_class(name: &str, patch: Value) -> DynamicObject {
-    from_json(merged(
-        json!({
-            "apiVersion": "test.karpenter.sh/v1",
-            "kind": "TestNodeClass",
-            "metadata": { "name": name },
-        }),
-        patch,
-    ))
-}
-
-/// A NodeClaim `name` of the `default` TestNodeClass with no requirements; `patch` merged in.
-pub(crate) fn node_claim(name: &str, patch: Value) -> NodeClaim {
-    from_json(merged(
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodeClaim",
-            "metadata": { "name": name },
-            "spec": { "nodeClassRef": node_class_ref(), "requirements": [] },
-        }),
-        patch,
-    ))
-}
-
-/// A NodePool `name` whose template takes the `default` TestNodeClass with no requirements;
-/// `patch` merged in.
-pub(crate) fn node_pool(name: &str, patch: Value) -> NodePool {
-    from_json(merged(
-        json!({
-            "apiVersion": "karpenter.sh/v1",
-            "kind": "NodePool",
-            "metadata": { "name": name },
-            "spec": { "template": { "spec": {
-                "nodeClassRef": node_class_ref(),
-                "requirements": [],
-            } } },
-        }),
-        patch,
-    ))
-}
-
-/// A Node `name`; `patch` merged in.
-pub(crate) fn node(name: &str, patch: Value) -> Node {
-    from_json(merged(
-        json!({ "apiVersion": "v1", "kind": "Node", "metadata": { "name": name } }),
-        patch,
-    ))
 }
 
 /// A pod `namespace/name` of the ReplicaSet `replica_set`, labelled `app: <replica_set>`,

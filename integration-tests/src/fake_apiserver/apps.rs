@@ -6,6 +6,7 @@
 //! Deployments are plain JSON in the server's own store: no Rust code reads them but the
 //! workload stand-in ([`super::workloads`]), which wants exactly these few fields.
 
+use core_domain::hash::fnv1a_64;
 use core_svc::cluster::ClusterError;
 use serde_json::{Map, Value, json};
 
@@ -123,9 +124,7 @@ pub(crate) fn selector_matches(selector: &Value, labels: &Value) -> bool {
 pub(crate) fn template_hash(template: &Value) -> String {
     let mut text = String::new();
     canonical(template, &mut text);
-    let hash = text.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
-    });
+    let hash = fnv1a_64(text.as_bytes());
     format!("{:010x}", hash & 0xff_ffff_ffff)
 }
 

@@ -8,7 +8,7 @@
 use std::collections::BTreeSet;
 
 use simulator::engine::{self, Quiet};
-use simulator::report::{Report, TimelineEvent};
+use simulator::report::{FinalPod, Report, TimelineEvent};
 use simulator::scenario;
 
 pub(crate) const OLD_IMAGE: &str = "ami-0a1";
@@ -48,6 +48,16 @@ pub(crate) fn first_t(report: &Report, type_: &str, claim: &str) -> Option<f64> 
 }
 
 /// The NodeClaims the provisioner created before `t` (the fleet before a change).
+/// The pods left at the end in `namespace`.
+pub(crate) fn pods_in<'a>(report: &'a Report, namespace: &str) -> Vec<&'a FinalPod> {
+    report
+        .final_state
+        .pods
+        .iter()
+        .filter(|p| p.namespace == namespace)
+        .collect()
+}
+
 pub(crate) fn created_before(report: &Report, t: f64) -> BTreeSet<String> {
     report
         .events_of("NodeClaimCreated")
@@ -74,6 +84,19 @@ pub(crate) fn replacements_of(report: &Report, started: &TimelineEvent) -> Vec<S
         .events_of("NodeClaimCreated")
         .filter(|e| e.t == started.t && e.field("message").is_some_and(|m| m.ends_with(&suffix)))
         .map(|e| e.field("nodeClaim").unwrap().to_owned())
+        .collect()
+}
+
+/// [`assert_replaced_before_deleted`] for each of `candidates`: the names of all their
+/// replacements.
+pub(crate) fn assert_each_replaced_before_deleted<'a>(
+    report: &Report,
+    candidates: impl IntoIterator<Item = &'a String>,
+    image: &str,
+) -> BTreeSet<String> {
+    candidates
+        .into_iter()
+        .flat_map(|candidate| assert_replaced_before_deleted(report, candidate, image))
         .collect()
 }
 

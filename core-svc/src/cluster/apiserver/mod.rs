@@ -467,6 +467,44 @@ impl KubeCluster {
     }
 
     /// Sends a write and keeps what it answers in `reflected`'s overlay.
+    /// Writes `object` by the request `build` makes from its collection's request, its name
+    /// and its body: create, replace and replace-status differ only there.
+    async fn write_object<K: ClusterObject>(
+        &self,
+        object: &K,
+        build: impl FnOnce(
+            Request,
+            &str,
+            Vec<u8>,
+        ) -> Result<http::Request<Vec<u8>>, kube::core::request::Error>
+        + Send,
+    ) -> Result<K, ClusterError> {
+        let namespace = namespace_for(object);
+        let name = sort_key(object).1;
+        let target = typed_target::<K>(namespace, name);
+        let data = body(target, object, &K::api_version(&()), K::KIND)?;
+        let request = build(typed_request::<K>(namespace), name, data);
+        self.write(self.reflected::<K>(), target, request).await
+    }
+
+    /// Applies a JSON merge patch to the object, or to its `subresource`.
+    async fn write_merge_patch<K: ClusterObject>(
+        &self,
+        namespace: Option<&str>,
+        name: &str,
+        patch: &Value,
+        subresource: Option<&str>,
+    ) -> Result<K, ClusterError> {
+        let (params, patch) = (requests::patch_params(), kube::api::Patch::Merge(patch));
+        let collection = typed_request::<K>(namespace);
+        let request = match subresource {
+            Some(subresource) => collection.patch_subresource(subresource, name, &params, &patch),
+            None => collection.patch(name, &params, &patch),
+        };
+        let target = typed_target::<K>(namespace, name);
+        self.write(self.reflected::<K>(), target, request).await
+    }
+
     async fn write<T>(
         &self,
         reflected: &Reflected<T>,
@@ -598,46 +636,23 @@ impl Cluster for KubeCluster {
     }
 
     async fn create<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
-        let namespace = namespace_for(object);
-        let name = sort_key(object).1;
-        let target = typed_target::<K>(namespace, name);
-        let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        self.write(
-            self.reflected::<K>(),
-            target,
-            typed_request::<K>(namespace).create(&requests::post_params(), data),
-        )
+        self.write_object(object, |request, _, data| {
+            request.create(&requests::post_params(), data)
+        })
         .await
     }
 
     async fn replace<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
-        let namespace = namespace_for(object);
-        let name = sort_key(object).1;
-        let target = typed_target::<K>(namespace, name);
-        let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        self.write(
-            self.reflected::<K>(),
-            target,
-            typed_request::<K>(namespace).replace(name, &requests::post_params(), data),
-        )
+        self.write_object(object, |request, name, data| {
+            request.replace(name, &requests::post_params(), data)
+        })
         .await
     }
 
     async fn replace_status<K: ClusterObject>(&self, object: &K) -> Result<K, ClusterError> {
-        let namespace = namespace_for(object);
-        let name = sort_key(object).1;
-        let target = typed_target::<K>(namespace, name);
-        let data = body(target, object, &K::api_version(&()), K::KIND)?;
-        self.write(
-            self.reflected::<K>(),
-            target,
-            typed_request::<K>(namespace).replace_subresource(
-                "status",
-                name,
-                &requests::post_params(),
-                data,
-            ),
-        )
+        self.write_object(object, |request, name, data| {
+            request.replace_subresource("status", name, &requests::post_params(), data)
+        })
         .await
     }
 
@@ -647,17 +662,7 @@ impl Cluster for KubeCluster {
         name: &str,
         patch: &Value,
     ) -> Result<K, ClusterError> {
-        let target = typed_target::<K>(namespace, name);
-        self.write(
-            self.reflected::<K>(),
-            target,
-            typed_request::<K>(namespace).patch(
-                name,
-                &requests::patch_params(),
-                &kube::api::Patch::Merge(patch),
-            ),
-        )
-        .await
+        self.write_merge_patch(namespace, name, patch, None).await
     }
 
     async fn merge_patch_status<K: ClusterObject>(
@@ -666,18 +671,8 @@ impl Cluster for KubeCluster {
         name: &str,
         patch: &Value,
     ) -> Result<K, ClusterError> {
-        let target = typed_target::<K>(namespace, name);
-        self.write(
-            self.reflected::<K>(),
-            target,
-            typed_request::<K>(namespace).patch_subresource(
-                "status",
-                name,
-                &requests::patch_params(),
-                &kube::api::Patch::Merge(patch),
-            ),
-        )
-        .await
+        self.write_merge_patch(namespace, name, patch, Some("status"))
+            .await
     }
 
     async fn delete<K: ClusterObject>(
