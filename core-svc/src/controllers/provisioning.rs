@@ -39,7 +39,7 @@ pub mod nodeclaims;
 pub mod nominations;
 pub mod selection;
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -57,7 +57,8 @@ use self::selection::{UsableNodePool, pod_uid};
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, ClusterError, Snapshot};
-use crate::events::{EventType, ObjectRef, Reason};
+use crate::events::{EventType, ObjectRef, Reason, fields};
+use crate::objects::name_of;
 
 /// How long a NodePool's instance types are reused before they are asked for again.
 pub const DEFAULT_INSTANCE_TYPES_TTL: Duration = Duration::from_secs(3 * 60);
@@ -275,7 +276,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             self.options.require_ready_node_class,
         );
         for (pool, why) in &unusable {
-            tracing::debug!(node_pool = %name_of(&pool.metadata), reason = %why, "NodePool not used");
+            tracing::debug!(node_pool = %name_of(*pool), reason = %why, "NodePool not used");
         }
         let node_pools = self.catalogues(&usable, now).await;
         let catalogues = self.instance_types.all();
@@ -341,7 +342,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let mut out = Vec::with_capacity(usable.len());
         let mut reported_unavailable = false;
         for pool in usable {
-            let name = name_of(&pool.pool.metadata);
+            let name = name_of(pool.pool).to_owned();
             match self
                 .instance_types
                 .get(self.ctx.cloud.as_ref(), pool, now)
@@ -417,7 +418,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
                     continue;
                 }
             };
-            let claim_name = name_of(&created.metadata);
+            let claim_name = name_of(&created).to_owned();
             tracing::info!(
                 node_claim = %claim_name,
                 node_pool = %planned.node_pool,
@@ -519,15 +520,4 @@ impl<C: Cluster, P: CloudProvider> Controller for Provisioner<C, P> {
     fn reconcile(&self) -> impl Future<Output = Result<Requeue, ControllerError>> + Send {
         self.pass()
     }
-}
-
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    meta.name.clone().unwrap_or_default()
-}
-
-fn fields<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
-    pairs
-        .into_iter()
-        .map(|(key, value)| (key.to_owned(), value))
-        .collect()
 }

@@ -137,7 +137,7 @@ async fn register_nodes(
     now: Timestamp,
 ) {
     let joined: BTreeSet<&str> = snapshot.nodes().filter_map(provider_id_of).collect();
-    let names: BTreeSet<&str> = snapshot.nodes().map(|n| name_of(&n.metadata)).collect();
+    let names: BTreeSet<&str> = snapshot.nodes().map(name_of).collect();
     for claim in snapshot.node_claims() {
         let provider_id = claim_provider_id(claim);
         if provider_id.is_empty()
@@ -157,7 +157,7 @@ async fn register_nodes(
             continue;
         }
         let node = node_for(claim, instance, now);
-        let name = name_of(&node.metadata).to_owned();
+        let name = name_of(&node).to_owned();
         if names.contains(name.as_str()) {
             continue;
         }
@@ -236,7 +236,7 @@ async fn set_node_ready(
     reason: &str,
     now: Timestamp,
 ) {
-    let name = name_of(&node.metadata);
+    let name = name_of(node);
     let now = Time(now);
     let mut conditions: Vec<NodeCondition> = node
         .status
@@ -272,7 +272,7 @@ async fn node_lifecycle(
         .filter(|(id, _)| !id.is_empty())
         .collect();
     for node in snapshot.nodes() {
-        let name = name_of(&node.metadata);
+        let name = name_of(node);
         let Some(provider_id) = provider_id_of(node) else {
             continue;
         };
@@ -346,7 +346,7 @@ async fn remove_startup_taints(cluster: &Arc<InMemoryCluster>, node: &Node, clai
     let mut current = node.clone();
     for startup in &claim.spec.startup_taints {
         if present(&startup) {
-            let name = name_of(&node.metadata).to_owned();
+            let name = name_of(node).to_owned();
             match cluster
                 .remove_node_taint(&current, &startup.key, &startup.effect)
                 .await
@@ -364,16 +364,13 @@ async fn remove_startup_taints(cluster: &Arc<InMemoryCluster>, node: &Node, clai
 }
 
 async fn pods(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot, now: Timestamp) {
-    let nodes: BTreeMap<&str, &Node> = snapshot
-        .nodes()
-        .map(|node| (name_of(&node.metadata), node))
-        .collect();
+    let nodes: BTreeMap<&str, &Node> = snapshot.nodes().map(|node| (name_of(node), node)).collect();
     for pod in snapshot.pods() {
         let Some(node_name) = bound_node(pod) else {
             continue;
         };
         let namespace = namespace_of(pod);
-        let name = name_of(&pod.metadata);
+        let name = name_of(pod);
         let Some(node) = nodes.get(node_name) else {
             note(
                 cluster

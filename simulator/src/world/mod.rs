@@ -25,10 +25,8 @@ use core_domain::labels::LabelPolicy;
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::memo::NodeMemo;
 // The stand-ins judge pods and Nodes by the same rules as core's controllers.
-pub use core_svc::controllers::provisioning::selection::{
-    is_daemon_set_pod, is_terminal, is_terminating,
-};
-pub use core_svc::objects::is_node_ready;
+pub use core_svc::controllers::provisioning::selection::is_daemon_set_pod;
+pub use core_svc::objects::{is_node_ready, is_terminal, is_terminating, name_of};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Pod;
@@ -181,10 +179,6 @@ fn note<T>(result: Result<T, ClusterError>, what: impl FnOnce() -> String) {
         }
         Err(error) => tracing::warn!(%error, "{}", what()),
     }
-}
-
-fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
-    meta.name.as_deref().unwrap_or_default()
 }
 
 fn namespace_of(pod: &Pod) -> &str {

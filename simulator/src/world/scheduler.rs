@@ -147,7 +147,7 @@ pub async fn step(
     }
     let by_id: BTreeMap<(&str, &str), &Pod> = pending
         .iter()
-        .map(|pod| ((namespace_of(pod), name_of(&pod.metadata)), *pod))
+        .map(|pod| ((namespace_of(pod), name_of(*pod)), *pod))
         .collect();
     match solve(&input(others, &nodes)) {
         Ok(results) => {
@@ -192,7 +192,7 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<ExistingNode> 
             continue;
         }
         let pods: Vec<&Pod> = pods_by_node
-            .get(name_of(&node.metadata))
+            .get(name_of(node))
             .into_iter()
             .flatten()
             .copied()
@@ -216,7 +216,7 @@ async fn mark_unschedulable(
     now: Timestamp,
 ) {
     let namespace = namespace_of(pod);
-    let name = name_of(&pod.metadata);
+    let name = name_of(pod);
     let mut conditions: Vec<PodCondition> = pod
         .status
         .as_ref()

@@ -49,11 +49,7 @@ fn key_of(deployment: &Deployment) -> (String, String) {
 /// (FNV-1a: stable across platforms and runs).
 pub fn template_hash(template: &PodTemplateSpec) -> String {
     let text = serde_json::to_string(template).unwrap_or_default();
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in text.bytes() {
-        hash ^= u64::from(byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
+    let hash = core_domain::hash::fnv1a_64(text.as_bytes());
     (0..10)
         .map(|i| {
             let index = (hash >> (i * 6)) as usize % ALPHABET.len();
@@ -92,7 +88,7 @@ fn removal_order(a: &&Pod, b: &&Pod) -> std::cmp::Ordering {
         b.metadata
             .creation_timestamp
             .cmp(&a.metadata.creation_timestamp)
-            .then_with(|| name_of(&b.metadata).cmp(name_of(&a.metadata)))
+            .then_with(|| name_of(*b).cmp(name_of(*a)))
     })
 }
 
@@ -233,7 +229,7 @@ async fn reconcile_one(
         }
     }
     for pod in delete {
-        let pod_name = name_of(&pod.metadata);
+        let pod_name = name_of(pod);
         note(
             cluster
                 .delete::<Pod>(Some(namespace), pod_name, DeleteOptions::default())
@@ -342,7 +338,7 @@ pub async fn daemon_sets(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot) {
             .namespace
             .as_deref()
             .unwrap_or("default");
-        let ds_name = name_of(&daemon_set.metadata);
+        let ds_name = name_of(daemon_set.as_ref());
         let served: Vec<&str> = snapshot
             .pods()
             .filter(|pod| {
@@ -357,7 +353,7 @@ pub async fn daemon_sets(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot) {
             .filter_map(bound_node)
             .collect();
         for node in snapshot.nodes() {
-            let node_name = name_of(&node.metadata);
+            let node_name = name_of(node);
             if node.metadata.deletion_timestamp.is_some()
                 || served.contains(&node_name)
                 || !runs_on(daemon_set, node)
@@ -380,7 +376,7 @@ fn daemon_pod(daemon_set: &DaemonSet, uid: &str, node_name: &str) -> Option<Pod>
     let spec = daemon_set.spec.as_ref()?;
     let meta = spec.template.metadata.clone().unwrap_or_default();
     let mut pod_spec = serde_json::to_value(spec.template.spec.clone().unwrap_or_default()).ok()?;
-    let name = name_of(&daemon_set.metadata);
+    let name = name_of(daemon_set);
     if let Value::Object(map) = &mut pod_spec {
         map.insert("nodeName".to_owned(), Value::String(node_name.to_owned()));
         let tolerations = map

@@ -32,7 +32,8 @@ use super::memo::{self, NodeMemo};
 use super::nominations::Target;
 use super::selection::{is_daemon_set_pod, is_terminal, pod_uid};
 use crate::cluster::Snapshot;
-use crate::controllers::nodeclaim::{name_of, node_pool_of};
+use crate::controllers::nodeclaim::node_pool_of;
+use crate::objects::name_of;
 
 /// A catalogue of instance types, shared.
 pub type Catalogue = Arc<[Arc<InstanceType>]>;

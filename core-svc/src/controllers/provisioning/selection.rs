@@ -117,18 +117,7 @@ pub fn is_reschedulable(pod: &Pod) -> bool {
     !is_terminal(pod) && !is_terminating(pod) && !is_daemon_set_pod(pod) && !is_static_pod(pod)
 }
 
-/// Whether the pod finished (`Succeeded` or `Failed`): it holds no resources.
-pub fn is_terminal(pod: &Pod) -> bool {
-    matches!(
-        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-        Some("Succeeded" | "Failed")
-    )
-}
-
-/// Whether the pod is being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
-    pod.metadata.deletion_timestamp.is_some()
-}
+pub use crate::objects::{is_terminal, is_terminating};
 
 /// Whether a DaemonSet owns the pod.
 pub fn is_daemon_set_pod(pod: &Pod) -> bool {
