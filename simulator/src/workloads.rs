@@ -13,6 +13,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use core_domain::hash::SplitMix64;
 use core_domain::instance_type::InstanceType;
 use core_domain::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws,
@@ -148,12 +149,12 @@ const SIZES: [(&str, &str); 8] = [
 /// `pods` pending pods of `mix`, in deployments of 10 to 100 replicas whose sizes and replica
 /// counts derive from `seed`.
 pub fn pods(mix: Mix, pods: usize, seed: u64) -> Vec<Pod> {
-    let mut random = SplitMix64(seed);
+    let mut random = SplitMix64::new(seed);
     let mut out = Vec::with_capacity(pods);
     let mut deployment = 0;
     while out.len() < pods {
-        let replicas = (10 + random.next() % 91) as usize;
-        let (cpu, memory) = SIZES[(random.next() % SIZES.len() as u64) as usize];
+        let replicas = (10 + random.next_u64() % 91) as usize;
+        let (cpu, memory) = SIZES[(random.next_u64() % SIZES.len() as u64) as usize];
         let requests = requests(cpu, memory);
         let app = format!("app-{deployment}");
         let selector = LabelSelector::matching([("app", app.as_str())]);
@@ -215,20 +216,6 @@ pub fn input_for(
             aws::WELL_KNOWN_LABELS,
         ),
         preference_policy: PreferencePolicy::Respect,
-    }
-}
-
-/// SplitMix64: a tiny, well-distributed generator whose output never changes across platforms.
-#[derive(Debug)]
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 

@@ -16,6 +16,7 @@ use std::any::{Any, TypeId};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
+use core_domain::hash::SplitMix64;
 use jiff::{SignedDuration, Timestamp};
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
@@ -98,8 +99,8 @@ impl Counters {
     }
 
     fn next_uid(&mut self) -> String {
-        let high = self.random.next();
-        let low = self.random.next();
+        let high = self.random.next_u64();
+        let low = self.random.next_u64();
         // Shaped as a version 4 UUID, as the API server's are.
         format!(
             "{:08x}-{:04x}-4{:03x}-{:04x}-{:012x}",
@@ -114,24 +115,10 @@ impl Counters {
     fn next_name_suffix(&mut self) -> String {
         (0..GENERATED_SUFFIX_LENGTH)
             .map(|_| {
-                let index = self.random.next() % NAME_ALPHABET.len() as u64;
+                let index = self.random.next_u64() % NAME_ALPHABET.len() as u64;
                 char::from(NAME_ALPHABET[index as usize])
             })
             .collect()
-    }
-}
-
-/// A small, seedable generator (splitmix64): names and UIDs need to differ and repeat from one
-/// run to the next, not to be unpredictable.
-struct SplitMix64(u64);
-
-impl SplitMix64 {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
     }
 }
 
@@ -467,7 +454,7 @@ impl InMemoryCluster {
                 state: Mutex::new(State {
                     counters: Counters {
                         resource_version: 0,
-                        random: SplitMix64(seed),
+                        random: SplitMix64::new(seed),
                     },
                     tables: Tables {
                         typed: HashMap::new(),
@@ -1709,7 +1696,7 @@ mod tests {
         let uids = |seed| {
             let mut counters = Counters {
                 resource_version: 0,
-                random: SplitMix64(seed),
+                random: SplitMix64::new(seed),
             };
             [counters.next_uid(), counters.next_uid()]
         };
