@@ -116,7 +116,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     }
 
     /// Reads the nodes nominated for pending pods from `shared`, the handle the provisioner
-    /// writes them to ([`Provisioner::with_nominations`](super::provisioning::Provisioner::with_nominations)):
+    /// writes them to ([`Provisioner::with_nominations`](crate::controllers::provisioning::Provisioner::with_nominations)):
     /// a node nominated within the window is no candidate. Without it, the controller's own
     /// handle stays empty.
     #[must_use]
@@ -126,7 +126,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
     }
 
     /// Fetches instance types through `shared`, the cache the provisioner given the same handle
-    /// uses ([`Provisioner::with_catalogues`](super::provisioning::Provisioner::with_catalogues)).
+    /// uses ([`Provisioner::with_catalogues`](crate::controllers::provisioning::Provisioner::with_catalogues)).
     /// Without it, the controller's cache is its own.
     #[must_use]
     pub fn with_catalogues(mut self, shared: Arc<CatalogueCache>) -> Self {
