@@ -7,7 +7,7 @@
 //!   Rejected>` (called on the first pass at least [`VALIDATION_DELAY`] after a command with
 //!   `needs_validation` was decided, with a fresh input; `Ok` may return a narrowed command).
 //! - [`MethodInput`]: the snapshot, the instant, the candidates of the method's class (already
-//!   filtered by [`CandidateSelector`], without the nodes
+//!   filtered by [`CandidateSelector`](crate::disruption::CandidateSelector), without the nodes
 //!   of commands in flight, cheapest to disrupt first), the allowed disruptions per NodePool for
 //!   the method's reason (commands in flight already subtracted), the pass's
 //!   [`Simulator`] (`simulate(&[node names]) -> SimulationResult`), the
@@ -86,7 +86,7 @@
 //!   ahead of whatever else holds it (often the very PodDisruptionBudget that stopped the
 //!   drain: [`explain_due`]);
 //! - the provisioner's nominations (upstream keeps them on its cluster state) are read through
-//!   a [`SharedNominations`] handle given to both ([`DisruptionController::with_nominations`]);
+//!   a [`SharedNominations`](crate::controllers::provisioning::nominations::SharedNominations) handle given to both ([`DisruptionController::with_nominations`]);
 //!   without it (a fresh handle of its own) a node just nominated for pending pods may be
 //!   chosen, and those pods go elsewhere;
 //! - a node whose replacement failed, or whose drain timed out, is tried again after

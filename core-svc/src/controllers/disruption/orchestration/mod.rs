@@ -1,4 +1,4 @@
-//! Executing a [`Command`] (upstream's orchestration queue, kubernetes-sigs/karpenter
+//! Executing a [`Command`](super::Command) (upstream's orchestration queue, kubernetes-sigs/karpenter
 //! `pkg/controllers/disruption/orchestration/queue.go`), with
 //! replacement before termination:
 //!
@@ -15,8 +15,8 @@
 //!    - any other is drained **before** it is deleted: condition, the drain's start
 //!      and timeout recorded on the NodeClaim ([`ANNOTATION_DRAIN_STARTED_AT`],
 //!      [`ANNOTATION_DRAIN_TIMEOUT`]), then the drain path termination takes too
-//!      ([`drain::drain_node`]: the taint and the load-balancer exclusion label, then
-//!      evictions by [`plan::plan`], its tiers, order and rules, without a deadline; UID
+//!      ([`drain::drain_node`](crate::controllers::drain::drain_node): the taint and the load-balancer exclusion label, then
+//!      evictions by [`plan::plan`](crate::controllers::drain::plan::plan), its tiers, order and rules, without a deadline; UID
 //!      precondition, `PodEvicted` / `EvictionBlocked`). The timeout is the drain
 //!      timeout, the sum of the `terminationGracePeriodSeconds` (30 when unset) of the pods the
 //!      drain waits for, computed when it starts ([`drain_timeout`], at least
@@ -31,7 +31,7 @@
 //! command's annotations are removed from the others (they stay as capacity, consolidated
 //! later if unused), the candidates lose the taint, the label and the condition (should a crash have left
 //! them), and `DisruptionAbandoned` is recorded; the controller remembers the failure as an
-//! [`Observation`], so the node's `DisruptionBlocked` says the replacement failed, and
+//! [`Observation`](crate::disruption::Observation), so the node's `DisruptionBlocked` says the replacement failed, and
 //! retries later. A candidate NodeClaim is never deleted before
 //! every replacement is initialized; once deleted it is never brought back.
 //!

@@ -56,7 +56,7 @@ pub struct Terminated {
     pub wrote: bool,
     /// When to look again for a drain still going on.
     pub look_again: Option<Duration>,
-    /// A candidate's drain timed out (the reason, starting [`DRAIN_TIMED_OUT`]): nothing was
+    /// A candidate's drain timed out (the reason, starting [`DRAIN_TIMED_OUT`](super::DRAIN_TIMED_OUT)): nothing was
     /// done, the command is to be rolled back.
     pub timed_out: Option<String>,
 }

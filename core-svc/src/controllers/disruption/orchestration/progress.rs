@@ -22,7 +22,7 @@ pub enum Progress {
     Finished,
     /// Some replacement is not initialized yet.
     Waiting,
-    /// Every replacement is initialized: on to the terminate step ([`candidate_step`]).
+    /// Every replacement is initialized: on to the terminate step ([`candidate_step`](super::candidate_step)).
     Ready,
     /// Abandon it, for this reason.
     Failed(String),
@@ -95,7 +95,7 @@ pub fn progress(
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
 pub enum StaleMark {
     /// The Node carries `karpenter.sh/disrupted:NoSchedule` or core's load-balancer exclusion
-    /// label ([`drain::is_cordoned`]).
+    /// label ([`drain::is_cordoned`](crate::controllers::drain::is_cordoned)).
     Taint {
         /// The Node.
         node: String,
@@ -105,13 +105,13 @@ pub enum StaleMark {
         /// The NodeClaim.
         node_claim: String,
     },
-    /// The NodeClaim carries [`COMMAND_ANNOTATIONS`] of a command no longer in flight (a
+    /// The NodeClaim carries [`COMMAND_ANNOTATIONS`](super::COMMAND_ANNOTATIONS) of a command no longer in flight (a
     /// replacement whose candidates are all gone).
     Annotations {
         /// The NodeClaim.
         node_claim: String,
     },
-    /// The Node carries [`COMMAND_ANNOTATIONS`] (copied at registration) while its NodeClaim
+    /// The Node carries [`COMMAND_ANNOTATIONS`](super::COMMAND_ANNOTATIONS) (copied at registration) while its NodeClaim
     /// is in no command in flight.
     NodeAnnotations {
         /// The Node.
