@@ -1,6 +1,6 @@
 //! Criterion benchmarks of one disruption pass's decision (candidates, budgets, every method in
 //! order, the scheduling simulations): the pure part of a pass, without the reads and writes.
-//! Target (issue 6): 1,000 nodes / 20,000 pods under 1 s; 5,000 nodes / 100,000 pods under
+//! Target: 1,000 nodes / 20,000 pods under 1 s; 5,000 nodes / 100,000 pods under
 //! 5 s. Run:
 //!
 //! ```text

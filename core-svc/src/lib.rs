@@ -7,14 +7,20 @@
 //! - [`cli`]: flags and the binary's commands.
 //! - [`clock`]: the clock port: the system clock, and a fake one tests and the simulator move.
 //! - [`cluster`]: the cluster API port ([`cluster::Cluster`]: a consistent snapshot, writes
-//!   with Kubernetes semantics, eviction) and its in-memory implementation.
+//!   with Kubernetes semantics, eviction), its in-memory implementation and its kube-rs adapter
+//!   (`cluster::apiserver`).
 //! - [`cloudprovider`]: the port core's controllers use to reach a cloud ([`cloudprovider::CloudProvider`]),
 //!   its gRPC adapter over the plugin connection and an in-process fake for tests.
+//! - [`controllers`]: every controller, written once against the ports.
+//! - [`disruption`]: the pure building blocks of disruption (candidates, budgets, cost, why a
+//!   node is not disrupted), shared by the disruption controller and `core-svc explain`.
+//! - [`events`]: the Kubernetes Events port and [`events::Reason`], every reason core records.
 //! - [`http`]: the metrics and probe endpoints of `core-svc run`.
 //! - [`inspect`]: what `core-svc explain` says about one node (drift, blocker, what is next).
 //! - [`leader`]: leader election on a Lease, client-go's protocol.
 //! - [`manager`]: the one list of controllers and when each runs, driven by `core-svc run`
 //!   and by the simulator alike.
+//! - [`metrics`]: the Prometheus metrics, counted from events and the gRPC adapter's counters.
 //! - [`objects`]: pure facts about one Kubernetes object (a pod finished, terminating, a
 //!   mirror; a Node Ready, cordoned for a drain), shared by every layer above.
 //! - [`pdb`]: a PodDisruptionBudget's arithmetic (how many disruptions it allows now), shared

@@ -2,7 +2,7 @@
 //! over an in-process transport, on an in-memory cluster, an in-memory EC2 and a virtual clock;
 //! also the harness the benchmarks use.
 //!
-//! - [`scenario`]: the scenario file format (`SCENARIO.md`), read and checked.
+//! - [`scenario`]: the scenario file format (`simulator/SCENARIO.md`), read and checked.
 //! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
 //! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.

@@ -1,4 +1,5 @@
-//! The report of a run, in the JSON form of `SCENARIO.md`, and the timeline's readable lines.
+//! The report of a run, in the JSON form `simulator/SCENARIO.md` fixes, and the timeline's
+//! readable lines.
 //!
 //! Maps are ordered (`BTreeMap`) and lists sorted by name, so the same run serializes to the
 //! same bytes.

@@ -1,4 +1,4 @@
-//! The disruption scenarios (issue 6) end to end, each checked on its report: an AMI upgrade
+//! The disruption scenarios end to end, each checked on its report: an AMI upgrade
 //! under a NodePool budget and a PodDisruptionBudget, a do-not-disrupt pod, a budget window,
 //! capacity errors during an upgrade, a scale-down consolidated, and core restarts mid-upgrade.
 

@@ -1,6 +1,6 @@
 //! The `Consolidatable` condition of NodeClaims and their `status.lastPodEventTime`
-//! (KARPENTER-REFERENCE §3.8; upstream `nodeclaim/disruption/consolidation.go` and
-//! `nodeclaim/podevents`).
+//! (upstream kubernetes-sigs/karpenter `pkg/controllers/nodeclaim/disruption/consolidation.go`
+//! and `pkg/controllers/nodeclaim/podevents`).
 //!
 //! **lastPodEventTime.** A pod event is a change of the set of pods that occupy the NodeClaim's
 //! Node: a pod bound to it, or one leaving it (deleted, terminal, terminating). DaemonSet and

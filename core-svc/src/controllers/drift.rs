@@ -1,5 +1,5 @@
-//! The `Drifted` condition of NodeClaims (upstream `nodeclaim/disruption/drift.go`,
-//! KARPENTER-REFERENCE §2.3–2.4).
+//! The `Drifted` condition of NodeClaims (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/nodeclaim/disruption/drift.go`).
 //!
 //! For each managed NodeClaim whose NodePool exists: a NodeClaim that is not `Launched=True`
 //! loses `Drifted`. Otherwise the first of these that finds drift decides:

@@ -1,5 +1,7 @@
-//! The NodePool template hash and hash versioning (upstream `nodepool.hash`,
-//! KARPENTER-REFERENCE §2.1–2.2, design "drift hash versioning" option 1).
+//! The NodePool template hash and hash versioning (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/nodepool/hash` and `NodePool.Hash` in `pkg/apis/v1/nodepool.go`), with
+//! our own hash version, re-stamping the NodeClaims of another version rather than drifting
+//! them.
 //!
 //! Every managed NodePool carries `karpenter.sh/nodepool-hash` (its template's static hash) and
 //! `karpenter.sh/nodepool-hash-version` ([`NODEPOOL_HASH_VERSION`]); the provisioner stamps the
@@ -12,7 +14,7 @@
 //! another version is re-stamped: our version, and the NodePool's fresh hash unless the
 //! NodeClaim is already drifted (it stays drifted; its old hash cannot be compared any more).
 //! The NodePool is written last, so a pass cut short re-stamps again on the next one. The
-//! design's caveat stands: a template edit made while core was down across a version change
+//! caveat: a template edit made while core was down across a version change
 //! is not seen as drift.
 //!
 //! The node class controller applies the same rule to the node class hash annotations

@@ -20,7 +20,7 @@
 //! | `expiration` | deletes NodeClaims past their `expireAfter` (forceful, budget-free) |
 //! | `gc` | NodeClaims whose instance is gone, instances with no NodeClaim |
 //! | `consolidatable` | the `Consolidatable` condition and `lastPodEventTime` |
-//! | `disruption` | emptiness, drift replacement and consolidation, one command at a time within budgets |
+//! | `disruption` | emptiness, drift replacement and consolidation within budgets; each command carried through (replacements, drain, delete, rollback) from annotations that survive restarts |
 //! | `nodeclaim` | NodeClaim helpers the controllers share (conversions, conditions, names) |
 
 pub mod consolidatable;
@@ -101,7 +101,7 @@ impl<C: Cluster, P: CloudProvider> Context<C, P> {
     }
 }
 
-/// Tunables, with upstream's defaults (KARPENTER-REFERENCE §8).
+/// Tunables, with upstream's defaults (kubernetes-sigs/karpenter `pkg/operator/options`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Settings {
     /// Provisioning waits this long without a new pending pod before scheduling (1 s).

@@ -1,5 +1,5 @@
-//! Termination (upstream `node/termination` and the finalize half of `nodeclaim/lifecycle`,
-//! KARPENTER-REFERENCE §4): what happens between a NodeClaim's (or its Node's) deletion and
+//! Termination (upstream kubernetes-sigs/karpenter `pkg/controllers/node/termination` and the
+//! finalize half of `pkg/controllers/nodeclaim/lifecycle`): what happens between a NodeClaim's (or its Node's) deletion and
 //! the moment both are gone.
 //!
 //! For each launched NodeClaim being deleted that still carries [`TERMINATION_FINALIZER`]:
@@ -23,7 +23,8 @@
 //!
 //! Differences from upstream: one controller instead of two (node termination and NodeClaim
 //! finalize), so the instance is deleted once; no VolumeAttachment wait (the cluster port has no
-//! VolumeAttachments yet); no metrics yet; the termination deadline is read from the annotation
+//! VolumeAttachments yet); its metrics (`karpenter_nodeclaims_terminated`,
+//! `karpenter_nodes_eviction_requests`) are counted from its events by [`crate::metrics`]; the termination deadline is read from the annotation
 //! when present and computed from the spec otherwise (upstream only reads the annotation).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};

@@ -1,5 +1,6 @@
-//! Which nodes may be disrupted at all (KARPENTER-REFERENCE §3.2; upstream `NewCandidate`,
-//! `StateNode.ValidateNodeDisruptable` and `ValidatePodsDisruptable`, `pkg/utils/pdb`).
+//! Which nodes may be disrupted at all (upstream kubernetes-sigs/karpenter: `NewCandidate` in
+//! `pkg/controllers/disruption/types.go`, `StateNode.ValidateNodeDisruptable` and
+//! `ValidatePodsDisruptable` in `pkg/controllers/state/statenode.go`, `pkg/utils/pdb`).
 //!
 //! A candidate is a Node paired with its NodeClaim (by provider ID) that:
 //!
@@ -674,6 +675,7 @@ mod tests {
     use super::*;
     use crate::objects::DISRUPTED_TAINT_KEY;
     use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::{Value, json};
 
     fn at(text: &str) -> Timestamp {
@@ -799,6 +801,16 @@ mod tests {
             .map(|_| ())
     }
 
+    /// The pod `name` of `snapshot`, for a test to change.
+    fn pod_mut<'s>(snapshot: &'s mut Snapshot, name: &str) -> &'s mut Pod {
+        snapshot
+            .pods
+            .iter_mut()
+            .map(Arc::make_mut)
+            .find(|p| p.metadata.name.as_deref() == Some(name))
+            .unwrap()
+    }
+
     fn set_annotation<K: kube::Resource>(object: &mut K, key: &str, value: &str) {
         object
             .meta_mut()
@@ -899,40 +911,46 @@ mod tests {
 
     #[test]
     fn given_do_not_disrupt_on_the_node_or_its_claim_then_it_is_blocked() {
-        let mut on_node = snapshot();
-        set_annotation(
-            Arc::make_mut(&mut on_node.nodes[0]),
-            ANNOTATION_DO_NOT_DISRUPT,
-            "true",
+        fn on_node(snapshot: &mut Snapshot) -> &mut ObjectMeta {
+            &mut Arc::make_mut(&mut snapshot.nodes[0]).metadata
+        }
+        fn on_claim(snapshot: &mut Snapshot) -> &mut ObjectMeta {
+            &mut Arc::make_mut(&mut snapshot.node_claims[0]).metadata
+        }
+        /// Where the annotation goes, its value, the class asked for and the verdict.
+        type Case = (
+            fn(&mut Snapshot) -> &mut ObjectMeta,
+            &'static str,
+            DisruptionClass,
+            Result<(), Blocked>,
         );
-        assert_eq!(
-            verdict(&on_node, "a", DisruptionClass::Eventual),
-            Err(Blocked::DoNotDisruptNode {
-                on: AnnotatedObject::Node
-            })
-        );
-        let mut on_claim = snapshot();
-        set_annotation(
-            Arc::make_mut(&mut on_claim.node_claims[0]),
-            ANNOTATION_DO_NOT_DISRUPT,
-            "true",
-        );
-        assert_eq!(
-            verdict(&on_claim, "a", DisruptionClass::Graceful),
-            Err(Blocked::DoNotDisruptNode {
-                on: AnnotatedObject::NodeClaim
-            })
-        );
-        let mut other_value = snapshot();
-        set_annotation(
-            Arc::make_mut(&mut other_value.nodes[0]),
-            ANNOTATION_DO_NOT_DISRUPT,
-            "false",
-        );
-        assert_eq!(
-            verdict(&other_value, "a", DisruptionClass::Graceful),
-            Ok(())
-        );
+        let cases: [Case; 3] = [
+            (
+                on_node,
+                "true",
+                DisruptionClass::Eventual,
+                Err(Blocked::DoNotDisruptNode {
+                    on: AnnotatedObject::Node,
+                }),
+            ),
+            (
+                on_claim,
+                "true",
+                DisruptionClass::Graceful,
+                Err(Blocked::DoNotDisruptNode {
+                    on: AnnotatedObject::NodeClaim,
+                }),
+            ),
+            (on_node, "false", DisruptionClass::Graceful, Ok(())),
+        ];
+        for (object, value, class, expected) in cases {
+            let mut snapshot = snapshot();
+            object(&mut snapshot)
+                .annotations
+                .get_or_insert_with(BTreeMap::new)
+                .insert(ANNOTATION_DO_NOT_DISRUPT.to_owned(), value.to_owned());
+            assert_eq!(verdict(&snapshot, "a", class), expected, "{value}");
+        }
     }
 
     #[test]
@@ -967,12 +985,7 @@ mod tests {
     #[test]
     fn given_a_pod_with_do_not_disrupt_then_the_node_is_blocked_naming_it() {
         let mut snapshot = snapshot();
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("web-2"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "web-2");
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
         assert_eq!(
             verdict(&snapshot, "a", DisruptionClass::Graceful),
@@ -987,12 +1000,7 @@ mod tests {
     #[test]
     fn given_a_do_not_disrupt_duration_then_it_blocks_only_until_it_elapses() {
         let mut snapshot = snapshot();
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "7h");
         assert!(matches!(
             verdict(&snapshot, "b", DisruptionClass::Graceful),
@@ -1001,12 +1009,7 @@ mod tests {
                 ..
             })
         ));
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "6h");
         assert_eq!(
             verdict(&snapshot, "b", DisruptionClass::Graceful),
@@ -1018,12 +1021,7 @@ mod tests {
     #[test]
     fn given_a_finished_pod_with_do_not_disrupt_then_it_does_not_block() {
         let mut snapshot = snapshot();
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
         pod.status.as_mut().unwrap().phase = Some("Succeeded".into());
         let nominated = BTreeSet::new();
@@ -1208,12 +1206,7 @@ mod tests {
             json!({"app": "db"}),
             json!({"maxUnavailable": 0}),
         ))];
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         pod.spec.as_mut().unwrap().tolerations =
             Some(vec![k8s_openapi::api::core::v1::Toleration {
                 key: Some(DISRUPTED_TAINT_KEY.into()),
@@ -1221,12 +1214,7 @@ mod tests {
                 ..Default::default()
             }]);
         assert_eq!(verdict(&snapshot, "b", DisruptionClass::Graceful), Ok(()));
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         pod.spec.as_mut().unwrap().tolerations = None;
         pod.metadata.deletion_timestamp =
             Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
@@ -1241,12 +1229,7 @@ mod tests {
             "default",
             json!({"terminationGracePeriod": "1h"}),
         ));
-        let pod = snapshot
-            .pods
-            .iter_mut()
-            .map(Arc::make_mut)
-            .find(|p| p.metadata.name.as_deref() == Some("db-1"))
-            .unwrap();
+        let pod = pod_mut(&mut snapshot, "db-1");
         set_annotation(pod, ANNOTATION_DO_NOT_DISRUPT, "true");
         snapshot.pdbs = vec![Arc::new(pdb(
             "web-pdb",

@@ -1,4 +1,4 @@
-//! What disrupting a node costs (KARPENTER-REFERENCE §3.2, §3.3; upstream
+//! What disrupting a node costs (upstream kubernetes-sigs/karpenter
 //! `pkg/utils/disruption`: `EvictionCost`, `ReschedulingCost`, `LifetimeRemaining`).
 //!
 //! - A pod's eviction cost is 1, plus its `controller.kubernetes.io/pod-deletion-cost` over

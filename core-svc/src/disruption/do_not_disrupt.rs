@@ -1,5 +1,5 @@
-//! The pod-level `karpenter.sh/do-not-disrupt` annotation (KARPENTER-REFERENCE §3.2, upstream
-//! `podutils.IsDisruptable`).
+//! The pod-level `karpenter.sh/do-not-disrupt` annotation (upstream kubernetes-sigs/karpenter
+//! `IsDisruptable` in `pkg/utils/pod`).
 //!
 //! The value may be:
 //!

@@ -267,7 +267,8 @@ fn claim_condition<'c>(claim: &'c NodeClaim, type_: &str) -> Option<&'c Conditio
 }
 
 /// What stops consolidation of a candidate under its NodePool's settings (upstream
-/// `ShouldDisrupt` of emptiness and consolidation, KARPENTER-REFERENCE §3.4, §3.8).
+/// `ShouldDisrupt` of emptiness and consolidation, kubernetes-sigs/karpenter
+/// `pkg/controllers/disruption/{emptiness,consolidation}.go`).
 fn consolidation_gate(
     candidate: &Candidate<'_>,
     disruption: DisruptionReason,

@@ -1,4 +1,5 @@
-//! The pure building blocks of disruption (KARPENTER-REFERENCE §3): which nodes may be
+//! The pure building blocks of disruption (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption`): which nodes may be
 //! disrupted, how many per NodePool, in which order, and why a node is not. Every function here
 //! takes a [`Snapshot`](crate::cluster::Snapshot) (or its objects), an instant and plain values;
 //! none reaches a port, none is async, so the disruption controller, the simulator and
@@ -10,7 +11,7 @@
 //!   present, no pod blocking it (do-not-disrupt, PodDisruptionBudgets); a NodeClaim with a
 //!   `terminationGracePeriod` lets drift ignore the pods.
 //! - [`budgets`]: what each NodePool's disruption budgets allow now, per [`DisruptionReason`]
-//!   (schedules in UTC with [`CronSchedule`], percentages rounded up, nodes already disrupting
+//!   (schedules in UTC with [`cron`]'s [`CronSchedule`], percentages rounded up, nodes already disrupting
 //!   subtracted, invalid budgets failing closed), and which budget sets the limit.
 //! - [`cost`]: pod eviction cost, node disruption cost, lifetime remaining; candidates are tried
 //!   cheapest first, ties by name.
@@ -19,7 +20,7 @@
 //! - [`explain`](mod@explain): the one place that turns all of the above, plus what the
 //!   controller observed, into the sentence a `DisruptionBlocked` event carries.
 //!
-//! A disruption pass (upstream's controller, §3.1) is meant to use them so:
+//! A disruption pass (upstream's `pkg/controllers/disruption/controller.go`) is meant to use them so:
 //!
 //! 1. `let selector = CandidateSelector::new(&snapshot, now, &nominated_nodes);`
 //! 2. for each method in order (emptiness, drift, consolidation), its reason's candidates,
@@ -34,6 +35,7 @@
 pub mod budgets;
 pub mod candidates;
 pub mod cost;
+pub mod cron;
 pub mod do_not_disrupt;
 pub mod explain;
 

@@ -1,5 +1,5 @@
-//! What multi-node and single-node consolidation share (upstream `consolidation.go`,
-//! KARPENTER-REFERENCE §3.3, §3.4): which candidates they consider, in which order, what a
+//! What multi-node and single-node consolidation share (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption/consolidation.go`): which candidates they consider, in which order, what a
 //! candidate costs, and `computeConsolidation`, which turns a simulation of removing some
 //! candidates into a decision.
 //!

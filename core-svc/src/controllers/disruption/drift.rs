@@ -1,5 +1,5 @@
-//! Drift (upstream `drift.go`, KARPENTER-REFERENCE §3.4): replace nodes whose NodeClaim is
-//! `Drifted=True`.
+//! Drift (upstream kubernetes-sigs/karpenter `pkg/controllers/disruption/drift.go`): replace
+//! nodes whose NodeClaim is `Drifted=True`.
 //!
 //! The candidates (eventual class: a NodeClaim with `terminationGracePeriod` goes despite
 //! blocking pods) whose NodeClaim is drifted and whose NodePool is not static are taken empty

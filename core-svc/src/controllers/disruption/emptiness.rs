@@ -1,5 +1,5 @@
-//! Emptiness (upstream `emptiness.go`, KARPENTER-REFERENCE §3.4): delete nodes whose pods
-//! need no new place.
+//! Emptiness (upstream kubernetes-sigs/karpenter `pkg/controllers/disruption/emptiness.go`):
+//! delete nodes whose pods need no new place.
 //!
 //! A candidate (graceful class) qualifies when it is empty ([`Candidate::is_empty`]: no
 //! reschedulable pod of positive eviction cost), its NodePool is not static and has a

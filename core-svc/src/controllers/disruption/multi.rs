@@ -1,5 +1,5 @@
-//! Multi-node consolidation (upstream `multinodeconsolidation.go`, KARPENTER-REFERENCE §3.4):
-//! remove as many nodes as possible at once, replacing them by at most one cheaper node.
+//! Multi-node consolidation (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption/multinodeconsolidation.go`): remove as many nodes as possible at once, replacing them by at most one cheaper node.
 //!
 //! 1. The consolidation candidates ([`consolidation_candidates`]), highest savings ratio first,
 //!    are filtered by budget in that order, each taken one counting against its NodePool's

@@ -1,5 +1,5 @@
-//! Single-node consolidation (upstream `singlenodeconsolidation.go`, KARPENTER-REFERENCE
-//! §3.3, §3.4): the first candidate that can be deleted, or replaced by one cheaper node.
+//! Single-node consolidation (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption/singlenodeconsolidation.go`): the first candidate that can be deleted, or replaced by one cheaper node.
 //!
 //! The consolidation candidates ([`consolidation_candidates`], highest savings ratio first) are
 //! interleaved round-robin across NodePools, NodePools by name, so one large NodePool does not

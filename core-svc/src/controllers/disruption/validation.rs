@@ -1,5 +1,5 @@
-//! The re-check of a consolidation command before it starts (upstream `validation.go`,
-//! KARPENTER-REFERENCE §3.5). A command decided at `T` is held and, on the first pass at
+//! The re-check of a consolidation command before it starts (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/disruption/validation.go`). A command decided at `T` is held and, on the first pass at
 //! `T + 15 s` or later, [`validate`]d against a fresh snapshot; it starts only if nothing it
 //! relied on changed, otherwise it is abandoned with the kind of change:
 //!

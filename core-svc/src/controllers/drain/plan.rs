@@ -1,6 +1,6 @@
 //! The drain's decisions, as pure functions of a node's pods, the time and the NodeClaim's
-//! termination deadline (upstream `node/termination` drain and `utils/pod`, KARPENTER-REFERENCE
-//! §4.2):
+//! termination deadline (upstream kubernetes-sigs/karpenter
+//! `pkg/controllers/node/termination/terminator` and `pkg/utils/pod`):
 //!
 //! - which pods the drain waits for ([`is_waiting_eviction`]): not terminal, not tolerating the
 //!   `karpenter.sh/disrupted:NoSchedule` taint, not stuck terminating (more than a minute past

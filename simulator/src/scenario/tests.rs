@@ -1,0 +1,189 @@
+//! The scenario format's unit tests: valid files read, invalid ones refused naming the field.
+
+use super::*;
+use std::time::Duration;
+
+use jiff::Timestamp;
+
+const MINIMAL: &str = "name: t\nduration: 10m\n";
+
+fn error_of(text: &str) -> ScenarioError {
+    match parse(text) {
+        Ok(scenario) => panic!("accepted: {scenario:?}"),
+        Err(error) => error,
+    }
+}
+
+#[test]
+fn a_minimal_scenario_gets_the_documented_defaults() {
+    let scenario = parse(MINIMAL).unwrap();
+    assert_eq!(scenario.seed, 0);
+    assert_eq!(scenario.start, DEFAULT_START.parse::<Timestamp>().unwrap());
+    assert_eq!(scenario.duration, Duration::from_secs(600));
+    assert_eq!(scenario.cloud.region, "us-east-1");
+    assert_eq!(scenario.cloud.launch_delay, Duration::from_secs(30));
+    assert_eq!(scenario.cloud.registration_delay, Duration::from_secs(30));
+    assert!(scenario.cloud.spot);
+    assert!(scenario.objects.is_empty() && scenario.events.is_empty());
+}
+
+#[test]
+fn a_missing_duration_names_the_field() {
+    assert_eq!(error_of("name: t\n").field, "duration");
+}
+
+#[test]
+fn a_bad_duration_names_the_field_and_the_value() {
+    let error = error_of("name: t\nduration: forever\n");
+    assert_eq!(error.field, "duration");
+    assert!(error.message.contains("forever"), "{error}");
+}
+
+#[test]
+fn a_misspelt_top_level_field_is_refused() {
+    let error = error_of("name: t\nduration: 1m\nevnets: []\n");
+    assert_eq!(error.field, "evnets");
+}
+
+#[test]
+fn an_unknown_instance_type_names_its_index() {
+    let error =
+        error_of("name: t\nduration: 1m\ncloud: {instanceTypes: [m5.large, m5.gigantic]}\n");
+    assert_eq!(error.field, "cloud.instanceTypes[1]");
+}
+
+#[test]
+fn a_subnet_outside_the_cloud_zones_is_refused() {
+    let error = error_of(
+        "name: t\nduration: 1m\ncloud: {zones: [us-east-1a], subnets: [{id: subnet-b, zone: us-east-1b}]}\n",
+    );
+    assert_eq!(error.field, "cloud.subnets[0].zone");
+}
+
+#[test]
+fn an_unsupported_kind_names_the_object() {
+    let error = error_of(
+        "name: t\nduration: 1m\nobjects:\n  - {apiVersion: v1, kind: Service, metadata: {name: s}}\n",
+    );
+    assert_eq!(error.field, "objects[0].kind");
+}
+
+#[test]
+fn a_field_of_the_wrong_type_names_its_path_inside_the_manifest() {
+    let error = error_of(
+        "name: t\nduration: 1m\nobjects:\n  - {apiVersion: apps/v1, kind: Deployment, metadata: {name: web}, spec: {replicas: many, selector: {}, template: {spec: {containers: []}}}}\n",
+    );
+    assert_eq!(error.field, "objects[0].spec.replicas");
+}
+
+#[test]
+fn an_invalid_node_pool_names_the_rule_it_breaks() {
+    let error = error_of(
+        r#"name: t
+duration: 1m
+objects:
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: default}
+    spec:
+      template:
+        spec:
+          nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+          requirements:
+            - {key: karpenter.sh/nodepool, operator: In, values: [x]}
+"#,
+    );
+    assert!(
+        error
+            .field
+            .starts_with("objects[0].spec.template.spec.requirements[0]"),
+        "{error}"
+    );
+}
+
+#[test]
+fn events_are_sorted_by_time_keeping_the_file_order_for_ties() {
+    let scenario = parse(
+            "name: t\nduration: 1h\nevents:\n  - {at: 30m, restartCore: {}}\n  - {at: 10m, pluginOutage: {for: 1m}}\n  - {at: 30m, pluginOutage: {for: 2m}}\n",
+        )
+        .unwrap();
+    let actions: Vec<&Action> = scenario.events.iter().map(|e| &e.action).collect();
+    assert_eq!(
+        actions,
+        [
+            &Action::PluginOutage(Duration::from_secs(60)),
+            &Action::RestartCore,
+            &Action::PluginOutage(Duration::from_secs(120)),
+        ]
+    );
+}
+
+#[test]
+fn an_event_with_two_actions_is_refused() {
+    let error = error_of(
+        "name: t\nduration: 1h\nevents:\n  - {at: 1m, restartCore: {}, pluginOutage: {for: 1m}}\n",
+    );
+    assert_eq!(error.field, "events[0]");
+}
+
+#[test]
+fn an_event_after_the_end_is_refused() {
+    let error = error_of("name: t\nduration: 10m\nevents:\n  - {at: 11m, restartCore: {}}\n");
+    assert_eq!(error.field, "events[0].at");
+}
+
+#[test]
+fn scaling_a_deployment_the_scenario_never_creates_is_refused() {
+    let error = error_of(
+        "name: t\nduration: 10m\nevents:\n  - {at: 1m, scale: {kind: Deployment, name: web, replicas: 2}}\n",
+    );
+    assert_eq!(error.field, "events[0].scale");
+}
+
+#[test]
+fn an_adopted_node_claim_needs_a_provider_id() {
+    let error = error_of(
+        r#"name: t
+duration: 1m
+objects:
+  - apiVersion: karpenter.sh/v1
+    kind: NodeClaim
+    metadata: {name: default-abc, labels: {karpenter.sh/nodepool: default}}
+    spec:
+      nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+      requirements: []
+"#,
+    );
+    assert_eq!(error.field, "objects[0].status.providerID");
+}
+
+#[test]
+fn yaml_syntax_errors_name_the_line() {
+    let error = error_of("name: t\nduration: [1m\n");
+    assert!(error.field.starts_with("(line"), "{error}");
+}
+
+#[test]
+fn provider_ids_split_into_zone_and_instance() {
+    assert_eq!(
+        parse_provider_id("aws:///us-east-1a/i-0abc").unwrap(),
+        ("us-east-1a".to_owned(), "i-0abc".to_owned())
+    );
+    assert!(parse_provider_id("aws:///i-0abc").is_err());
+    assert!(parse_provider_id("gce://x/y").is_err());
+}
+
+#[test]
+fn every_example_scenario_parses() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("scenarios");
+    let mut count = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            parse(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+            count += 1;
+        }
+    }
+    assert!(count >= 5, "{count} scenarios");
+}
