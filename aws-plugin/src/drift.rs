@@ -1,4 +1,4 @@
-//! The AWS drift rules (upstream `isNodeClassDrifted`, KARPENTER-REFERENCE §2.5), pure: each
+//! The AWS drift rules (upstream `isNodeClassDrifted`, aws/karpenter-provider-aws `pkg/cloudprovider/drift.go`), pure: each
 //! compares what an instance was launched with against what its node class resolves to now,
 //! and says what differs in words an operator can act on. IsDrifted applies them in
 //! upstream's order, first match wins: NodeClassDrift (static hash), AMIDrift,

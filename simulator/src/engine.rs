@@ -74,7 +74,7 @@ pub const CLUSTER_NAME: &str = "simulated";
 /// object outside a simulated outage (during one, the outage's own entry says it all).
 const PLUGIN_UNAVAILABLE_EVERY: Duration = Duration::from_secs(60);
 
-/// The timeline's event types, as `SCENARIO.md` lists them. Core's other events (`Nominated`,
+/// The timeline's event types, as `simulator/SCENARIO.md` lists them. Core's other events (`Nominated`,
 /// `FailedScheduling`, ...) are not part of the timeline.
 pub const TIMELINE_TYPES: [&str; 18] = [
     "NodeClaimCreated",
@@ -86,7 +86,7 @@ pub const TIMELINE_TYPES: [&str; 18] = [
     "DriftCleared",
     "DisruptionStarted",
     "DisruptionAbandoned",
-    // Not in SCENARIO.md's list either: why a node that could be disrupted is not (issue 6).
+    // Why a node that could be disrupted is not.
     "DisruptionBlocked",
     "PodEvicted",
     "EvictionBlocked",
@@ -95,7 +95,7 @@ pub const TIMELINE_TYPES: [&str; 18] = [
     "InstanceTerminated",
     "CoreRestarted",
     "PluginUnavailable",
-    // Not in the list of SCENARIO.md, which allows more: when the plugin answers again.
+    // When the plugin answers again.
     "PluginAvailable",
 ];
 

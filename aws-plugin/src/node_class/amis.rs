@@ -1,7 +1,7 @@
 //! `amiSelectorTerms` to images: aliases through the SSM public parameters EKS publishes,
 //! `ssmParameter` terms through SSM, the other terms through DescribeImages. Terms are ORed,
 //! the fields of one term ANDed; of what they match, launches use the newest image for each
-//! architecture (the seed "node upgrades": the latest image, never a random one).
+//! architecture (node upgrades need the latest image, never a random one).
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,5 @@
 //! The EC2NodeClass static hash: which fields make every node launched from the class out of
-//! date when they change (upstream `EC2NodeClass.Hash`, KARPENTER-REFERENCE §2.5).
+//! date when they change (upstream `EC2NodeClass.Hash`, aws/karpenter-provider-aws `pkg/apis/v1`).
 
 use crate::apis::EC2NodeClass;
 

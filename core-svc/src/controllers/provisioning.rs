@@ -1,4 +1,4 @@
-//! The provisioner (upstream `pkg/controllers/provisioning`, KARPENTER-REFERENCE §5): batches
+//! The provisioner (upstream kubernetes-sigs/karpenter `pkg/controllers/provisioning`): batches
 //! the pods the kube-scheduler could not place, runs the scheduler over the cluster and the
 //! cloud provider's instance types, creates the NodeClaims it plans and nominates the pods.
 //!
@@ -27,7 +27,7 @@
 //! Differences from upstream: the pods a decision could not place wait `batch_max` before they
 //! open a new window (upstream re-triggers on pod events); limits are checked by the scheduler
 //! against the usage in the snapshot, not again before each create (the creates of one pass
-//! come from one decision); no metrics yet.
+//! come from one decision).
 
 pub mod batcher;
 pub mod catalogue;

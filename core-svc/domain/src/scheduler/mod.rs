@@ -1,7 +1,7 @@
 //! The scheduler (bin-packer): given pending pods, existing nodes and in-flight NodeClaims,
 //! NodePools and their instance types, decide which pods go onto existing capacity, which new
 //! NodeClaims to launch, and why the rest cannot be placed. It follows upstream Karpenter's
-//! `provisioning/scheduling` package (see `KARPENTER-REFERENCE.md` §5.3, §5.4).
+//! `provisioning/scheduling` package (kubernetes-sigs/karpenter `pkg/controllers/provisioning/scheduling`).
 //!
 //! # Using it
 //!

@@ -1,4 +1,4 @@
-//! The batching window (upstream `provisioning/batcher.go`, KARPENTER-REFERENCE §5.1), as a
+//! The batching window (upstream kubernetes-sigs/karpenter `pkg/controllers/provisioning/batcher.go`), as a
 //! pure state machine over times: pending pods are collected until none has arrived for
 //! `idle`, or until `max` has passed since the first, and only then scheduled together, so a
 //! deployment scaled to 100 replicas gets one well-packed decision instead of 100 small ones.

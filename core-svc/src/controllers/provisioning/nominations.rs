@@ -18,7 +18,7 @@
 //!
 //! [`SharedNominations`] is the handle the provisioner writes them through and the disruption
 //! controller reads them from: a node nominated within the window is no disruption candidate
-//! (KARPENTER-REFERENCE §3.2).
+//! (upstream kubernetes-sigs/karpenter `pkg/controllers/state/cluster.go`, `IsNodeNominated`).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};

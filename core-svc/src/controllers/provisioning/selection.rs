@@ -1,4 +1,4 @@
-//! Which pods wait for capacity and which NodePools may provide it (KARPENTER-REFERENCE §5.2).
+//! Which pods wait for capacity and which NodePools may provide it (upstream kubernetes-sigs/karpenter `pkg/controllers/provisioning/provisioner.go`).
 //!
 //! A pod waits for capacity when the kube-scheduler gave up on it (provisionable), or when it
 //! runs on a node being deleted and will need a place to go (reschedulable), as upstream's

@@ -17,8 +17,10 @@ use super::{
 use crate::cluster::Snapshot;
 use crate::controllers::disruption::Command;
 use crate::controllers::disruption::annotations as command_keys;
-use crate::controllers::nodeclaim::{name_of, node_pool_of};
+use crate::controllers::nodeclaim::node_pool_of;
 use crate::controllers::provisioning::nodeclaims;
+use crate::objects::name_of;
+use core_domain::hash::Fnv1a;
 use core_domain::scheduler::PlannedNodeClaim;
 
 /// Kubernetes' `generateName` alphabet: no vowels, no look-alike digits.
@@ -206,11 +208,9 @@ pub fn replacement_names(command: &Command, started_at: Timestamp) -> Vec<String
         .enumerate()
         .map(|(index, planned)| {
             // FNV-1a: stable across runs and platforms.
-            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-            for byte in seed.bytes().chain(index.to_string().bytes()) {
-                hash ^= u64::from(byte);
-                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-            }
+            let mut hash = Fnv1a::new()
+                .write(seed.bytes().chain(index.to_string().bytes()))
+                .finish();
             let radix = NAME_ALPHABET.len() as u64;
             let suffix: String = (0..5)
                 .map(|_| {

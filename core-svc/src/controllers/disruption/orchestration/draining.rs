@@ -17,9 +17,9 @@ use super::{
 };
 use crate::cluster::Snapshot;
 use crate::controllers::drain::plan::{self, DrainPlan};
-use crate::controllers::nodeclaim::name_of;
 use crate::controllers::nodeclaim::nodes_of;
 use crate::disruption::{CandidateSelector, Observation, Observed};
+use crate::objects::name_of;
 
 /// A candidate's drain before its deletion, as its annotations record it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

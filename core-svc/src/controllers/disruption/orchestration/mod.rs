@@ -70,7 +70,6 @@ mod draining;
 mod orchestrator;
 mod progress;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::controllers::drain::DRAIN_RETRY_MAX;
@@ -112,13 +111,7 @@ pub fn command_timeout(commands: usize) -> Duration {
         .clamp(MIN_COMMAND_TIMEOUT, MAX_COMMAND_TIMEOUT)
 }
 
-/// Event fields from pairs.
-pub(super) fn fields<const N: usize>(pairs: [(&str, String); N]) -> BTreeMap<String, String> {
-    pairs
-        .into_iter()
-        .map(|(key, value)| (key.to_owned(), value))
-        .collect()
-}
+pub(super) use crate::events::fields;
 
 #[cfg(test)]
 mod tests;

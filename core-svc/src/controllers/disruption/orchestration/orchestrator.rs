@@ -27,9 +27,9 @@ use crate::controllers::Context;
 use crate::controllers::disruption::Command;
 use crate::controllers::disruption::annotations::{self as command_keys, LegacyRename};
 use crate::controllers::drain::{self, is_cordoned};
-use crate::controllers::nodeclaim::name_of;
 use crate::controllers::nodeclaim::nodes_of;
 use crate::events::{EventType, ObjectRef, Reason};
+use crate::objects::name_of;
 
 /// How starting a command went.
 #[derive(Debug, Clone, PartialEq, Eq)]
