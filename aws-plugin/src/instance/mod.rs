@@ -5,6 +5,9 @@
 //! - [`fleet`]: which types, spot or on-demand, which overrides (pure).
 //! - [`launch_template`]: the launch templates the fleet launches from.
 //! - [`tags`]: what the plugin tags and how it finds its instances again.
+//! - `error`: why a call failed ([`InstanceError`]) and its gRPC status; `provider_id`: the
+//!   `aws:///<zone>/<instance id>` form; `lookup`: Delete, Get and List. This module keeps
+//!   Create, the launch itself.
 //!
 //! Create is idempotent by NodeClaim name: the instance carries `karpenter.sh/nodeclaim`, and
 //! a Create for a name that already has a live instance returns that instance. A second Create
@@ -14,8 +17,11 @@
 //! `IdempotentParameterMismatch`, and a token cannot tell a lost answer from a launch that
 //! really failed; the tag lookup covers the lost answer.
 
+mod error;
 pub mod fleet;
 pub mod launch_template;
+mod lookup;
+mod provider_id;
 pub mod tags;
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -45,161 +51,17 @@ use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
 use fleet::{Constraints, Plan, PlanError};
 use launch_template::{LaunchConfig, LaunchTemplates};
 
+pub use error::InstanceError;
+use error::bootstrap_error;
+use provider_id::is_instance_id;
+pub use provider_id::{parse_provider_id, provider_id};
+
 /// The taint every node registers with until core has seen it join (upstream's
 /// `UnregisteredNoExecuteTaint`).
 pub const UNREGISTERED_TAINT_KEY: &str = "karpenter.sh/unregistered";
 
 /// How many instances a List page holds when the caller lets the plugin choose.
 pub const DEFAULT_PAGE_SIZE: usize = 500;
-
-/// Why an instance call failed. [`InstanceError::to_status`] is its gRPC status per the
-/// proto's tables.
-#[derive(Debug, thiserror::Error)]
-pub enum InstanceError {
-    /// The request is malformed; `field` is its path in the request.
-    #[error("{field}: {message}")]
-    InvalidArgument {
-        /// The field's path (`node_claim.spec.requirements`).
-        field: String,
-        /// What is wrong with it.
-        message: String,
-    },
-    /// No offering the NodeClaim allows could be launched.
-    #[error("insufficient capacity: {0}")]
-    InsufficientCapacity(String),
-    /// The node class is not ready.
-    #[error("{message}")]
-    NodeClassNotReady {
-        /// The node class's name.
-        node_class: String,
-        /// Why, for people.
-        message: String,
-    },
-    /// Another Create for the same NodeClaim is running.
-    #[error("a Create for NodeClaim {0} is already in progress")]
-    InProgress(String),
-    /// The instance is not this cluster's to terminate.
-    #[error("{0}")]
-    NotManaged(String),
-    /// The plugin's own configuration keeps it from launching (no cluster name, no price
-    /// table, an unusable CA bundle).
-    #[error("the plugin cannot launch: {0}")]
-    Misconfigured(String),
-    /// An AWS call failed.
-    #[error(transparent)]
-    Aws(#[from] AwsError),
-}
-
-impl InstanceError {
-    fn invalid(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self::InvalidArgument {
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-
-    /// The gRPC status, as the proto's tables say: INVALID_ARGUMENT naming the field;
-    /// RESOURCE_EXHAUSTED with `ERROR_REASON_INSUFFICIENT_CAPACITY`; FAILED_PRECONDITION with
-    /// `ERROR_REASON_NODE_CLASS_NOT_READY`; ABORTED for a Create already in progress; for AWS
-    /// errors UNAVAILABLE (throttled, unreachable), PERMISSION_DENIED (unauthorized), otherwise
-    /// INTERNAL, always with AWS's error code in the message.
-    pub fn to_status(&self) -> tonic::Status {
-        let message = self.to_string();
-        match self {
-            Self::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
-            Self::InsufficientCapacity(_) => {
-                provider_sdk::status::insufficient_capacity(message, HashMap::new())
-            }
-            Self::NodeClassNotReady {
-                node_class,
-                message,
-            } => provider_sdk::status::node_class_not_ready(node_class, message.clone()),
-            Self::InProgress(_) => tonic::Status::aborted(message),
-            Self::NotManaged(_) | Self::Misconfigured(_) => {
-                tonic::Status::failed_precondition(message)
-            }
-            Self::Aws(aws) => match aws {
-                AwsError::Throttled { .. } | AwsError::Transport { .. } => {
-                    tonic::Status::unavailable(message)
-                }
-                AwsError::Unauthorized { .. } => tonic::Status::permission_denied(message),
-                AwsError::InsufficientCapacity { .. } => {
-                    provider_sdk::status::insufficient_capacity(message, HashMap::new())
-                }
-                _ => tonic::Status::internal(message),
-            },
-        }
-    }
-}
-
-impl From<InstanceTypeError> for InstanceError {
-    fn from(error: InstanceTypeError) -> Self {
-        match error {
-            InstanceTypeError::Ec2(aws) => Self::Aws(aws),
-            InstanceTypeError::InvalidNodeClass { field, message } => {
-                Self::invalid(format!("node_class.{field}"), message)
-            }
-            InstanceTypeError::NoPriceTable(why) => {
-                Self::Misconfigured(format!("no on-demand prices: {why}"))
-            }
-        }
-    }
-}
-
-fn bootstrap_error(error: BootstrapError) -> InstanceError {
-    let message = error.to_string();
-    match error {
-        BootstrapError::InvalidMime { .. }
-        | BootstrapError::BoundaryInUserData
-        | BootstrapError::InvalidToml { .. } => {
-            InstanceError::invalid("node_class.spec.userData", message)
-        }
-        BootstrapError::Kubelet(_) => InstanceError::invalid("node_class.spec.kubelet", message),
-        BootstrapError::InvalidCaBundle(_) | BootstrapError::MissingClusterCidr => {
-            InstanceError::Misconfigured(message)
-        }
-    }
-}
-
-/// `aws:///<zone>/<instance id>`, the provider ID the kubelet puts on the Node.
-pub fn provider_id(zone: &str, instance_id: &str) -> String {
-    format!("aws:///{zone}/{instance_id}")
-}
-
-/// The zone and instance ID of a provider ID. Like upstream's parser it needs the zone:
-/// `aws:///us-east-1a/i-0123456789abcdef0`.
-pub fn parse_provider_id(provider_id: &str) -> Result<(String, String), InstanceError> {
-    let invalid = |why: &str| {
-        InstanceError::invalid(
-            "provider_id",
-            format!("{provider_id:?} is not aws:///<zone>/<instance id>: {why}"),
-        )
-    };
-    let rest = provider_id
-        .strip_prefix("aws:///")
-        .ok_or_else(|| invalid("it does not start with aws:///"))?;
-    let (zone, id) = rest
-        .split_once('/')
-        .ok_or_else(|| invalid("it has no zone"))?;
-    if zone.is_empty() {
-        return Err(invalid("the zone is empty"));
-    }
-    if !is_instance_id(id) {
-        return Err(invalid(
-            "the instance ID is not i- followed by hexadecimal digits",
-        ));
-    }
-    Ok((zone.to_owned(), id.to_owned()))
-}
-
-fn is_instance_id(id: &str) -> bool {
-    id.strip_prefix("i-").is_some_and(|hex| {
-        !hex.is_empty()
-            && hex
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    })
-}
 
 /// Launches, finds and terminates the instances of NodeClaims.
 #[derive(Debug)]
@@ -805,176 +667,6 @@ impl InstanceProvider {
                 allocatable,
                 instance_state: instance_state(&launched.state) as i32,
             }),
-        }
-    }
-
-    /// Terminates the instance behind `provider_id`, or when it is empty every live instance
-    /// tagged for `node_claim_name`. GONE once nothing is left; TERMINATING while an instance
-    /// still shuts down. An instance without this cluster's tag is never terminated.
-    pub async fn delete(
-        &self,
-        provider_id: &str,
-        node_claim_name: &str,
-    ) -> Result<v1::DeletionState, InstanceError> {
-        let found = if !provider_id.is_empty() {
-            let (_, id) = parse_provider_id(provider_id)?;
-            match self.ec2.describe_instances(&ResourceQuery::ids([id])).await {
-                Ok(found) => found,
-                Err(e) if e.is_not_found() => Vec::new(),
-                Err(e) => return Err(e.into()),
-            }
-        } else if !node_claim_name.is_empty() {
-            self.tagged_for(node_claim_name).await?
-        } else {
-            return Err(InstanceError::invalid(
-                "provider_id",
-                "empty, and so is node_claim_name: nothing says which instance to terminate",
-            ));
-        };
-        let live: Vec<&Instance> = found
-            .iter()
-            .filter(|i| i.state != InstanceState::Terminated)
-            .collect();
-        if live.is_empty() {
-            return Ok(v1::DeletionState::Gone);
-        }
-        if let Some(foreign) = live
-            .iter()
-            .find(|i| !tags::belongs_to(&i.tags, &self.cluster.name))
-        {
-            return Err(InstanceError::NotManaged(format!(
-                "instance {} has no tag {}={}: it is not this cluster's, so it is not terminated",
-                foreign.id,
-                tags::TAG_EKS_CLUSTER_NAME,
-                self.cluster.name
-            )));
-        }
-        // Instances already shutting down need no second call (upstream saves the API calls).
-        let running: Vec<String> = live
-            .iter()
-            .filter(|i| i.state != InstanceState::ShuttingDown)
-            .map(|i| i.id.clone())
-            .collect();
-        if !running.is_empty() {
-            match self.ec2.terminate_instances(&running).await {
-                Ok(_) => tracing::info!(instances = ?running, "terminating"),
-                // Gone between the describe and the terminate.
-                Err(e) if e.is_not_found() => return Ok(v1::DeletionState::Gone),
-                Err(e) => return Err(e.into()),
-            }
-        }
-        Ok(v1::DeletionState::Terminating)
-    }
-
-    /// The instance behind `provider_id` as a NodeClaim; `None` when it is gone or
-    /// terminated. Shutting-down instances carry a deletion timestamp.
-    pub async fn get(&self, provider_id: &str) -> Result<Option<v1::NodeClaim>, InstanceError> {
-        Ok(self
-            .instance(provider_id)
-            .await?
-            .map(|i| self.node_claim_of(&i)))
-    }
-
-    /// One page of this cluster's instances (launched for a NodePool, not terminated), by
-    /// instance ID; the token is the last ID of the previous page, empty when there is no
-    /// more. `page_size` 0 means [`DEFAULT_PAGE_SIZE`].
-    pub async fn list(
-        &self,
-        page_size: i32,
-        page_token: &str,
-    ) -> Result<(Vec<v1::NodeClaim>, String), InstanceError> {
-        let size = match usize::try_from(page_size) {
-            Ok(0) => DEFAULT_PAGE_SIZE,
-            Ok(n) => n,
-            Err(_) => {
-                return Err(InstanceError::invalid(
-                    "page_size",
-                    format!("{page_size} is negative"),
-                ));
-            }
-        };
-        if !page_token.is_empty() && !is_instance_id(page_token) {
-            return Err(InstanceError::invalid(
-                "page_token",
-                format!("{page_token:?} is not a token this plugin issued"),
-            ));
-        }
-        let mut instances: Vec<Instance> = self
-            .ec2
-            .describe_instances(&ResourceQuery::tags(vec![
-                tags::cluster_filter(&self.cluster.name),
-                TagFilter::exists(tags::TAG_NODEPOOL),
-            ]))
-            .await?
-            .into_iter()
-            .filter(|i| i.state != InstanceState::Terminated)
-            .collect();
-        instances.sort_by(|a, b| a.id.cmp(&b.id));
-        // Instances come and go between pages; continuing after the last ID seen skips
-        // none that stayed.
-        let start = instances.partition_point(|i| i.id.as_str() <= page_token);
-        let page: Vec<&Instance> = instances[start..].iter().take(size).collect();
-        let next = if start + page.len() < instances.len() {
-            page.last().map(|i| i.id.clone()).unwrap_or_default()
-        } else {
-            String::new()
-        };
-        Ok((
-            page.into_iter().map(|i| self.node_claim_of(i)).collect(),
-            next,
-        ))
-    }
-
-    /// The EC2 instance behind a provider ID; `None` when it is gone or terminated.
-    pub async fn instance(&self, provider_id: &str) -> Result<Option<Instance>, InstanceError> {
-        let (_, id) = parse_provider_id(provider_id)?;
-        let found = match self.ec2.describe_instances(&ResourceQuery::ids([id])).await {
-            Ok(found) => found,
-            Err(e) if e.is_not_found() => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        Ok(found
-            .into_iter()
-            .find(|i| i.state != InstanceState::Terminated))
-    }
-
-    /// An instance as Get and List describe it: the NodeClaim it was launched for, its
-    /// provider ID, instance type, zone, capacity type and NodePool labels, launch time and
-    /// state.
-    fn node_claim_of(&self, instance: &Instance) -> v1::NodeClaim {
-        let zone = instance.zone.clone().unwrap_or_default();
-        let mut labels = HashMap::from([
-            (
-                LABEL_INSTANCE_TYPE.to_owned(),
-                instance.instance_type.clone(),
-            ),
-            (LABEL_TOPOLOGY_ZONE.to_owned(), zone.clone()),
-            (
-                LABEL_CAPACITY_TYPE.to_owned(),
-                instance.capacity_type.as_str().to_owned(),
-            ),
-        ]);
-        if let Some(node_pool) = instance.tag(tags::TAG_NODEPOOL) {
-            labels.insert(LABEL_NODEPOOL.to_owned(), node_pool.to_owned());
-        }
-        v1::NodeClaim {
-            name: instance
-                .tag(tags::TAG_NODECLAIM)
-                .unwrap_or_default()
-                .to_owned(),
-            labels,
-            creation_timestamp: instance.launch_time.map(seconds_timestamp),
-            deletion_timestamp: instance
-                .state
-                .is_terminating()
-                .then(|| timestamp(self.clock.utc_now())),
-            status: Some(v1::NodeClaimStatus {
-                provider_id: provider_id(&zone, &instance.id),
-                image_id: instance.image_id.clone().unwrap_or_default(),
-                instance_state: instance_state(&instance.state) as i32,
-                ..v1::NodeClaimStatus::default()
-            }),
-            ..v1::NodeClaim::default()
         }
     }
 }
