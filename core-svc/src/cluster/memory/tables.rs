@@ -3,6 +3,7 @@
 //! and which budgets select which pods).
 
 use super::*;
+
 /// Objects of one kind by (namespace, name); the empty namespace for cluster-scoped kinds.
 /// Each object behind an `Arc`: a snapshot shares them instead of copying every object, and a
 /// write replaces the one it changes.

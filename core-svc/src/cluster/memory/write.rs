@@ -3,6 +3,7 @@
 //! preconditions, finalizers and graceful pod deletion.
 
 use super::*;
+
 /// What the API server's behaviour depends on, per kind.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct KindFacts<'a> {
