@@ -132,13 +132,14 @@ pub fn violations<P: std::borrow::Borrow<Pod>>(
     controller_of: &dyn Fn(&Pod) -> Controller,
 ) -> u64 {
     let pods_before = || pods_before.iter().map(std::borrow::Borrow::borrow);
-    // Most evictions leave most budgets alone: those need no count of their pods.
-    let touched = evicted.iter().any(|qualified| {
-        pods_before()
-            .find(|pod| is_named(pod, qualified))
-            .is_some_and(|pod| covers(pdb, pod))
-    });
-    if !touched {
+    // The evicted pods this budget covers, in eviction order, each looked up once. Most
+    // evictions leave most budgets alone: those need no count of their pods.
+    let evicted: Vec<&Pod> = evicted
+        .iter()
+        .filter_map(|qualified| pods_before().find(|pod| is_named(pod, qualified)))
+        .filter(|pod| covers(pdb, pod))
+        .collect();
+    if evicted.is_empty() {
         return 0;
     }
     let covered: Vec<&Pod> = pods_before().filter(|pod| covers(pdb, pod)).collect();
@@ -147,10 +148,7 @@ pub fn violations<P: std::borrow::Borrow<Pod>>(
     let mut left =
         i32::try_from(covered.iter().filter(|pod| healthy(pod)).count()).unwrap_or(i32::MAX);
     let mut count = 0;
-    for qualified in evicted {
-        let Some(pod) = covered.iter().find(|pod| is_named(pod, qualified)) else {
-            continue;
-        };
+    for pod in evicted {
         if !healthy(pod) {
             continue;
         }

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use core_domain::labels::{LABEL_HOSTNAME, LabelPolicy};
 use core_domain::scheduler::{
-    ExistingNode, PodId, PreferencePolicy, Room, SchedulingInput, looks_at_other_pods, solve,
+    ExistingNode, PodId, PreferencePolicy, Room, SchedulingInput, has_inter_pod_constraints, solve,
 };
 use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::convert;
@@ -94,10 +94,7 @@ pub async fn step(
     // When no pod looks at other pods, a Node without room for the smallest of the pods to
     // place takes none of them and changes nothing: leave it out (in a full cluster, most are).
     let input = |pods: Vec<core_domain::scheduler::Pod>, nodes: &[ExistingNode]| {
-        let prunable = !pods
-            .iter()
-            .chain(nodes.iter().flat_map(|node| &node.pods))
-            .any(looks_at_other_pods);
+        let prunable = !has_inter_pod_constraints(&pods, nodes);
         let smallest = Room::smallest(&pods);
         let existing_nodes = nodes
             .iter()

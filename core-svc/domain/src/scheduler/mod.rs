@@ -126,7 +126,7 @@ pub use node::ExistingNode;
 pub use nodepool::{Limits, NODES, NodePoolSpec};
 pub use pod::{Pod, PodId};
 pub use results::{PlannedNodeClaim, SchedulingResults};
-pub use room::{Room, has_inter_pod_constraints, looks_at_other_pods};
+pub use room::{Room, has_inter_pod_constraints};
 pub use selector::{LabelSelector, Namespaces, SelectorExpression, SelectorOperator};
 pub use taints::{Taint, TaintEffect, Toleration, TolerationOperator};
 

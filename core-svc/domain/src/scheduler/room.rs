@@ -4,7 +4,7 @@
 //! input, when nothing depends on where pods are ([`has_inter_pod_constraints`]).
 
 use crate::resources::ResourceList;
-use crate::scheduler::{ExistingNode, Pod, SchedulingInput};
+use crate::scheduler::{ExistingNode, Pod};
 
 /// Amounts of the resources every pod asks for: what a node has free, or the smallest request
 /// among the pods to place.
@@ -55,29 +55,23 @@ impl Room {
     }
 }
 
-/// Whether any pod of the input, placed or to place, has a constraint that looks at other
-/// pods (topology spread, pod affinity or anti-affinity): then every node counts, wherever it
-/// has room, and none may be left out.
-pub fn has_inter_pod_constraints(input: &SchedulingInput) -> bool {
-    input.pods.iter().any(looks_at_other_pods)
-        || input
-            .existing_nodes
-            .iter()
-            .flat_map(|node| &node.pods)
-            .any(looks_at_other_pods)
-}
-
-/// Whether `pod` has a constraint that looks at other pods: topology spread, pod affinity or
-/// anti-affinity.
-pub fn looks_at_other_pods(pod: &Pod) -> bool {
-    !pod.topology_spread_constraints.is_empty()
-        || !pod.pod_affinity.is_empty()
-        || !pod.pod_anti_affinity.is_empty()
+/// Whether any pod, to place (`pods`) or placed (on `nodes`), has a constraint that looks at
+/// other pods (topology spread, pod affinity or anti-affinity): then every node counts,
+/// wherever it has room, and none may be left out.
+pub fn has_inter_pod_constraints(pods: &[Pod], nodes: &[ExistingNode]) -> bool {
+    pods.iter()
+        .chain(nodes.iter().flat_map(|node| &node.pods))
+        .any(|pod| {
+            !pod.topology_spread_constraints.is_empty()
+                || !pod.pod_affinity.is_empty()
+                || !pod.pod_anti_affinity.is_empty()
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheduler::SchedulingInput;
 
     #[test]
     fn full_nodes_are_left_out_only_when_no_pod_looks_at_other_pods() {
@@ -120,7 +114,10 @@ mod tests {
             "no pod slot left"
         );
 
-        assert!(!has_inter_pod_constraints(&input));
+        assert!(!has_inter_pod_constraints(
+            &input.pods,
+            &input.existing_nodes
+        ));
         input
             .existing_nodes
             .push(ExistingNode::new("m", [], ResourceList::new()).with_pod({
@@ -134,6 +131,9 @@ mod tests {
                     ));
                 spread
             }));
-        assert!(has_inter_pod_constraints(&input));
+        assert!(has_inter_pod_constraints(
+            &input.pods,
+            &input.existing_nodes
+        ));
     }
 }

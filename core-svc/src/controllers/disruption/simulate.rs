@@ -19,11 +19,12 @@
 //! their reschedulable pods (running pods and terminating StatefulSet pods; no DaemonSet or
 //! mirror pod) to the pods to place, solves, and puts the nodes back: no conversion is repeated
 //! per simulation, and only the nodes shown to the scheduler are moved (into its input and
-//! back), never cloned: a drift pass may simulate every candidate of a large cluster in turn. When no pod in the cluster has a topology
-//! spread, pod affinity or anti-affinity constraint, where pods run does not matter to where
-//! others may go, so the nodes without room for the smallest pod to place (per resource) are
-//! taken out as well: the scheduler's cost grows with the pods it is shown, and a packed
-//! cluster's nodes are mostly full.
+//! back), never cloned: a drift pass may simulate every candidate of a large cluster in turn.
+//! When no pod in the cluster has a topology spread, pod affinity or anti-affinity constraint,
+//! where pods run does not matter to where others may go, so the nodes without room for the
+//! smallest pod to place (per resource) are taken out as well, from the waiting pods' solve
+//! and from every simulation: the scheduler's cost grows with the nodes it is shown, and a
+//! packed cluster's nodes are mostly full.
 //!
 //! A candidate pod counts as scheduled only when it lands on an initialized node or on a new
 //! NodeClaim: like upstream, a pod placed on capacity that is not initialized yet would wait
@@ -187,7 +188,7 @@ impl State {
         input
             .existing_nodes
             .retain(|node| !sources.leaving.contains(&node.name));
-        let prunable = !has_inter_pod_constraints(&input);
+        let prunable = !has_inter_pod_constraints(&input.pods, &input.existing_nodes);
         reserve_for_waiting(&mut input, prunable);
         let base_pods = input.pods.len();
         let slots: Vec<Slot> = std::mem::take(&mut input.existing_nodes)
