@@ -93,7 +93,7 @@ pub async fn step(
     }
     // When no pod looks at other pods, a Node without room for the smallest of the pods to
     // place takes none of them and changes nothing: leave it out (in a full cluster, most are).
-    let input = |pods: Vec<core_domain::scheduler::Pod>, nodes: &[ExistingNode]| {
+    let input = |pods: Vec<core_domain::scheduler::Pod>, nodes: &[Arc<ExistingNode>]| {
         let prunable = !has_inter_pod_constraints(&pods, nodes);
         let smallest = Room::smallest(&pods);
         let existing_nodes = nodes
@@ -136,7 +136,7 @@ pub async fn step(
                     note(cluster.bind_pod(namespace, name, node), || {
                         format!("scheduler: binding {namespace}/{name} to {node}")
                     });
-                    nodes[at] = nodes[at].clone().with_pod(pod);
+                    nodes[at] = Arc::new(ExistingNode::clone(&nodes[at]).with_pod(pod));
                 }
                 None => others.push(pod),
             }
@@ -174,7 +174,7 @@ pub async fn step(
 
 /// Ready Nodes that take pods, with the pods bound to them; those unchanged since the last
 /// cycle come from `memo`.
-fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<ExistingNode> {
+fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNode>> {
     let pods_by_node = snapshot.pods_by_node();
     let mut nodes = Vec::new();
     let mut skipped = Vec::new();
@@ -199,8 +199,13 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<ExistingNode> 
         let Some(mut existing) = existing_node(Some(memo), node, None, &pods, &mut skipped) else {
             continue;
         };
-        existing.initialized = true;
-        existing.startup_taints.clear();
+        // The kube-scheduler looks at a Ready Node's taints as they are (copied only then: the
+        // memo's conversion is shared).
+        if !existing.initialized || !existing.startup_taints.is_empty() {
+            let existing = Arc::make_mut(&mut existing);
+            existing.initialized = true;
+            existing.startup_taints.clear();
+        }
         nodes.push(existing);
     }
     nodes

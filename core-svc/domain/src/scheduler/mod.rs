@@ -115,6 +115,7 @@ mod testing;
 mod tests;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use crate::labels::LabelPolicy;
 
@@ -147,7 +148,9 @@ pub struct SchedulingInput {
     /// The pods to place.
     pub pods: Vec<Pod>,
     /// Nodes, and in-flight NodeClaims, that pods may go to before anything new is planned.
-    pub existing_nodes: Vec<ExistingNode>,
+    /// Shared: the scheduler only reads them, so a caller that keeps converted nodes from one
+    /// run to the next (or shows a run only some of them) hands them over without a copy.
+    pub existing_nodes: Vec<Arc<ExistingNode>>,
     /// The NodePools new NodeClaims may come from (ready, not being deleted).
     pub node_pools: Vec<NodePoolSpec>,
     /// One pod per DaemonSet: what it would add to each node it runs on.

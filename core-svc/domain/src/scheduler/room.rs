@@ -3,6 +3,8 @@
 //! cluster (the disruption simulations, the simulator's kube-scheduler) can leave it out of the
 //! input, when nothing depends on where pods are ([`has_inter_pod_constraints`]).
 
+use std::sync::Arc;
+
 use crate::resources::ResourceList;
 use crate::scheduler::{ExistingNode, Pod};
 
@@ -58,7 +60,7 @@ impl Room {
 /// Whether any pod, to place (`pods`) or placed (on `nodes`), has a constraint that looks at
 /// other pods (topology spread, pod affinity or anti-affinity): then every node counts,
 /// wherever it has room, and none may be left out.
-pub fn has_inter_pod_constraints(pods: &[Pod], nodes: &[ExistingNode]) -> bool {
+pub fn has_inter_pod_constraints(pods: &[Pod], nodes: &[Arc<ExistingNode>]) -> bool {
     pods.iter()
         .chain(nodes.iter().flat_map(|node| &node.pods))
         .any(|pod| {
@@ -118,9 +120,8 @@ mod tests {
             &input.pods,
             &input.existing_nodes
         ));
-        input
-            .existing_nodes
-            .push(ExistingNode::new("m", [], ResourceList::new()).with_pod({
+        input.existing_nodes.push(Arc::new(
+            ExistingNode::new("m", [], ResourceList::new()).with_pod({
                 let mut spread = crate::scheduler::Pod::new("default", "spread");
                 spread
                     .pod_anti_affinity
@@ -130,7 +131,8 @@ mod tests {
                         crate::scheduler::LabelSelector::default(),
                     ));
                 spread
-            }));
+            }),
+        ));
         assert!(has_inter_pod_constraints(
             &input.pods,
             &input.existing_nodes

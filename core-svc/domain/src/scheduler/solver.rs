@@ -253,7 +253,8 @@ impl<'a> Solver<'a> {
 /// The existing nodes, initialised first then by name (upstream's order), each with the
 /// DaemonSets that would run there but have not started yet reserved.
 fn prepare_nodes<'a>(input: &'a SchedulingInput, topology: &mut Topology) -> Vec<NodeState<'a>> {
-    let mut ordered: Vec<&'a ExistingNode> = input.existing_nodes.iter().collect();
+    let mut ordered: Vec<&'a ExistingNode> =
+        input.existing_nodes.iter().map(AsRef::as_ref).collect();
     ordered.sort_by(|a, b| {
         b.initialized
             .cmp(&a.initialized)

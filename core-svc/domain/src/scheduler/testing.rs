@@ -10,7 +10,9 @@ use crate::labels::{
 };
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{NodeOverhead, ResourceList, ResourceName};
-use crate::scheduler::{NodePoolSpec, Pod, SchedulingInput, SchedulingResults, solve};
+use crate::scheduler::{
+    ExistingNode, NodePoolSpec, Pod, SchedulingInput, SchedulingResults, solve,
+};
 
 pub(super) const ZONES: [&str; 3] = ["zone-a", "zone-b", "zone-c"];
 pub(super) const GIB: i64 = 1 << 30;
@@ -208,4 +210,9 @@ pub(super) fn options(results: &SchedulingResults, index: usize) -> Vec<&str> {
         .iter()
         .map(|t| t.name())
         .collect()
+}
+
+/// `nodes` as [`SchedulingInput::existing_nodes`] holds them.
+pub(crate) fn shared(nodes: Vec<ExistingNode>) -> Vec<Arc<ExistingNode>> {
+    nodes.into_iter().map(Arc::new).collect()
 }

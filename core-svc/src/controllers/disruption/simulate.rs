@@ -18,8 +18,8 @@
 //! [`Simulator::simulate`] then takes the candidate nodes out of the existing capacity, adds
 //! their reschedulable pods (running pods and terminating StatefulSet pods; no DaemonSet or
 //! mirror pod) to the pods to place, solves, and puts the nodes back: no conversion is repeated
-//! per simulation, and only the nodes shown to the scheduler are moved (into its input and
-//! back), never cloned: a drift pass may simulate every candidate of a large cluster in turn.
+//! per simulation, and the nodes shown to the scheduler are shared with its input (`Arc`),
+//! never cloned: a drift pass may simulate every candidate of a large cluster in turn.
 //! When no pod in the cluster has a topology spread, pod affinity or anti-affinity constraint,
 //! where pods run does not matter to where others may go, so the nodes without room for the
 //! smallest pod to place (per resource) are taken out as well, from the waiting pods' solve
@@ -37,7 +37,7 @@
 //! not reserved (the NodeClaims they point at are in-flight capacity all the same).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
-use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core_domain::labels::LabelPolicy;
 use core_domain::scheduler::{
@@ -124,8 +124,8 @@ pub struct Simulator<'a> {
 #[derive(Debug)]
 struct State {
     /// The scheduler's input. Between simulations its `existing_nodes` is empty: the nodes
-    /// live in `slots`, and a simulation moves in the ones it shows the scheduler and moves
-    /// them back after, so no simulation copies (or even moves) the whole cluster.
+    /// live in `slots`, and a simulation shares the ones it shows the scheduler and lets go
+    /// of them after, so no simulation copies the whole cluster.
     input: SchedulingInput,
     /// The existing nodes, in the order provisioning built them.
     slots: Vec<Slot>,
@@ -141,8 +141,8 @@ struct State {
 /// An existing node, with what a simulation asks of it before showing it to the scheduler.
 #[derive(Debug)]
 struct Slot {
-    /// The node; `None` only while a simulation has lent it to the scheduler's input.
-    node: Option<ExistingNode>,
+    /// The node, shared with the scheduler's input while a simulation shows it.
+    node: Arc<ExistingNode>,
     /// What it has free.
     room: Room,
     /// Whether it is initialized: a pod placed on it counts as scheduled.
@@ -150,11 +150,11 @@ struct Slot {
 }
 
 impl Slot {
-    fn new(node: ExistingNode) -> Self {
+    fn new(node: Arc<ExistingNode>) -> Self {
         Self {
             room: Room::free_on(&node),
             initialized: node.initialized,
-            node: Some(node),
+            node,
         }
     }
 }
@@ -198,7 +198,7 @@ impl State {
         let index = slots
             .iter()
             .enumerate()
-            .filter_map(|(position, slot)| Some((slot.node.as_ref()?.name.clone(), position)))
+            .map(|(position, slot)| (slot.node.name.clone(), position))
             .collect();
         Self {
             input,
@@ -274,7 +274,7 @@ impl<'a> Simulator<'a> {
         candidate_nodes.dedup();
         let mut converted: HashMap<PodId, core_domain::scheduler::Pod> = HashMap::new();
         for &position in &candidate_nodes {
-            let node = slots.get(position).and_then(|slot| slot.node.as_ref());
+            let node = slots.get(position).map(|slot| &slot.node);
             for pod in node.into_iter().flat_map(|node| &node.pods) {
                 converted.insert(pod.id.clone(), pod.clone());
             }
@@ -302,16 +302,11 @@ impl<'a> Simulator<'a> {
         // Show the scheduler every node but the candidates and (when nothing depends on where
         // pods are) the nodes without room for any pod to place, in their order.
         let smallest = prunable.then(|| Room::smallest(&input.pods));
-        let mut shown = Vec::new();
-        for (position, slot) in slots.iter_mut().enumerate() {
+        for (position, slot) in slots.iter().enumerate() {
             let is_candidate = candidate_nodes.binary_search(&position).is_ok();
             let full = smallest.is_some_and(|smallest| !slot.room.holds(&smallest));
-            if is_candidate || full {
-                continue;
-            }
-            if let Some(node) = slot.node.take() {
-                shown.push(position);
-                input.existing_nodes.push(node);
+            if !is_candidate && !full {
+                input.existing_nodes.push(Arc::clone(&slot.node));
             }
         }
 
@@ -319,11 +314,7 @@ impl<'a> Simulator<'a> {
 
         // Put everything back as it was.
         input.pods.truncate(base_pods);
-        for (position, node) in shown.into_iter().zip(input.existing_nodes.drain(..)) {
-            if let Some(slot) = slots.get_mut(position) {
-                slot.node = Some(node);
-            }
-        }
+        input.existing_nodes.clear();
 
         let results = match solved {
             Ok(results) => results,
@@ -396,34 +387,17 @@ fn reserve_for_waiting(input: &mut SchedulingInput, prunable: bool) {
     if input.pods.is_empty() {
         return;
     }
+    // Solved over the nodes with room for a waiting pod (all of them when pods look at other
+    // pods), then every node back in its order.
     let smallest = prunable.then(|| Room::smallest(&input.pods));
-    let mut hidden: Vec<(usize, ExistingNode)> = Vec::new();
-    let mut shown: Vec<usize> = Vec::new();
-    for (position, node) in std::mem::take(&mut input.existing_nodes)
-        .into_iter()
-        .enumerate()
-    {
-        if smallest.is_some_and(|smallest| !Room::free_on(&node).holds(&smallest)) {
-            hidden.push((position, node));
-        } else {
-            shown.push(position);
-            input.existing_nodes.push(node);
-        }
-    }
+    let all = std::mem::take(&mut input.existing_nodes);
+    input.existing_nodes = all
+        .iter()
+        .filter(|node| smallest.is_none_or(|smallest| Room::free_on(node).holds(&smallest)))
+        .cloned()
+        .collect();
     let solved = solve(input);
-    // Every node back, in its order.
-    let mut nodes: Vec<Option<ExistingNode>> = Vec::new();
-    nodes.resize_with(shown.len() + hidden.len(), || None);
-    for (position, node) in shown
-        .into_iter()
-        .zip(std::mem::take(&mut input.existing_nodes))
-        .chain(hidden)
-    {
-        if let Some(slot) = nodes.get_mut(position) {
-            *slot = Some(node);
-        }
-    }
-    input.existing_nodes = nodes.into_iter().flatten().collect();
+    input.existing_nodes = all;
     let results = match solved {
         Ok(results) => results,
         Err(error) => {
@@ -442,7 +416,10 @@ fn reserve_for_waiting(input: &mut SchedulingInput, prunable: bool) {
     input.existing_nodes = std::mem::take(&mut input.existing_nodes)
         .into_iter()
         .map(|node| match by_node.remove(&node.name) {
-            Some(pods) => pods.into_iter().fold(node, ExistingNode::with_pod),
+            Some(pods) => Arc::new(
+                pods.into_iter()
+                    .fold(Arc::unwrap_or_clone(node), ExistingNode::with_pod),
+            ),
             None => node,
         })
         .collect();
@@ -493,9 +470,9 @@ mod tests {
         };
         // `full` has half a core: it cannot take a 1-core pod and is not shown.
         let nodes = vec![
-            node("c-roomy", "4"),
-            node("a-full", "500m"),
-            node("b-roomy", "1"),
+            Arc::new(node("c-roomy", "4")),
+            Arc::new(node("a-full", "500m")),
+            Arc::new(node("b-roomy", "1")),
         ];
         for prunable in [true, false] {
             let mut input = SchedulingInput {

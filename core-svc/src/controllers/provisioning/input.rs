@@ -169,7 +169,7 @@ pub fn build(sources: &Sources<'_>) -> Built {
 fn existing_capacity(
     sources: &Sources<'_>,
     skipped: &mut Vec<Skipped>,
-) -> (Vec<ExistingNode>, HashMap<String, Target>) {
+) -> (Vec<Arc<ExistingNode>>, HashMap<String, Target>) {
     let snapshot = sources.snapshot;
     let live_claims: Vec<&NodeClaim> = snapshot
         .node_claims()
@@ -188,7 +188,7 @@ fn existing_capacity(
         }
     }
     let by_node = snapshot.pods_by_node();
-    let mut nodes: BTreeMap<String, ExistingNode> = BTreeMap::new();
+    let mut nodes: BTreeMap<String, Arc<ExistingNode>> = BTreeMap::new();
     let mut targets = HashMap::new();
     let mut registered_claims = HashSet::new();
     for node in snapshot.nodes() {
@@ -238,7 +238,7 @@ fn existing_capacity(
         match convert::in_flight_node_claim(claim, catalogue) {
             Ok(existing) => {
                 targets.insert(name.to_owned(), Target::NodeClaim(name.to_owned()));
-                nodes.insert(name.to_owned(), existing);
+                nodes.insert(name.to_owned(), Arc::new(existing));
             }
             Err(error) => skipped.push(Skipped::Object {
                 object: format!("NodeClaim {name}"),
@@ -260,7 +260,7 @@ pub fn existing_node(
     claim: Option<&NodeClaim>,
     pods: &[&Pod],
     skipped: &mut Vec<Skipped>,
-) -> Option<ExistingNode> {
+) -> Option<Arc<ExistingNode>> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
     // The NodeClaim's slot is kept when there is none, so the pods' versions cannot stand in
     // for it.
@@ -303,6 +303,7 @@ pub fn existing_node(
             }
         }
     }
+    let existing = Arc::new(existing);
     if let (Some(memo), Some(versions), true) = (memo, &versions, whole) {
         memo.put(name, versions, &existing);
     }
@@ -312,7 +313,7 @@ pub fn existing_node(
 /// Adds the nominated pods to the capacity they were nominated to.
 fn reserve(
     sources: &Sources<'_>,
-    nodes: &mut BTreeMap<String, ExistingNode>,
+    nodes: &mut BTreeMap<String, Arc<ExistingNode>>,
     targets: &HashMap<String, Target>,
     skipped: &mut Vec<Skipped>,
 ) {
@@ -327,7 +328,8 @@ fn reserve(
         match convert::pod(pod) {
             Ok(converted) => {
                 if let Some(existing) = nodes.remove(node) {
-                    nodes.insert(node.clone(), existing.with_pod(converted));
+                    let existing = Arc::unwrap_or_clone(existing).with_pod(converted);
+                    nodes.insert(node.clone(), Arc::new(existing));
                 }
             }
             Err(error) => skipped.push(Skipped::Object {

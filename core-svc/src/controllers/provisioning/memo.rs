@@ -4,7 +4,7 @@
 //! and converting a Node with its pods (labels into requirements, quantities parsed) is most of
 //! that work. Between two passes few Nodes change: a [`NodeMemo`] keeps each Node's conversion
 //! with the `resourceVersion`s it was made from (the Node's, its NodeClaim's and every pod's it
-//! counted) and hands back a copy while all of them are still the same. The API server gives
+//! counted) and shares it while all of them are still the same. The API server gives
 //! every write a new `resourceVersion`, so an unchanged list of versions means unchanged
 //! objects.
 //!
@@ -13,7 +13,7 @@
 //! for are dropped when the next pass begins, so the memo holds at most the cluster's Nodes.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use core_domain::scheduler::ExistingNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -35,7 +35,7 @@ struct Inner {
 #[derive(Debug)]
 struct Entry {
     versions: Vec<String>,
-    node: ExistingNode,
+    node: Arc<ExistingNode>,
     used: u64,
 }
 
@@ -62,8 +62,9 @@ impl NodeMemo {
         inner.pass += 1;
     }
 
-    /// A copy of the Node `name` as converted from exactly `versions`, if kept.
-    pub fn get(&self, name: &str, versions: &[&str]) -> Option<ExistingNode> {
+    /// The Node `name` as converted from exactly `versions`, if kept (shared: the scheduler
+    /// only reads it).
+    pub fn get(&self, name: &str, versions: &[&str]) -> Option<Arc<ExistingNode>> {
         let mut inner = self.lock();
         let pass = inner.pass;
         let entry = inner.nodes.get_mut(name)?;
@@ -76,18 +77,18 @@ impl NodeMemo {
             return None;
         }
         entry.used = pass;
-        Some(entry.node.clone())
+        Some(Arc::clone(&entry.node))
     }
 
     /// Keeps `node`, converted from `versions`.
-    pub fn put(&self, name: &str, versions: &[&str], node: &ExistingNode) {
+    pub fn put(&self, name: &str, versions: &[&str], node: &Arc<ExistingNode>) {
         let mut inner = self.lock();
         let used = inner.pass;
         inner.nodes.insert(
             name.to_owned(),
             Entry {
                 versions: versions.iter().map(|&version| version.to_owned()).collect(),
-                node: node.clone(),
+                node: Arc::clone(node),
                 used,
             },
         );
@@ -133,10 +134,15 @@ mod tests {
     fn a_node_is_handed_back_only_for_the_same_versions() {
         let memo = NodeMemo::new();
         memo.begin_pass();
-        let node = ExistingNode::new("a", [], ResourceList::new().with("cpu", 1000));
+        let node = Arc::new(ExistingNode::new(
+            "a",
+            [],
+            ResourceList::new().with("cpu", 1000),
+        ));
         memo.put("a", &["1", "2"], &node);
         assert_eq!(
-            memo.get("a", &["1", "2"]).map(|node| node.allocatable),
+            memo.get("a", &["1", "2"])
+                .map(|node| node.allocatable.clone()),
             Some(node.allocatable.clone())
         );
         assert!(memo.get("a", &["1", "3"]).is_none(), "a pod changed");
@@ -149,7 +155,7 @@ mod tests {
     fn what_a_pass_did_not_use_is_dropped_when_the_next_begins() {
         let memo = NodeMemo::new();
         memo.begin_pass();
-        let node = ExistingNode::new("a", [], ResourceList::new());
+        let node = Arc::new(ExistingNode::new("a", [], ResourceList::new()));
         memo.put("a", &["1"], &node);
         memo.put("b", &["2"], &node);
         memo.begin_pass();

@@ -7,7 +7,7 @@ use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE, aws};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{ResourceList, ResourceName};
 use crate::scheduler::bound::{BoundError, CostBound, lower_bound, plan_lower_bound};
-use crate::scheduler::testing::{TypeSpec, aws_policy, input, pod, resources, run};
+use crate::scheduler::testing::{TypeSpec, aws_policy, input, pod, resources, run, shared};
 use crate::scheduler::{NodePoolSpec, Pod, Taint, TaintEffect};
 
 const EPSILON: f64 = 1e-6;
@@ -330,11 +330,11 @@ fn given_an_existing_node_then_zone_spread_adds_nothing_to_the_bound() {
     // A node's pods count toward the spread, so the zones' shares of the new pods are not
     // known without them: the bound leaves the spread out.
     let mut given = zones_priced_apart(|_| true);
-    given.existing_nodes = vec![crate::scheduler::ExistingNode::new(
+    given.existing_nodes = shared(vec![crate::scheduler::ExistingNode::new(
         "node-a",
         [(LABEL_TOPOLOGY_ZONE, "zone-a")],
         ResourceList::new(),
-    )];
+    )]);
     let bound = plan_lower_bound(&given, &run(&given)).expect("a bound");
     assert!((bound.per_hour - 1.5).abs() < EPSILON, "{bound:?}");
 }

@@ -2,7 +2,7 @@
 
 use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{Requirement, Requirements};
-use crate::scheduler::testing::{TypeSpec, claims, input, pod, pool, resources, run};
+use crate::scheduler::testing::{TypeSpec, claims, input, pod, pool, resources, run, shared};
 use crate::scheduler::{
     ExistingNode, HostPort, LabelSelector, Pod, PodAffinityTerm, Taint, TaintEffect,
 };
@@ -26,7 +26,7 @@ fn placements(results: &crate::scheduler::SchedulingResults) -> Vec<(&str, &str)
 #[test]
 fn given_an_existing_node_with_room_when_solved_then_pods_go_there_before_anything_new() {
     let mut given = input(vec![pod("a", 1000), pod("b", 3000)], vec![pool("default")]);
-    given.existing_nodes = vec![node("node-1", "zone-a", 4)];
+    given.existing_nodes = shared(vec![node("node-1", "zone-a", 4)]);
     let results = run(&given);
     assert_eq!(placements(&results), [("b", "node-1"), ("a", "node-1")]);
     assert!(results.new_node_claims.is_empty());
@@ -35,7 +35,9 @@ fn given_an_existing_node_with_room_when_solved_then_pods_go_there_before_anythi
 #[test]
 fn given_a_full_existing_node_when_solved_then_the_rest_gets_a_new_node_claim() {
     let mut given = input(vec![pod("a", 1000), pod("b", 3000)], vec![pool("default")]);
-    given.existing_nodes = vec![node("node-1", "zone-a", 4).with_pod(pod("running", 2000))];
+    given.existing_nodes = shared(vec![
+        node("node-1", "zone-a", 4).with_pod(pod("running", 2000)),
+    ]);
     let results = run(&given);
     assert_eq!(placements(&results), [("a", "node-1")]);
     assert_eq!(claims(&results), [vec!["b"]]);
@@ -48,11 +50,11 @@ fn given_initialised_and_uninitialised_nodes_when_solved_then_initialised_ones_c
         vec![pod("a", 1000), pod("b", 1000), pod("c", 1000)],
         vec![pool("default")],
     );
-    given.existing_nodes = vec![
+    given.existing_nodes = shared(vec![
         node("node-0", "zone-a", 1).with_initialized(false),
         node("node-2", "zone-a", 1),
         node("node-1", "zone-a", 1),
-    ];
+    ]);
     let results = run(&given);
     assert_eq!(
         placements(&results),
@@ -68,10 +70,10 @@ fn given_an_uninitialised_node_with_a_startup_taint_when_solved_then_the_taint_i
         .with_initialized(false);
     starting.startup_taints = vec![startup.clone()];
     let mut given = input(vec![pod("a", 1000)], vec![pool("default")]);
-    given.existing_nodes = vec![starting.clone()];
+    given.existing_nodes = shared(vec![starting.clone()]);
     assert_eq!(placements(&run(&given)), [("a", "node-1")]);
 
-    given.existing_nodes = vec![starting.with_initialized(true)];
+    given.existing_nodes = shared(vec![starting.with_initialized(true)]);
     let results = run(&given);
     assert!(
         results.existing_placements.is_empty(),
@@ -82,15 +84,14 @@ fn given_an_uninitialised_node_with_a_startup_taint_when_solved_then_the_taint_i
 #[test]
 fn given_a_daemon_set_not_yet_on_an_in_flight_node_when_solved_then_its_requests_are_reserved() {
     let mut given = input(vec![pod("a", 3500)], vec![pool("default")]);
-    given.existing_nodes = vec![node("node-1", "zone-a", 4).with_initialized(false)];
+    given.existing_nodes = shared(vec![node("node-1", "zone-a", 4).with_initialized(false)]);
     given.daemon_set_pods =
         vec![Pod::new("kube-system", "agent").with_requests(resources(1000, 0))];
     let results = run(&given);
     assert!(results.existing_placements.is_empty());
-    given.existing_nodes = vec![
-        node("node-1", "zone-a", 5)
-            .with_daemon_pod(Pod::new("kube-system", "agent-1").with_requests(resources(1000, 0))),
-    ];
+    given.existing_nodes = shared(vec![node("node-1", "zone-a", 5).with_daemon_pod(
+        Pod::new("kube-system", "agent-1").with_requests(resources(1000, 0)),
+    )]);
     let results = run(&given);
     assert_eq!(
         placements(&results),
@@ -112,7 +113,11 @@ fn given_an_in_flight_node_claim_when_solved_then_it_is_filled_with_its_smallest
     .into_iter()
     .collect();
     let mut given = input(vec![pod("a", 1500), pod("b", 1000)], vec![pool("default")]);
-    given.existing_nodes = vec![ExistingNode::in_flight("default-x7k2p", zones, &options)];
+    given.existing_nodes = shared(vec![ExistingNode::in_flight(
+        "default-x7k2p",
+        zones,
+        &options,
+    )]);
     let results = run(&given);
     assert_eq!(placements(&results), [("a", "default-x7k2p")]);
     assert_eq!(
@@ -128,9 +133,10 @@ fn given_a_node_with_a_host_port_in_use_when_solved_then_a_pod_binding_it_goes_e
         vec![pod("exporter", 500).with_host_port(HostPort::tcp(9100))],
         vec![pool("default")],
     );
-    given.existing_nodes = vec![
-        node("node-1", "zone-a", 4).with_pod(pod("other", 100).with_host_port(HostPort::tcp(9100))),
-    ];
+    given.existing_nodes =
+        shared(vec![node("node-1", "zone-a", 4).with_pod(
+            pod("other", 100).with_host_port(HostPort::tcp(9100)),
+        )]);
     let results = run(&given);
     assert!(results.existing_placements.is_empty());
     assert_eq!(claims(&results), [vec!["exporter"]]);
@@ -149,7 +155,7 @@ fn given_a_running_pod_with_anti_affinity_when_a_pod_it_repels_arrives_then_it_a
         vec![pod("web", 500).with_label("app", "web"), pod("batch", 500)],
         vec![pool("default")],
     );
-    given.existing_nodes = vec![node("node-1", "zone-a", 4).with_pod(repelling)];
+    given.existing_nodes = shared(vec![node("node-1", "zone-a", 4).with_pod(repelling)]);
     let results = run(&given);
     assert_eq!(placements(&results), [("batch", "node-1")]);
     assert_eq!(claims(&results), [vec!["web"]]);
@@ -168,7 +174,7 @@ fn given_a_running_pod_with_zonal_anti_affinity_when_solved_then_new_node_claims
         vec![pod("web", 500).with_label("app", "web")],
         vec![pool("default")],
     );
-    given.existing_nodes = vec![node("node-1", "zone-a", 1).with_pod(repelling)];
+    given.existing_nodes = shared(vec![node("node-1", "zone-a", 1).with_pod(repelling)]);
     let results = run(&given);
     let zone = results.new_node_claims[0]
         .requirements

@@ -3,7 +3,7 @@
 use crate::labels::LABEL_TOPOLOGY_ZONE;
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::ResourceList;
-use crate::scheduler::testing::{allowed, claims, input, pod, pool, reason, run};
+use crate::scheduler::testing::{allowed, claims, input, pod, pool, reason, run, shared};
 use crate::scheduler::{
     ExistingNode, LabelSelector, PodAffinityTerm, PreferencePolicy, TopologySpreadConstraint,
 };
@@ -86,10 +86,10 @@ fn given_preferred_pod_affinity_and_anti_affinity_in_conflict_when_relaxed_then_
             ),
         );
     let mut given = input(vec![torn], vec![pool("default")]);
-    given.existing_nodes = vec![
+    given.existing_nodes = shared(vec![
         running("db", "zone-c", "db"),
         running("cache", "zone-c", "cache"),
-    ];
+    ]);
     let results = run(&given);
     assert_eq!(
         allowed(&results, 0, LABEL_TOPOLOGY_ZONE),
@@ -111,7 +111,7 @@ fn given_preferred_anti_affinity_and_node_affinity_in_conflict_when_relaxed_then
             ),
         );
     let mut given = input(vec![torn], vec![pool("default")]);
-    given.existing_nodes = vec![running("cache", "zone-c", "cache")];
+    given.existing_nodes = shared(vec![running("cache", "zone-c", "cache")]);
     let results = run(&given);
     assert_eq!(
         allowed(&results, 0, LABEL_TOPOLOGY_ZONE),

@@ -8,7 +8,7 @@ use crate::labels::{
 };
 use crate::requirements::{Requirement, Requirements};
 use crate::scheduler::testing::{
-    TypeSpec, allowed, claims, input, options, pod, pool, reason, run,
+    TypeSpec, allowed, claims, input, options, pod, pool, reason, run, shared,
 };
 use crate::scheduler::{
     ExistingNode, HostPort, LabelSelector, NodePoolSpec, PodAffinityTerm, TopologySpreadConstraint,
@@ -54,11 +54,11 @@ fn given_the_same_input_twice_when_solved_then_the_results_are_identical() {
         pods.push(p);
     }
     let mut given = input(pods, vec![pool("default"), pool("other").with_weight(5)]);
-    given.existing_nodes = vec![ExistingNode::new(
+    given.existing_nodes = shared(vec![ExistingNode::new(
         "node-1",
         [(LABEL_TOPOLOGY_ZONE, "zone-b")],
         crate::scheduler::testing::resources(2000, 8),
-    )];
+    )]);
     let first = run(&given);
     let second = run(&given);
     assert_eq!(first, second);

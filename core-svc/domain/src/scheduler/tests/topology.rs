@@ -1,7 +1,7 @@
 //! Topology: spread over zones, hostnames and capacity types, pod affinity and anti-affinity.
 
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
-use crate::scheduler::testing::{TypeSpec, allowed, claims, input, pod, pool, reason, run};
+use crate::scheduler::testing::{TypeSpec, allowed, claims, input, pod, pool, reason, run, shared};
 use crate::scheduler::{
     ExistingNode, LabelSelector, Limits, Namespaces, NodeInclusionPolicy, NodePoolSpec, Pod,
     PodAffinityTerm, TopologySpreadConstraint,
@@ -45,14 +45,14 @@ fn given_zone_spread_and_existing_pods_when_solved_then_the_emptier_zones_are_fi
         vec![pool("default")],
     );
     let running = Pod::new("default", "running").with_label("app", "web");
-    given.existing_nodes = vec![
+    given.existing_nodes = shared(vec![
         ExistingNode::new(
             "node-a",
             [(LABEL_TOPOLOGY_ZONE, "zone-a")],
             crate::resources::ResourceList::new(),
         )
         .with_pod(running),
-    ];
+    ]);
     let results = run(&given);
     assert_eq!(zones_of(&results), ["zone-b", "zone-c"]);
 }
@@ -275,7 +275,7 @@ fn given_node_affinity_policy_when_counting_then_honor_ignores_nodes_the_pod_can
     };
     let zone_for = |policy| {
         let mut given = input(vec![spread_pod(policy)], vec![pool("b")]);
-        given.existing_nodes = vec![other_pool_node.clone()];
+        given.existing_nodes = shared(vec![other_pool_node.clone()]);
         zones_of(&run(&given))
     };
     assert_eq!(zone_for(NodeInclusionPolicy::Honor), ["zone-a"]);
