@@ -32,7 +32,7 @@ mod memory;
 mod object;
 mod snapshot;
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 
@@ -50,7 +50,7 @@ pub use apiserver::KubeCluster;
 pub use error::{ClusterError, FieldError};
 pub use memory::InMemoryCluster;
 pub use object::ClusterObject;
-pub use snapshot::{Snapshot, shared};
+pub use snapshot::{PodsByNode, Snapshot, shared};
 pub(crate) use snapshot::{api_group, node_class_key, sort_key};
 
 /// Conditions a delete or an eviction requires of the object (the API's `Preconditions`).

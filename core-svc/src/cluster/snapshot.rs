@@ -32,6 +32,10 @@ pub struct Snapshot {
     pub priority_classes: Vec<Arc<PriorityClass>>,
 }
 
+/// Bound Pods by node name ([`Snapshot::pods_by_node`]): looked up, never walked, so hashed
+/// (a pass builds it over every pod of the cluster).
+pub type PodsByNode<'a> = HashMap<&'a str, Vec<&'a Pod>>;
+
 /// `objects`, shared as a [`Snapshot`] holds them.
 pub fn shared<T>(objects: impl IntoIterator<Item = T>) -> Vec<Arc<T>> {
     objects.into_iter().map(Arc::new).collect()
@@ -173,8 +177,8 @@ impl Snapshot {
     }
 
     /// Every bound Pod grouped by node name, each group in (namespace, name) order.
-    pub fn pods_by_node(&self) -> BTreeMap<&str, Vec<&Pod>> {
-        let mut by_node: BTreeMap<&str, Vec<&Pod>> = BTreeMap::new();
+    pub fn pods_by_node(&self) -> PodsByNode<'_> {
+        let mut by_node = PodsByNode::with_capacity(self.nodes.len());
         for pod in self.pods() {
             if let Some(node) = pod_node_name(pod) {
                 by_node.entry(node).or_default().push(pod);

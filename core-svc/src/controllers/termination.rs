@@ -27,13 +27,13 @@
 //! `karpenter_nodes_eviction_requests`) are counted from its events by [`crate::metrics`]; the termination deadline is read from the annotation
 //! when present and computed from the spec otherwise (upstream only reads the annotation).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use core_domain::labels::{ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_NODEPOOL};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING};
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 use serde_json::{Map, Value, json};
@@ -45,7 +45,7 @@ use super::nodeclaim::{
 };
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
-use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, Snapshot};
+use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, PodsByNode, Snapshot};
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::{is_node_ready, name_of};
 
@@ -331,7 +331,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         &self,
         pass: &mut Pass,
         snapshot: &Snapshot,
-        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        pods_by_node: &PodsByNode<'_>,
         work: &Finalization,
         now: Timestamp,
     ) -> Result<Requeue, ControllerError> {
@@ -392,7 +392,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
     async fn finalize_node_claim(
         &self,
         pass: &mut Pass,
-        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        pods_by_node: &PodsByNode<'_>,
         mut node_claim: NodeClaim,
         nodes: Vec<&Node>,
         now: Timestamp,
@@ -555,7 +555,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
     async fn finalize_orphan_node(
         &self,
         pass: &mut Pass,
-        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        pods_by_node: &PodsByNode<'_>,
         node: &Node,
         now: Timestamp,
     ) -> Result<Requeue, ControllerError> {
@@ -695,7 +695,7 @@ impl<C: Cluster, P: CloudProvider> TerminationController<C, P> {
         &self,
         pass: &mut Pass,
         nodes: &mut [Node],
-        pods_by_node: &BTreeMap<&str, Vec<&Pod>>,
+        pods_by_node: &PodsByNode<'_>,
         node_claim: &str,
         deadline: Option<Timestamp>,
         now: Timestamp,

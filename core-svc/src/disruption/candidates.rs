@@ -49,7 +49,7 @@ use kube::core::{Selector, SelectorExt};
 
 use super::cost;
 use super::do_not_disrupt::{DoNotDisrupt, blocks_disruption, is_active, pod_key};
-use crate::cluster::Snapshot;
+use crate::cluster::{PodsByNode, Snapshot};
 use crate::objects::{
     has_disrupted_taint, is_mirror, is_owned_by_daemon_set, is_terminating,
     tolerates_disrupted_taint,
@@ -397,7 +397,7 @@ pub struct CandidateSelector<'a> {
     now: Timestamp,
     nominated: &'a BTreeSet<String>,
     claims: HashMap<&'a str, &'a NodeClaim>,
-    pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    pods_by_node: PodsByNode<'a>,
     pdbs: Vec<PreparedPdb>,
     /// The positions in `pdbs` of the budgets that select each pod of the snapshot, by the
     /// pod's address in the snapshot (see [`address`]).
@@ -408,15 +408,20 @@ impl<'a> CandidateSelector<'a> {
     /// Prepares the selection; `nominated` holds the names of the nodes nominated for pending
     /// pods (their nomination window not over).
     pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
-        let mut pods_by_namespace: HashMap<&str, Vec<&Pod>> = HashMap::new();
+        // Each budget's selector is matched against its namespace's pods once, here: what the
+        // pods' budgets are is asked for every pod of every node, several times a pass. The
+        // pods of one workload carry the same labels, so a selector is matched once per label
+        // set of the namespace, not once per pod.
+        type LabelSet<'p> = Option<&'p BTreeMap<String, String>>;
+        let mut label_sets: HashMap<&str, HashMap<LabelSet<'_>, Vec<&Pod>>> = HashMap::new();
         for pod in snapshot.pods() {
-            pods_by_namespace
+            label_sets
                 .entry(pod.metadata.namespace.as_deref().unwrap_or_default())
+                .or_default()
+                .entry(pod.metadata.labels.as_ref())
                 .or_default()
                 .push(pod);
         }
-        // Each budget's selector is matched against its namespace's pods once, here: what the
-        // pods' budgets are is asked for every pod of every node, several times a pass.
         let mut pdbs_of_pod: HashMap<usize, Vec<usize>> = snapshot
             .pods()
             .map(|pod| (address(pod), Vec::new()))
@@ -428,12 +433,15 @@ impl<'a> CandidateSelector<'a> {
             .map(|(index, pdb)| {
                 let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
                 let selector = pdb::selector(pdb);
-                let selected: Vec<&Pod> = pods_by_namespace
+                let selected: Vec<&Pod> = label_sets
                     .get(namespace.as_str())
                     .into_iter()
                     .flatten()
-                    .copied()
-                    .filter(|pod| pdb::selects(pdb, selector.as_ref(), pod))
+                    .filter(|(_, pods)| {
+                        pods.first()
+                            .is_some_and(|pod| pdb::selects(pdb, selector.as_ref(), pod))
+                    })
+                    .flat_map(|(_, pods)| pods.iter().copied())
                     .collect();
                 for pod in &selected {
                     pdbs_of_pod.entry(address(pod)).or_default().push(index);

@@ -36,7 +36,7 @@
 //! like any other (upstream leaves them out); nominations the provisioner holds in memory are
 //! not reserved (the NodeClaims they point at are in-flight capacity all the same).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core_domain::labels::LabelPolicy;
@@ -47,7 +47,7 @@ use core_domain::scheduler::{
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
 
-use crate::cluster::Snapshot;
+use crate::cluster::{PodsByNode, Snapshot};
 use crate::controllers::provisioning::convert;
 use crate::controllers::provisioning::input::{self, Catalogue, Sources};
 use crate::controllers::provisioning::memo::NodeMemo;
@@ -117,7 +117,7 @@ impl SimulationResult {
 #[derive(Debug)]
 pub struct Simulator<'a> {
     sources: SimulationSources<'a>,
-    pods_by_node: BTreeMap<&'a str, Vec<&'a Pod>>,
+    pods_by_node: PodsByNode<'a>,
     state: OnceLock<Mutex<State>>,
 }
 
@@ -160,7 +160,7 @@ impl Slot {
 }
 
 impl State {
-    fn build(sources: &SimulationSources<'_>, pods_by_node: &BTreeMap<&str, Vec<&Pod>>) -> Self {
+    fn build(sources: &SimulationSources<'_>, pods_by_node: &PodsByNode<'_>) -> Self {
         let snapshot = sources.snapshot;
         let mut waiting = selection::waiting_pods(snapshot);
         let mut seen: HashSet<(&str, &str)> = waiting.iter().map(|pod| pod_key(pod)).collect();

@@ -2,7 +2,7 @@
 //! next step from the snapshot ([`candidate_step`]) and what still holds a drain that timed out
 //! ([`drain_blockers`]). Pure; the orchestrator does the writes.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -15,7 +15,7 @@ use super::{
     ANNOTATION_COMMAND, ANNOTATION_DRAIN_STARTED_AT, ANNOTATION_DRAIN_TIMEOUT, ANNOTATION_REASON,
     ANNOTATION_STARTED_AT, DRAIN_TIMED_OUT, MIN_DRAIN_TIMEOUT,
 };
-use crate::cluster::Snapshot;
+use crate::cluster::{PodsByNode, Snapshot};
 use crate::controllers::drain::plan::{self, DrainPlan};
 use crate::controllers::nodeclaim::nodes_of;
 use crate::disruption::{CandidateSelector, Observation, Observed};
@@ -136,7 +136,7 @@ pub enum CandidateStep<'s> {
 pub fn candidate_step<'s>(
     claim: &'s NodeClaim,
     snapshot: &'s Snapshot,
-    pods_by_node: &BTreeMap<&str, Vec<&'s Pod>>,
+    pods_by_node: &PodsByNode<'s>,
     now: Timestamp,
 ) -> CandidateStep<'s> {
     if claim.metadata.deletion_timestamp.is_some() {
