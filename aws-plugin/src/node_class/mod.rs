@@ -212,7 +212,20 @@ pub enum ResolveError {
 }
 
 /// Resolutions by node class name and spec text, with when each was made.
+/// The maps behind the resolver's locks hold finished entries only; a panic elsewhere cannot
+/// leave one half written, so a poisoned lock is still consistent.
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 type Cache = HashMap<(String, String), (Instant, Arc<ResolvedNodeClass>)>;
+
+/// How many node class objects [`NodeClassResolver`] remembers the cache key of. Core sends
+/// the same few objects over and over (with every IsDrifted of every NodeClaim); a fleet has
+/// a handful of node classes, each seen in a few versions at once.
+const PARSED_MEMO_SIZE: usize = 64;
 
 /// Resolves node classes against EC2, IAM and SSM, with a short cache.
 #[derive(Debug)]
@@ -226,6 +239,9 @@ pub struct NodeClassResolver {
     /// Keyed by the node class's name and the text of its spec: any change of either
     /// resolves afresh.
     cache: Mutex<Cache>,
+    /// The cache key of each valid node class object seen lately, by its JSON text: parsing
+    /// and validating is a pure function of the object, and costs more than the lookup.
+    parsed: Mutex<HashMap<String, (String, String)>>,
 }
 
 impl NodeClassResolver {
@@ -245,6 +261,7 @@ impl NodeClassResolver {
             clock,
             ttl: DEFAULT_CACHE_TTL,
             cache: Mutex::new(HashMap::new()),
+            parsed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -260,11 +277,7 @@ impl NodeClassResolver {
     }
 
     fn cache(&self) -> MutexGuard<'_, Cache> {
-        // The map holds finished results only; a panic elsewhere cannot leave one half
-        // written, so a poisoned lock is still consistent.
-        self.cache
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.cache)
     }
 
     /// Resolves the node class JSON core sent.
@@ -272,12 +285,27 @@ impl NodeClassResolver {
         &self,
         node_class: &serde_json::Value,
     ) -> Result<Arc<ResolvedNodeClass>, ResolveError> {
+        let text = node_class.to_string();
+        let known = lock(&self.parsed).get(&text).cloned();
+        let now = self.clock.now();
+        if let Some(key) = &known
+            && let Some((at, resolved)) = self.cache().get(key)
+            && now.saturating_duration_since(*at) < self.ttl
+        {
+            return Ok(Arc::clone(resolved));
+        }
         let parsed = parse_node_class(node_class)?;
         let key = (
             parse::name_of(&parsed).to_owned(),
             serde_json::to_string(&parsed.spec).unwrap_or_default(),
         );
-        let now = self.clock.now();
+        if known.is_none() {
+            let mut memo = lock(&self.parsed);
+            if memo.len() >= PARSED_MEMO_SIZE {
+                memo.clear();
+            }
+            memo.insert(text, key.clone());
+        }
         if let Some((at, resolved)) = self.cache().get(&key)
             && now.saturating_duration_since(*at) < self.ttl
         {
@@ -689,6 +717,36 @@ mod tests {
             "{}",
             amis.message
         );
+    }
+
+    #[tokio::test]
+    async fn the_same_spec_is_resolved_once_while_fresh_and_an_invalid_object_every_time() {
+        let f = Fixture::new();
+        let resolver = f.resolver();
+        let first = resolver.resolve(&node_class()).await.unwrap();
+        let again = resolver.resolve(&node_class()).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again), "the very same object");
+        let mut newer = node_class();
+        newer["metadata"]["resourceVersion"] = json!("7");
+        newer["status"] = json!({"conditions": []});
+        let same_spec = resolver.resolve(&newer).await.unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &same_spec),
+            "only metadata and status differ"
+        );
+        let mut changed = node_class();
+        changed["spec"]["tags"] = json!({"team": "a"});
+        let other = resolver.resolve(&changed).await.unwrap();
+        assert!(!Arc::ptr_eq(&first, &other), "a new spec is resolved anew");
+
+        let mut invalid = node_class();
+        invalid["spec"]["metadataOptions"] = json!({"httpPutResponseHopLimit": "one"});
+        for _ in 0..2 {
+            assert!(matches!(
+                resolver.resolve(&invalid).await,
+                Err(ResolveError::Invalid(_))
+            ));
+        }
     }
 
     #[tokio::test]

@@ -378,8 +378,13 @@ impl Simulation {
                     .check_budgets(&evicted, &before, &|pod| world.controller_of(pod));
             }
         }
-        let before = self.cluster.snapshot().await?;
-        self.recorder.sample(&before, now);
+        // Read before the snapshot: a change landing in between is sampled next step.
+        let revision = self.cluster.revision();
+        if self.recorder.sampled != Some(revision) {
+            let after = self.cluster.snapshot().await?;
+            self.recorder.sample(&after, now);
+            self.recorder.sampled = Some(revision);
+        }
         Ok(())
     }
 

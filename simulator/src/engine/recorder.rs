@@ -26,6 +26,9 @@ pub(super) struct Recorder {
     /// Pods waiting to be scheduled: UID -> since when.
     pub(super) pending: BTreeMap<String, Timestamp>,
     pub(super) pending_max: Duration,
+    /// The cluster's revision at the last [`Recorder::sample`]: a sample of an unchanged
+    /// cluster would find what the last one found.
+    pub(super) sampled: Option<u64>,
 }
 
 impl Recorder {
@@ -41,6 +44,7 @@ impl Recorder {
             pdb_violations: 0,
             pending: BTreeMap::new(),
             pending_max: Duration::ZERO,
+            sampled: None,
         }
     }
 
