@@ -4,7 +4,7 @@
 //! readiness checks, and taints and quantities converted between the Kubernetes types and
 //! the domain's.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
 
 use core_domain::labels::LABEL_NODEPOOL;
@@ -182,6 +182,19 @@ pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a N
         .nodes()
         .filter(|node| node_provider_id(node) == provider_id)
         .collect()
+}
+
+/// The Nodes of the snapshot by provider ID, for a caller that asks [`nodes_of`] of many
+/// NodeClaims (each ask is a scan of every Node).
+pub fn nodes_by_provider_id(snapshot: &Snapshot) -> HashMap<&str, Vec<&Node>> {
+    let mut by_provider_id: HashMap<&str, Vec<&Node>> = HashMap::new();
+    for node in snapshot.nodes() {
+        let provider_id = node_provider_id(node);
+        if !provider_id.is_empty() {
+            by_provider_id.entry(provider_id).or_default().push(node);
+        }
+    }
+    by_provider_id
 }
 
 /// The NodeClaim of a Node, by provider ID.

@@ -367,6 +367,8 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             wrote = true;
         }
         let timeout = command_timeout(in_flight.len());
+        // Built for the first command ready to terminate, then shared by the others.
+        let mut pods_by_node = None;
         for command in &in_flight {
             match progress(command, snapshot, now, timeout) {
                 Progress::Finished => {}
@@ -381,8 +383,15 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 }
                 Progress::Ready => {
                     let reason = command.reason.unwrap_or(DisruptionReason::Drifted);
+                    let pods_by_node = pods_by_node.get_or_insert_with(|| snapshot.pods_by_node());
                     let terminated = orchestrator
-                        .terminate(reason, &command.candidates, command.started_at, snapshot)
+                        .terminate(
+                            reason,
+                            &command.candidates,
+                            command.started_at,
+                            snapshot,
+                            pods_by_node,
+                        )
                         .await?;
                     wrote |= terminated.wrote;
                     if let Some(look_again) = terminated.look_again {

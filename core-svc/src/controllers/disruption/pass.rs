@@ -16,7 +16,7 @@ use super::{
 };
 use crate::cluster::Snapshot;
 use crate::controllers::Settings;
-use crate::controllers::nodeclaim::nodes_of;
+use crate::controllers::nodeclaim::{nodes_by_provider_id, provider_id_of};
 use crate::controllers::provisioning::input::Catalogue;
 use crate::controllers::provisioning::memo::NodeMemo;
 use crate::disruption::candidates::{disrupting, node_pool_name};
@@ -158,10 +158,14 @@ impl<'a> Prepared<'a> {
 /// The Nodes of the live candidates of commands in flight: the simulation treats them as
 /// leaving.
 pub fn leaving_nodes(snapshot: &Snapshot, in_flight: &[InFlight]) -> BTreeSet<String> {
+    if in_flight.is_empty() {
+        return BTreeSet::new();
+    }
+    let nodes = nodes_by_provider_id(snapshot);
     in_flight
         .iter()
         .flat_map(|command| command.live_candidates(snapshot))
-        .flat_map(|claim| nodes_of(snapshot, claim))
+        .flat_map(|claim| nodes.get(provider_id_of(claim)).into_iter().flatten())
         .filter_map(|node| node.metadata.name.clone())
         .collect()
 }
@@ -294,13 +298,19 @@ pub(super) fn untainted_in_flight<'s>(
     &'s k8s_openapi::api::core::v1::Node,
     &'s karpenter_api::NodeClaim,
 )> {
+    if in_flight.is_empty() {
+        return Vec::new();
+    }
+    let nodes = nodes_by_provider_id(snapshot);
     in_flight
         .iter()
         .flat_map(|command| command.live_candidates(snapshot))
         .flat_map(|claim| {
-            nodes_of(snapshot, claim)
+            nodes
+                .get(provider_id_of(claim))
                 .into_iter()
-                .map(move |node| (node, claim))
+                .flatten()
+                .map(move |&node| (node, claim))
         })
         .filter(|(node, claim)| disrupting(node, claim).is_none() && is_node_ready(node))
         .collect()

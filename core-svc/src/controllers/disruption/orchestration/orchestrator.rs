@@ -21,7 +21,7 @@ use super::progress::StaleMark;
 use super::{ANNOTATION_COMMAND, ANNOTATION_REPLACES, fields};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::{
-    Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot,
+    Cluster, ClusterError, ClusterObject, DeleteOptions, PodsByNode, Preconditions, Snapshot,
 };
 use crate::controllers::Context;
 use crate::controllers::disruption::Command;
@@ -106,8 +106,15 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
         if command.replacements.is_empty() {
             self.started_event(command, &node_pools);
             // A fresh command has no drain clock yet, so nothing can time out here.
-            self.terminate(command.reason, &command.candidates, Some(now), snapshot)
-                .await?;
+            let pods_by_node = snapshot.pods_by_node();
+            self.terminate(
+                command.reason,
+                &command.candidates,
+                Some(now),
+                snapshot,
+                &pods_by_node,
+            )
+            .await?;
             return Ok(Started::Terminating);
         }
         // The candidates carry the command first: should every replacement vanish (or a crash
@@ -273,20 +280,21 @@ impl<'c, C: Cluster, P: CloudProvider> Orchestrator<'c, C, P> {
     /// The terminate step of a command (`reason`, started at `started_at` when known) for
     /// its `candidates` that still exist and are not being deleted, as [`candidate_step`]
     /// says: delete, or drain before deleting. When a candidate's drain timed out, nothing is
-    /// done and [`Terminated::timed_out`] says why.
+    /// done and [`Terminated::timed_out`] says why. `pods_by_node` is the snapshot's
+    /// ([`Snapshot::pods_by_node`]), built once by a caller that terminates several commands.
     pub async fn terminate(
         &self,
         reason: DisruptionReason,
         candidates: &[String],
         started_at: Option<Timestamp>,
         snapshot: &Snapshot,
+        pods_by_node: &PodsByNode<'_>,
     ) -> Result<Terminated, ClusterError> {
         let now = self.ctx.clock.now();
-        let pods_by_node = snapshot.pods_by_node();
         let steps: Vec<(&NodeClaim, CandidateStep<'_>)> = candidates
             .iter()
             .filter_map(|name| snapshot.node_claim(name))
-            .map(|claim| (claim, candidate_step(claim, snapshot, &pods_by_node, now)))
+            .map(|claim| (claim, candidate_step(claim, snapshot, pods_by_node, now)))
             .collect();
         let mut done = Terminated::default();
         for (_, step) in &steps {
