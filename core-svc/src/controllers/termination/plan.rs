@@ -1,7 +1,8 @@
 //! What the termination controller decides from the snapshot and the clock alone: which
 //! NodeClaims and Nodes to finalize ([`finalizations`]), the termination deadline
-//! ([`termination_deadline`]) and where a drain stands ([`drain_status`]). Pure; apart from the
-//! controller so that each decision is unit-tested without a port.
+//! ([`termination_deadline`]) and where a drain stands ([`drain_status`]), with the outcomes
+//! the controller's drain steps hand each other. Pure; apart from the controller so that each
+//! decision is unit-tested without a port.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
