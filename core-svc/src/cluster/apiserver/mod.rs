@@ -17,19 +17,23 @@
 //!   nothing, so a POST is never repeated behind the caller's back.
 //! - [`Cluster::revision`] moves on every watch event and every write of the adapter; the
 //!   manager waits on [`KubeCluster::subscribe`].
+//!
+//! This module is `KubeCluster`: its start-up and the [`Cluster`] impl. `reflected.rs` holds a
+//! kind's reflector and the overlay over it, `store.rs` the reflector's store, `slim.rs` what
+//! is dropped before caching, [`requests`] the requests sent and how answers are read, and
+//! [`events`] the Events port.
 
 pub mod events;
+mod reflected;
 pub mod requests;
 mod slim;
 mod store;
 
 use std::any::{Any, TypeId};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
-use futures::StreamExt as _;
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
     core::v1::{Node, Pod},
@@ -41,32 +45,23 @@ use kube::Resource;
 use kube::api::{DynamicObject, GroupVersionKind};
 use kube::core::params::GetParams;
 use kube::core::{Request, Status};
-use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Api, Client};
-use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use self::requests::{Target, cluster_error, eviction_error};
-use self::store::{Store, Writer};
+use self::reflected::Reflected;
+pub use self::reflected::{LIST_PAGE_SIZE, OVERLAY_TTL};
+use self::requests::{
+    Target, body, cluster_error, eviction_error, namespace_for, node_class_target, typed_request,
+    typed_target,
+};
 use super::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, Preconditions, Snapshot, sort_key,
 };
 use crate::cloudprovider::NodeClassKind;
-
-/// How long the adapter's own write may stand in for what the watch has not delivered yet.
-/// Watches deliver in milliseconds; this only bounds the damage of an overlay entry whose
-/// object was deleted by someone else before the watch caught up.
-pub const OVERLAY_TTL: Duration = Duration::from_secs(30);
-
-/// Objects per page of a reflector's list. A list of every pod of a large cluster in one
-/// response is decoded whole before the first object is slimmed: at 20,000 pods that is
-/// some 200 MB at once, freed right after but left behind as heap the process keeps. Pages
-/// of 500 (client-go's pager and kube-runtime's default) bound it to a page.
-pub const LIST_PAGE_SIZE: u32 = 500;
 
 /// Why the adapter could not start.
 #[derive(Debug, thiserror::Error)]
@@ -138,160 +133,6 @@ impl Changes {
 
     fn revision(&self) -> u64 {
         *self.revision.borrow()
-    }
-}
-
-/// One kind's reflector store and the adapter's writes the store may not show yet.
-struct Reflected<K: Resource + 'static>
-where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
-{
-    store: Arc<Store<K>>,
-    dyntype: K::DynamicType,
-    overlay: Mutex<BTreeMap<(String, String), Overlaid<K>>>,
-    /// What is dropped from an object before it is cached (store and overlay alike).
-    slim: fn(&mut K),
-}
-
-enum Overlaid<K> {
-    /// The object as the adapter's write answered it.
-    Written { object: Arc<K>, at: Instant },
-    /// Deleted by the adapter: the object of this UID is gone even if the store still has it.
-    Deleted { uid: Option<String>, at: Instant },
-}
-
-/// Whether the store's `stored` version already includes the overlay's `written` one.
-/// resourceVersions are opaque, but every API server in use hands out etcd revisions
-/// (integers); when either is not an integer, only equality counts.
-fn caught_up(stored: Option<&str>, written: Option<&str>) -> bool {
-    match (stored, written) {
-        (Some(stored), Some(written)) => {
-            stored == written
-                || matches!((stored.parse::<u64>(), written.parse::<u64>()), (Ok(s), Ok(w)) if s >= w)
-        }
-        _ => false,
-    }
-}
-
-fn key_of<K: Resource>(object: &K) -> (String, String) {
-    let (namespace, name) = sort_key(object);
-    (namespace.to_owned(), name.to_owned())
-}
-
-impl<K> Reflected<K>
-where
-    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
-{
-    fn new(store: Arc<Store<K>>, dyntype: K::DynamicType, slim: fn(&mut K)) -> Self {
-        Self {
-            store,
-            dyntype,
-            overlay: Mutex::new(BTreeMap::new()),
-            slim,
-        }
-    }
-
-    /// The store's objects with the overlay laid over them, in (namespace, name) order;
-    /// overlay entries the store has caught up with are dropped. The store keeps its `Arc`s
-    /// in that order, so a snapshot of the whole cluster allocates one vector per kind and
-    /// copies no object and no name.
-    fn view(&self, now: Instant) -> Vec<Arc<K>> {
-        let mut objects = self.store.state();
-        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
-        overlay.retain(|(namespace, name), entry| {
-            let found = objects.binary_search_by(|object| {
-                sort_key(object.as_ref()).cmp(&(namespace.as_str(), name.as_str()))
-            });
-            let stored = found.ok().map(|at| &objects[at]);
-            match entry {
-                Overlaid::Written { at, .. } | Overlaid::Deleted { at, .. }
-                    if now.saturating_duration_since(*at) > OVERLAY_TTL =>
-                {
-                    false
-                }
-                Overlaid::Written { object, .. } => {
-                    let current = stored.and_then(|s| s.meta().resource_version.as_deref());
-                    if caught_up(current, object.meta().resource_version.as_deref()) {
-                        return false;
-                    }
-                    match found {
-                        Ok(at) => objects[at] = Arc::clone(object),
-                        Err(at) => objects.insert(at, Arc::clone(object)),
-                    }
-                    true
-                }
-                Overlaid::Deleted { uid, .. } => {
-                    let Some(stored_object) = stored else {
-                        return false;
-                    };
-                    let same = uid.is_none() || stored_object.meta().uid == *uid;
-                    if same && let Ok(at) = found {
-                        objects.remove(at);
-                    }
-                    same
-                }
-            }
-        });
-        objects
-    }
-
-    fn written(&self, object: &K) {
-        let mut cached = object.clone();
-        (self.slim)(&mut cached);
-        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
-        overlay.insert(
-            key_of(object),
-            Overlaid::Written {
-                object: Arc::new(cached),
-                at: Instant::now(),
-            },
-        );
-    }
-
-    fn deleted(&self, namespace: &str, name: &str, uid: Option<String>) {
-        let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
-        overlay.insert(
-            (namespace.to_owned(), name.to_owned()),
-            Overlaid::Deleted {
-                uid,
-                at: Instant::now(),
-            },
-        );
-    }
-
-    /// Starts the list-and-watch of `api` into a new store, each object slimmed by `slim`;
-    /// every event bumps `changes`.
-    fn start(
-        api: Api<K>,
-        dyntype: K::DynamicType,
-        label: String,
-        changes: &Arc<Changes>,
-        slim: fn(&mut K),
-    ) -> (Self, JoinHandle<()>) {
-        let store = Arc::new(Store::new());
-        let mut writer = Writer::new(Arc::clone(&store));
-        let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
-            .default_backoff()
-            .modify(slim);
-        let changes = Arc::clone(changes);
-        let task = tokio::spawn(async move {
-            let mut stream = std::pin::pin!(stream);
-            while let Some(event) = stream.next().await {
-                match event {
-                    Ok(event) => {
-                        writer.apply(event);
-                        changes.bump();
-                    }
-                    // The watcher relists on its own (with backoff); the store keeps what it
-                    // had meanwhile.
-                    Err(error) => {
-                        tracing::warn!(kind = %label, %error, "watch failed; relisting");
-                    }
-                }
-            }
-        });
-        (Self::new(store, dyntype, slim), task)
     }
 }
 
@@ -550,41 +391,6 @@ impl KubeCluster {
     }
 }
 
-fn body<K: Serialize>(
-    target: Target<'_>,
-    object: &K,
-    api_version: &str,
-    kind: &str,
-) -> Result<Vec<u8>, ClusterError> {
-    let mut value = serde_json::to_value(object)
-        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))?;
-    if let Value::Object(map) = &mut value {
-        map.insert(
-            "apiVersion".to_owned(),
-            Value::String(api_version.to_owned()),
-        );
-        map.insert("kind".to_owned(), Value::String(kind.to_owned()));
-    }
-    serde_json::to_vec(&value)
-        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))
-}
-
-fn typed_target<'a, K: ClusterObject>(namespace: Option<&'a str>, name: &'a str) -> Target<'a> {
-    Target {
-        kind: K::KIND,
-        namespace,
-        name,
-    }
-}
-
-fn typed_request<K: ClusterObject>(namespace: Option<&str>) -> Request {
-    Request::new(K::url_path(&(), namespace))
-}
-
-fn namespace_for<K: ClusterObject>(object: &K) -> Option<&str> {
-    K::NAMESPACED.then(|| sort_key(object).0)
-}
-
 impl Cluster for KubeCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         let now = Instant::now();
@@ -827,48 +633,5 @@ impl Cluster for KubeCluster {
             Err(other) => return Err(other),
         }
         Ok(())
-    }
-}
-
-fn node_class_target(reference: &NodeClassReference) -> Target<'_> {
-    Target {
-        kind: &reference.kind,
-        namespace: None,
-        name: &reference.name,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn given_an_object_with_managed_fields_then_the_cache_keeps_everything_else() {
-        let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {
-                "name": "web-0",
-                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
-                "managedFields": [{"manager": "kubectl", "operation": "Apply",
-                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
-            },
-        }))
-        .unwrap_or_default();
-        let annotations = pod.metadata.annotations.clone();
-        assert!(pod.metadata.managed_fields.is_some());
-        slim::managed_fields(&mut pod);
-        assert_eq!(pod.metadata.managed_fields, None);
-        assert_eq!(pod.metadata.annotations, annotations);
-        assert_eq!(pod.metadata.name.as_deref(), Some("web-0"));
-    }
-
-    #[test]
-    fn given_resource_versions_then_the_store_has_caught_up_when_equal_or_newer() {
-        assert!(caught_up(Some("12"), Some("12")));
-        assert!(caught_up(Some("13"), Some("12")));
-        assert!(!caught_up(Some("11"), Some("12")));
-        assert!(!caught_up(None, Some("12")));
-        // Opaque versions: only equality counts.
-        assert!(caught_up(Some("abc"), Some("abc")));
-        assert!(!caught_up(Some("abd"), Some("abc")));
     }
 }

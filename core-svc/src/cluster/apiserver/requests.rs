@@ -2,11 +2,15 @@
 //! functions, so the bodies are pinned by golden tests and the error mapping by unit tests.
 
 use http::Request;
+use karpenter_api::NodeClassReference;
 use kube::core::Status;
 use kube::core::params::{DeleteParams, PatchParams, PostParams};
+use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::cluster::{ClusterError, DeleteOptions, FieldError, Preconditions};
+use crate::cluster::{
+    ClusterError, ClusterObject, DeleteOptions, FieldError, Preconditions, sort_key,
+};
 
 /// The field manager core's writes are recorded under (`managedFields`), as upstream's.
 pub const FIELD_MANAGER: &str = "karpenter";
@@ -214,6 +218,58 @@ fn causes(status: &Status) -> Vec<FieldError> {
         }]
     } else {
         causes
+    }
+}
+
+/// The body of a create or replace of `object`: its JSON with `apiVersion` and `kind` set, which
+/// the typed objects do not serialize.
+pub(super) fn body<K: Serialize>(
+    target: Target<'_>,
+    object: &K,
+    api_version: &str,
+    kind: &str,
+) -> Result<Vec<u8>, ClusterError> {
+    let mut value = serde_json::to_value(object)
+        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))?;
+    if let Value::Object(map) = &mut value {
+        map.insert(
+            "apiVersion".to_owned(),
+            Value::String(api_version.to_owned()),
+        );
+        map.insert("kind".to_owned(), Value::String(kind.to_owned()));
+    }
+    serde_json::to_vec(&value)
+        .map_err(|error| ClusterError::invalid(target.kind, target.name, "", error.to_string()))
+}
+
+/// The [`Target`] of a call on the `K` named `name`.
+pub(super) fn typed_target<'a, K: ClusterObject>(
+    namespace: Option<&'a str>,
+    name: &'a str,
+) -> Target<'a> {
+    Target {
+        kind: K::KIND,
+        namespace,
+        name,
+    }
+}
+
+/// The request builder of `K`'s collection, in `namespace` for namespaced kinds.
+pub(super) fn typed_request<K: ClusterObject>(namespace: Option<&str>) -> kube::core::Request {
+    kube::core::Request::new(K::url_path(&(), namespace))
+}
+
+/// `object`'s namespace when its kind is namespaced.
+pub(super) fn namespace_for<K: ClusterObject>(object: &K) -> Option<&str> {
+    K::NAMESPACED.then(|| sort_key(object).0)
+}
+
+/// The [`Target`] of a call on the node class `reference` names.
+pub(super) fn node_class_target(reference: &NodeClassReference) -> Target<'_> {
+    Target {
+        kind: &reference.kind,
+        namespace: None,
+        name: &reference.name,
     }
 }
 

@@ -336,4 +336,23 @@ mod tests {
         assert_eq!(status.capacity, full.status.and_then(|s| s.capacity));
         assert_eq!((status.images, status.node_info), (None, None));
     }
+
+    #[test]
+    fn given_an_object_with_managed_fields_then_the_cache_keeps_everything_else() {
+        let mut pod: k8s_openapi::api::core::v1::Pod = serde_json::from_value(serde_json::json!({
+            "metadata": {
+                "name": "web-0",
+                "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}"},
+                "managedFields": [{"manager": "kubectl", "operation": "Apply",
+                                   "fieldsType": "FieldsV1", "fieldsV1": {"f:spec": {}}}],
+            },
+        }))
+        .unwrap_or_default();
+        let annotations = pod.metadata.annotations.clone();
+        assert!(pod.metadata.managed_fields.is_some());
+        managed_fields(&mut pod);
+        assert_eq!(pod.metadata.managed_fields, None);
+        assert_eq!(pod.metadata.annotations, annotations);
+        assert_eq!(pod.metadata.name.as_deref(), Some("web-0"));
+    }
 }

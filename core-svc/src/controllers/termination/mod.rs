@@ -21,11 +21,16 @@
 //! drained and released without touching the cloud (garbage collection owns stray instances).
 //! NodeClaims that never launched (no provider ID) are the lifecycle controller's.
 //!
+//! What to finalize, the deadline and the drain's status are decided in `plan.rs`, pure; this
+//! module does the I/O around them.
+//!
 //! Differences from upstream: one controller instead of two (node termination and NodeClaim
 //! finalize), so the instance is deleted once; no VolumeAttachment wait (the cluster port has no
 //! VolumeAttachments yet); its metrics (`karpenter_nodeclaims_terminated`,
 //! `karpenter_nodes_eviction_requests`) are counted from its events by [`crate::metrics`]; the termination deadline is read from the annotation
 //! when present and computed from the spec otherwise (upstream only reads the annotation).
+
+mod plan;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -35,13 +40,13 @@ use core_domain::labels::{ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_NODE
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::nodeclaim::{CONDITION_DRAINED, CONDITION_INSTANCE_TERMINATING};
-use karpenter_api::{ConditionStatus, NodeClaim, condition};
+use karpenter_api::{ConditionStatus, NodeClaim};
 use serde_json::{Map, Value, json};
 
+pub use self::plan::*;
 use super::drain::{self, DRAIN_POLL, uid_preconditions};
 use super::nodeclaim::{
-    has_termination_finalizer, node_claim_of, node_provider_id, nodes_of, provider_id_of,
-    set_condition,
+    has_termination_finalizer, node_provider_id, nodes_of, provider_id_of, set_condition,
 };
 use super::{Context, Controller, ControllerError, Requeue, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion};
@@ -49,178 +54,9 @@ use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions, PodsByNod
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::{is_node_ready, name_of};
 
-/// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
-/// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
-pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// Repeated events about the same object and cause (a PDB blocking an eviction, the plugin
 /// failing) are recorded at most this often; the retries in between only log.
 pub const EVENT_DEDUPE_WINDOW: Duration = Duration::from_secs(2 * 60);
-
-/// When the NodeClaim's drain ends regardless of what still runs: its deletion time plus its
-/// terminationGracePeriod, to the second; the annotation when it holds a valid time (whoever
-/// wrote it first fixed it). `None` while not deleting or without a terminationGracePeriod.
-pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
-    let deleting_since = node_claim.metadata.deletion_timestamp.as_ref()?;
-    let grace = node_claim.spec.termination_grace_period.as_ref()?;
-    let annotated = node_claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|annotations| annotations.get(ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP))
-        .and_then(|value| value.parse::<Timestamp>().ok());
-    if annotated.is_some() {
-        return annotated;
-    }
-    let deadline = deleting_since
-        .0
-        .saturating_add(grace.duration())
-        .unwrap_or(Timestamp::MAX);
-    Some(Timestamp::from_second(deadline.as_second()).unwrap_or(deadline))
-}
-
-fn is_deleting<K: kube::Resource>(object: &K) -> bool {
-    object.meta().deletion_timestamp.is_some()
-}
-
-/// One piece of work for a pass.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Finalization {
-    /// A Node is being deleted but its NodeClaim is not: delete the NodeClaim, whose
-    /// finalization then takes the Node along (upstream's node termination does the same).
-    DeleteNodeClaim {
-        /// The NodeClaim's name.
-        node_claim: String,
-    },
-    /// A launched NodeClaim is being deleted: drain its Nodes, terminate its instance, release
-    /// both.
-    NodeClaim {
-        /// The NodeClaim's name.
-        node_claim: String,
-    },
-    /// A Node is being deleted with core's finalizer and has no NodeClaim: drain it, release it.
-    OrphanNode {
-        /// The Node's name.
-        node: String,
-    },
-}
-
-/// Everything the termination controller has to act on in `snapshot`, NodeClaims by name
-/// first, then Nodes by name.
-pub fn finalizations(snapshot: &Snapshot) -> Vec<Finalization> {
-    let mut work: Vec<Finalization> = snapshot
-        .node_claims()
-        .filter(|node_claim| {
-            is_deleting(*node_claim)
-                && has_termination_finalizer(*node_claim)
-                && !provider_id_of(node_claim).is_empty()
-        })
-        .map(|node_claim| Finalization::NodeClaim {
-            node_claim: name_of(node_claim).to_owned(),
-        })
-        .collect();
-    let mut claims_to_delete = BTreeSet::new();
-    for node in snapshot.nodes() {
-        if !is_deleting(node) || !has_termination_finalizer(node) {
-            continue;
-        }
-        match node_claim_of(snapshot, node) {
-            Some(node_claim) if !is_deleting(node_claim) => {
-                claims_to_delete.insert(name_of(node_claim).to_owned());
-            }
-            // Its NodeClaim's finalization (listed above) handles it.
-            Some(_) => {}
-            None => work.push(Finalization::OrphanNode {
-                node: name_of(node).to_owned(),
-            }),
-        }
-    }
-    work.extend(
-        claims_to_delete
-            .into_iter()
-            .map(|node_claim| Finalization::DeleteNodeClaim { node_claim }),
-    );
-    work
-}
-
-/// Where a NodeClaim's drain stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum DrainStatus {
-    /// Pods are still waited for.
-    Draining,
-    /// Nothing is left, but the drain began less than [`MIN_DRAIN_TIME`] ago: look again then.
-    Settling {
-        /// When the drain may count as done.
-        until: Timestamp,
-    },
-    /// Drained: the instance may go.
-    Drained,
-}
-
-/// The drain's status given whether pods are left (`pods_left`), when the drain began
-/// (`draining_since`, the `Drained=Unknown` transition; `None` when it begins now) and the
-/// termination deadline. Past the deadline the drain is over regardless.
-pub fn drain_status(
-    pods_left: bool,
-    draining_since: Option<Timestamp>,
-    now: Timestamp,
-    deadline: Option<Timestamp>,
-) -> DrainStatus {
-    if deadline.is_some_and(|deadline| now >= deadline) {
-        return DrainStatus::Drained;
-    }
-    if pods_left {
-        return DrainStatus::Draining;
-    }
-    let until = draining_since
-        .unwrap_or(now)
-        .saturating_add(MIN_DRAIN_TIME)
-        .unwrap_or(Timestamp::MAX);
-    if now < until {
-        DrainStatus::Settling { until }
-    } else {
-        DrainStatus::Drained
-    }
-}
-
-/// When the NodeClaim's drain began: the transition of `Drained` to Unknown.
-fn draining_since(node_claim: &NodeClaim) -> Option<Timestamp> {
-    let status = node_claim.status.as_ref()?;
-    condition::find(&status.conditions, CONDITION_DRAINED)
-        .filter(|drained| drained.status == ConditionStatus::Unknown)
-        .map(|drained| drained.last_transition_time.0)
-}
-
-fn is_drained(node_claim: &NodeClaim) -> bool {
-    node_claim
-        .status
-        .as_ref()
-        .is_some_and(|status| condition::is_true(&status.conditions, CONDITION_DRAINED))
-}
-
-/// How long from `now` to `then`, zero when it has passed.
-fn until(now: Timestamp, then: Timestamp) -> Duration {
-    Duration::try_from(then.duration_since(now)).unwrap_or(Duration::ZERO)
-}
-
-/// What a drain of a NodeClaim's Nodes came to in one pass.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum DrainOutcome {
-    /// The Nodes are NotReady and the cloud says their instance is gone: nothing to drain.
-    InstanceGone,
-    /// Pods are still waited for; look again after this long.
-    Draining(Duration),
-    /// Nothing is left to wait for (or the deadline passed).
-    Empty,
-}
-
-/// Where a NodeClaim stands after its drain was recorded.
-#[derive(Debug)]
-enum DrainStep {
-    /// Drained (or skipped): on to the instance, with the NodeClaim as written.
-    Done(Box<NodeClaim>),
-    /// Not yet: look again after this long.
-    Wait(Duration),
-}
 
 /// What a pass remembers between passes; losing it (a restart) only repeats an event.
 #[derive(Debug, Default)]
@@ -815,201 +651,4 @@ impl<C: Cluster, P: CloudProvider> Controller for TerminationController<C, P> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::controllers::testing::{self, at, merged, patched, snapshot};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
-    fn node_claim(value: Value) -> NodeClaim {
-        testing::node_claim(
-            "default-abcde",
-            merged(
-                json!({
-                    "metadata": { "finalizers": [TERMINATION_FINALIZER] },
-                    "status": { "providerID": "fake:///zone/i-1" },
-                }),
-                value,
-            ),
-        )
-    }
-
-    fn node(value: Value) -> Node {
-        testing::node(
-            "node-a",
-            merged(
-                json!({
-                    "metadata": { "finalizers": [TERMINATION_FINALIZER] },
-                    "spec": { "providerID": "fake:///zone/i-1" },
-                }),
-                value,
-            ),
-        )
-    }
-
-    fn deleting_at(seconds: i64) -> Value {
-        json!({ "metadata": { "deletionTimestamp": Time(at(seconds)) } })
-    }
-
-    #[test]
-    fn the_deadline_is_the_deletion_time_plus_the_grace_period() {
-        let mut claim = node_claim(json!({ "spec": { "terminationGracePeriod": "10m" } }));
-        assert_eq!(termination_deadline(&claim), None, "not deleting");
-        merge_into(&mut claim, deleting_at(100));
-        assert_eq!(termination_deadline(&claim), Some(at(700)));
-    }
-
-    #[test]
-    fn without_a_grace_period_there_is_no_deadline() {
-        let claim = node_claim(deleting_at(100));
-        assert_eq!(termination_deadline(&claim), None);
-    }
-
-    #[test]
-    fn the_annotation_wins_over_the_computed_deadline_unless_it_is_garbage() {
-        let annotated = |value: &str| {
-            let mut claim = node_claim(json!({ "spec": { "terminationGracePeriod": "10m" } }));
-            merge_into(&mut claim, deleting_at(100));
-            merge_into(
-                &mut claim,
-                json!({ "metadata": { "annotations": {
-                    "karpenter.sh/nodeclaim-termination-timestamp": value,
-                } } }),
-            );
-            claim
-        };
-        assert_eq!(
-            termination_deadline(&annotated(&at(400).to_string())),
-            Some(at(400))
-        );
-        assert_eq!(termination_deadline(&annotated("tomorrow")), Some(at(700)));
-    }
-
-    fn merge_into(claim: &mut NodeClaim, patch: Value) {
-        *claim = patched(claim, patch);
-    }
-
-    #[test]
-    fn the_drain_lasts_at_least_the_minimum_drain_time() {
-        assert_eq!(
-            drain_status(false, None, at(0), None),
-            DrainStatus::Settling { until: at(5) },
-            "a drain that begins empty still settles"
-        );
-        assert_eq!(
-            drain_status(false, Some(at(0)), at(4), None),
-            DrainStatus::Settling { until: at(5) }
-        );
-        assert_eq!(
-            drain_status(false, Some(at(0)), at(5), None),
-            DrainStatus::Drained
-        );
-        assert_eq!(
-            drain_status(true, Some(at(0)), at(500), None),
-            DrainStatus::Draining
-        );
-    }
-
-    #[test]
-    fn past_the_deadline_the_drain_is_done_at_once() {
-        assert_eq!(
-            drain_status(true, Some(at(0)), at(600), Some(at(600))),
-            DrainStatus::Drained
-        );
-        assert_eq!(
-            drain_status(false, None, at(600), Some(at(600))),
-            DrainStatus::Drained,
-            "no settling either"
-        );
-        assert_eq!(
-            drain_status(true, Some(at(0)), at(599), Some(at(600))),
-            DrainStatus::Draining
-        );
-    }
-
-    #[test]
-    fn launched_deleting_node_claims_with_the_finalizer_are_finalized() {
-        let deleting = node_claim(deleting_at(0));
-        let mut not_deleting = node_claim(json!({ "metadata": { "name": "b" } }));
-        let mut never_launched = node_claim(deleting_at(0));
-        merge_into(
-            &mut never_launched,
-            json!({ "metadata": { "name": "c" }, "status": { "providerID": "" } }),
-        );
-        let mut released = node_claim(deleting_at(0));
-        merge_into(
-            &mut released,
-            json!({ "metadata": { "name": "d", "finalizers": ["other"] } }),
-        );
-        merge_into(
-            &mut not_deleting,
-            json!({ "status": { "providerID": "fake:///zone/i-2" } }),
-        );
-        let work = finalizations(&snapshot(
-            vec![deleting, not_deleting, never_launched, released],
-            vec![],
-        ));
-        assert_eq!(
-            work,
-            [Finalization::NodeClaim {
-                node_claim: "default-abcde".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn a_deleted_node_gets_its_node_claim_deleted_or_is_an_orphan() {
-        let claim = node_claim(json!({}));
-        let deleted_node = node(deleting_at(0));
-        let orphan = node(json!({
-            "metadata": { "name": "node-b", "deletionTimestamp": Time(at(0)) },
-            "spec": { "providerID": "fake:///zone/i-9" },
-        }));
-        let unmanaged = node(json!({
-            "metadata": { "name": "node-c", "deletionTimestamp": Time(at(0)), "finalizers": null },
-        }));
-        let work = finalizations(&snapshot(
-            vec![claim],
-            vec![deleted_node, orphan, unmanaged],
-        ));
-        assert_eq!(
-            work,
-            [
-                Finalization::OrphanNode {
-                    node: "node-b".into()
-                },
-                Finalization::DeleteNodeClaim {
-                    node_claim: "default-abcde".into()
-                },
-            ]
-        );
-    }
-
-    #[test]
-    fn a_deleted_node_of_a_deleting_node_claim_is_left_to_the_node_claim() {
-        let claim = node_claim(deleting_at(0));
-        let deleted_node = node(deleting_at(0));
-        let work = finalizations(&snapshot(vec![claim], vec![deleted_node]));
-        assert_eq!(
-            work,
-            [Finalization::NodeClaim {
-                node_claim: "default-abcde".into()
-            }]
-        );
-    }
-
-    #[test]
-    fn nodes_belong_to_a_node_claim_by_provider_id_only() {
-        let claim = node_claim(json!({ "status": { "nodeName": "node-b" } }));
-        let same_id = node(json!({}));
-        let same_name = node(json!({
-            "metadata": { "name": "node-b" },
-            "spec": { "providerID": "fake:///zone/i-2" },
-        }));
-        let snapshot = snapshot(vec![claim.clone()], vec![same_id, same_name]);
-        let names: Vec<&str> = nodes_of(&snapshot, &claim)
-            .into_iter()
-            .map(name_of)
-            .collect();
-        assert_eq!(names, ["node-a"]);
-    }
-}
+mod tests;
