@@ -411,7 +411,9 @@ impl<'a> CandidateSelector<'a> {
         // Each budget's selector is matched against its namespace's pods once, here: what the
         // pods' budgets are is asked for every pod of every node, several times a pass. The
         // pods of one workload carry the same labels, so a selector is matched once per label
-        // set of the namespace, not once per pod.
+        // set of the namespace, not once per pod. (The groups come in hash order: what is
+        // built from them, counts and each pod's budgets in the snapshot's order, does not
+        // depend on it.)
         type LabelSet<'p> = Option<&'p BTreeMap<String, String>>;
         let mut label_sets: HashMap<&str, HashMap<LabelSet<'_>, Vec<&Pod>>> = HashMap::new();
         for pod in snapshot.pods() {
