@@ -211,7 +211,6 @@ pub enum ResolveError {
     Aws(#[from] AwsError),
 }
 
-/// Resolutions by node class name and spec text, with when each was made.
 /// The maps behind the resolver's locks hold finished entries only; a panic elsewhere cannot
 /// leave one half written, so a poisoned lock is still consistent.
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -220,6 +219,7 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// Resolutions by node class name and spec text, with when each was made.
 type Cache = HashMap<(String, String), (Instant, Arc<ResolvedNodeClass>)>;
 
 /// How many node class objects [`NodeClassResolver`] remembers the cache key of. Core sends
@@ -280,6 +280,14 @@ impl NodeClassResolver {
         lock(&self.cache)
     }
 
+    /// The resolution kept under `key`, while it is younger than the TTL at `now`.
+    fn fresh(&self, key: &(String, String), now: Instant) -> Option<Arc<ResolvedNodeClass>> {
+        self.cache()
+            .get(key)
+            .filter(|(at, _)| now.saturating_duration_since(*at) < self.ttl)
+            .map(|(_, resolved)| Arc::clone(resolved))
+    }
+
     /// Resolves the node class JSON core sent.
     pub async fn resolve(
         &self,
@@ -288,11 +296,8 @@ impl NodeClassResolver {
         let text = node_class.to_string();
         let known = lock(&self.parsed).get(&text).cloned();
         let now = self.clock.now();
-        if let Some(key) = &known
-            && let Some((at, resolved)) = self.cache().get(key)
-            && now.saturating_duration_since(*at) < self.ttl
-        {
-            return Ok(Arc::clone(resolved));
+        if let Some(resolved) = known.as_ref().and_then(|key| self.fresh(key, now)) {
+            return Ok(resolved);
         }
         let parsed = parse_node_class(node_class)?;
         let key = (
@@ -306,10 +311,8 @@ impl NodeClassResolver {
             }
             memo.insert(text, key.clone());
         }
-        if let Some((at, resolved)) = self.cache().get(&key)
-            && now.saturating_duration_since(*at) < self.ttl
-        {
-            return Ok(Arc::clone(resolved));
+        if let Some(resolved) = self.fresh(&key, now) {
+            return Ok(resolved);
         }
         let resolved = Arc::new(self.resolve_uncached(parsed).await?);
         let mut cache = self.cache();
