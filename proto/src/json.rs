@@ -8,12 +8,12 @@ use prost_types::{ListValue, Struct, Value};
 /// representable range come back as JSON integers, so fields typed as integers (`maxPods`)
 /// parse. A number JSON cannot hold (NaN, infinity) becomes `null`.
 pub fn struct_to_json(value: Struct) -> serde_json::Value {
-    serde_json::Value::Object(struct_members(value, "", Numbers::NullIfNotJson).unwrap_or_default())
+    serde_json::Value::Object(struct_members(value, Numbers::NullIfNotJson).unwrap_or_default())
 }
 
 /// A `Value` as JSON, as [`struct_to_json`] converts members.
 pub fn value_to_json(value: Value) -> serde_json::Value {
-    convert(value, "", Numbers::NullIfNotJson).unwrap_or_default()
+    convert(value, Numbers::NullIfNotJson).unwrap_or_default()
 }
 
 /// Like [`struct_to_json`], but a number JSON cannot hold refuses the whole value with the
@@ -23,7 +23,7 @@ pub fn try_struct_to_json(
     value: Struct,
     path: &str,
 ) -> Result<serde_json::Map<String, serde_json::Value>, String> {
-    struct_members(value, path, Numbers::Refuse)
+    struct_members(value, Numbers::Refuse).map_err(|refused| refused.message(path))
 }
 
 /// What to do with a number JSON cannot hold.
@@ -33,22 +33,43 @@ enum Numbers {
     Refuse,
 }
 
+/// A number refused, with the path to it from the innermost member out: the path is only
+/// spelled out when a conversion fails, so converting (every IsDrifted converts a node class)
+/// formats nothing.
+#[derive(Debug)]
+struct Refused {
+    number: f64,
+    /// `.key` and `[index]` segments, innermost first.
+    segments: Vec<String>,
+}
+
+impl Refused {
+    fn within(mut self, segment: impl FnOnce() -> String) -> Self {
+        self.segments.push(segment());
+        self
+    }
+
+    fn message(self, path: &str) -> String {
+        let inner: String = self.segments.iter().rev().map(String::as_str).collect();
+        format!("{path}{inner}: {} is not a JSON number", self.number)
+    }
+}
+
 fn struct_members(
     value: Struct,
-    path: &str,
     numbers: Numbers,
-) -> Result<serde_json::Map<String, serde_json::Value>, String> {
+) -> Result<serde_json::Map<String, serde_json::Value>, Refused> {
     value
         .fields
         .into_iter()
-        .map(|(key, value)| {
-            let json = convert(value, &format!("{path}.{key}"), numbers)?;
-            Ok((key, json))
+        .map(|(key, value)| match convert(value, numbers) {
+            Ok(json) => Ok((key, json)),
+            Err(refused) => Err(refused.within(|| format!(".{key}"))),
         })
         .collect()
 }
 
-fn convert(value: Value, path: &str, numbers: Numbers) -> Result<serde_json::Value, String> {
+fn convert(value: Value, numbers: Numbers) -> Result<serde_json::Value, Refused> {
     /// The largest integer a double holds exactly.
     const EXACT: f64 = 9_007_199_254_740_992.0;
     Ok(match value.kind {
@@ -61,15 +82,20 @@ fn convert(value: Value, path: &str, numbers: Numbers) -> Result<serde_json::Val
         Some(Kind::NumberValue(n)) => match (serde_json::Number::from_f64(n), numbers) {
             (Some(number), _) => serde_json::Value::Number(number),
             (None, Numbers::NullIfNotJson) => serde_json::Value::Null,
-            (None, Numbers::Refuse) => return Err(format!("{path}: {n} is not a JSON number")),
+            (None, Numbers::Refuse) => {
+                return Err(Refused {
+                    number: n,
+                    segments: Vec::new(),
+                });
+            }
         },
         Some(Kind::StringValue(s)) => serde_json::Value::String(s),
-        Some(Kind::StructValue(s)) => serde_json::Value::Object(struct_members(s, path, numbers)?),
+        Some(Kind::StructValue(s)) => serde_json::Value::Object(struct_members(s, numbers)?),
         Some(Kind::ListValue(list)) => serde_json::Value::Array(
             list.values
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| convert(v, &format!("{path}[{i}]"), numbers))
+                .map(|(i, v)| convert(v, numbers).map_err(|r| r.within(|| format!("[{i}]"))))
                 .collect::<Result<_, _>>()?,
         ),
     })

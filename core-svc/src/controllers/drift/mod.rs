@@ -86,6 +86,9 @@ type Catalogues = HashMap<String, Option<Vec<Arc<InstanceType>>>>;
 #[derive(Debug, Default)]
 struct PassState {
     catalogues: Catalogues,
+    /// Each node class as JSON, by (group, kind, name), converted once per pass: every
+    /// IsDrifted of its NodeClaims sends it.
+    node_classes: HashMap<(String, String, String), Arc<serde_json::Value>>,
     plugin_failed: bool,
     lost_race: bool,
 }
@@ -306,8 +309,22 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
                 return Verdict::Unknown;
             }
         };
-        let Ok(class_json) = serde_json::to_value(node_class) else {
-            return Verdict::Unknown;
+        let reference = &node_claim.spec.node_class_ref;
+        let class_key = (
+            reference.group.clone(),
+            reference.kind.clone(),
+            reference.name.clone(),
+        );
+        let class_json = match pass.node_classes.get(&class_key) {
+            Some(json) => Arc::clone(json),
+            None => {
+                let Ok(json) = serde_json::to_value(node_class) else {
+                    return Verdict::Unknown;
+                };
+                let json = Arc::new(json);
+                pass.node_classes.insert(class_key, Arc::clone(&json));
+                json
+            }
         };
         let remember = |drift: Option<DriftReason>| {
             self.provider_checks().insert(
