@@ -11,8 +11,8 @@
 //! naming the field, AWS throttling or no answer UNAVAILABLE, refused credentials
 //! PERMISSION_DENIED, other AWS errors INTERNAL, each with AWS's error code in the message.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, VecDeque};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use provider_sdk::InstanceTypeStream;
@@ -72,12 +72,41 @@ pub struct ProviderSettings {
     pub node_class_cache_ttl: Option<Duration>,
 }
 
+/// How many node class objects [`RecentNodeClasses`] keeps: a fleet has a handful of node
+/// classes, each seen in a few versions at once.
+const RECENT_NODE_CLASSES: usize = 16;
+
+/// The node class objects requests brought lately, newest first, each with its JSON. Core
+/// sends the same object with the IsDrifted of every NodeClaim of the class, and comparing
+/// a `Struct` costs a fraction of converting it.
+#[derive(Debug, Default)]
+struct RecentNodeClasses(Mutex<VecDeque<(prost_types::Struct, Arc<serde_json::Value>)>>);
+
+impl RecentNodeClasses {
+    /// `node_class` as JSON: the conversion kept for an equal object, or a new one.
+    fn json_of(&self, node_class: prost_types::Struct) -> Arc<serde_json::Value> {
+        let mut recent = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(index) = recent.iter().position(|(seen, _)| *seen == node_class)
+            && let Some(entry) = recent.remove(index)
+        {
+            let json = Arc::clone(&entry.1);
+            recent.push_front(entry);
+            return json;
+        }
+        let json = Arc::new(struct_to_json(node_class.clone()));
+        recent.truncate(RECENT_NODE_CLASSES - 1);
+        recent.push_front((node_class, Arc::clone(&json)));
+        json
+    }
+}
+
 /// The AWS CloudProvider service.
 #[derive(Debug, Clone)]
 pub struct AwsCloudProvider {
     instance_types: Arc<InstanceTypeProvider>,
     node_classes: Arc<NodeClassResolver>,
     instances: Arc<InstanceProvider>,
+    recent_node_classes: Arc<RecentNodeClasses>,
 }
 
 impl AwsCloudProvider {
@@ -122,6 +151,7 @@ impl AwsCloudProvider {
             instance_types,
             node_classes: Arc::new(resolver),
             instances: Arc::new(instances),
+            recent_node_classes: Arc::default(),
         }
     }
 
@@ -134,10 +164,11 @@ impl AwsCloudProvider {
     async fn resolve(
         &self,
         node_class: Option<prost_types::Struct>,
-    ) -> Result<(serde_json::Value, Arc<ResolvedNodeClass>), Status> {
-        let json = node_class.map(struct_to_json).ok_or_else(|| {
+    ) -> Result<(Arc<serde_json::Value>, Arc<ResolvedNodeClass>), Status> {
+        let node_class = node_class.ok_or_else(|| {
             Status::invalid_argument("node_class: missing; send the EC2NodeClass object as JSON")
         })?;
+        let json = self.recent_node_classes.json_of(node_class);
         let resolved = self.node_classes.resolve(&json).await.map_err(|e| {
             tracing::warn!(error = %e, "node class resolution failed");
             resolve_status(&e)
@@ -628,6 +659,37 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains("requirements"), "{err:?}");
+    }
+
+    #[test]
+    fn equal_node_class_objects_share_one_conversion_and_a_changed_one_gets_its_own() {
+        let recent = RecentNodeClasses::default();
+        let class = node_class();
+        let first = recent.json_of(json_to_struct(&class).unwrap());
+        assert_eq!(*first, class);
+        let again = recent.json_of(json_to_struct(&class).unwrap());
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "an equal object is not converted again"
+        );
+        let mut changed = class.clone();
+        changed["metadata"]["resourceVersion"] = json!("2");
+        let other = recent.json_of(json_to_struct(&changed).unwrap());
+        assert_eq!(*other, changed);
+        for version in 0..2 * RECENT_NODE_CLASSES {
+            changed["metadata"]["resourceVersion"] = json!(format!("v{version}"));
+            recent.json_of(json_to_struct(&changed).unwrap());
+        }
+        assert_eq!(
+            recent.0.lock().unwrap().len(),
+            RECENT_NODE_CLASSES,
+            "bounded"
+        );
+        let evicted = recent.json_of(json_to_struct(&class).unwrap());
+        assert_eq!(
+            *evicted, class,
+            "converted again once forgotten, to the same JSON"
+        );
     }
 
     #[tokio::test]

@@ -9,7 +9,7 @@ pub mod hash;
 pub mod instance_profile;
 pub mod parse;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -225,7 +225,7 @@ type Cache = HashMap<(String, String), (Instant, Arc<ResolvedNodeClass>)>;
 /// How many node class objects [`NodeClassResolver`] remembers the cache key of. Core sends
 /// the same few objects over and over (with every IsDrifted of every NodeClaim); a fleet has
 /// a handful of node classes, each seen in a few versions at once.
-const PARSED_MEMO_SIZE: usize = 64;
+const PARSED_MEMO_SIZE: usize = 16;
 
 /// Resolves node classes against EC2, IAM and SSM, with a short cache.
 #[derive(Debug)]
@@ -239,9 +239,11 @@ pub struct NodeClassResolver {
     /// Keyed by the node class's name and the text of its spec: any change of either
     /// resolves afresh.
     cache: Mutex<Cache>,
-    /// The cache key of each valid node class object seen lately, by its JSON text: parsing
-    /// and validating is a pure function of the object, and costs more than the lookup.
-    parsed: Mutex<HashMap<String, (String, String)>>,
+    /// The cache key of each valid node class object seen lately, newest first: parsing and
+    /// validating is a pure function of the object, and costs more than comparing it (an
+    /// object map compares member by member in key order, so objects that differ mostly
+    /// part at their name or `resourceVersion`).
+    parsed: Mutex<VecDeque<(serde_json::Value, (String, String))>>,
 }
 
 impl NodeClassResolver {
@@ -261,7 +263,7 @@ impl NodeClassResolver {
             clock,
             ttl: DEFAULT_CACHE_TTL,
             cache: Mutex::new(HashMap::new()),
-            parsed: Mutex::new(HashMap::new()),
+            parsed: Mutex::new(VecDeque::new()),
         }
     }
 
@@ -293,8 +295,10 @@ impl NodeClassResolver {
         &self,
         node_class: &serde_json::Value,
     ) -> Result<Arc<ResolvedNodeClass>, ResolveError> {
-        let text = node_class.to_string();
-        let known = lock(&self.parsed).get(&text).cloned();
+        let known = lock(&self.parsed)
+            .iter()
+            .find(|(seen, _)| seen == node_class)
+            .map(|(_, key)| key.clone());
         let now = self.clock.now();
         if let Some(resolved) = known.as_ref().and_then(|key| self.fresh(key, now)) {
             return Ok(resolved);
@@ -306,10 +310,8 @@ impl NodeClassResolver {
         );
         if known.is_none() {
             let mut memo = lock(&self.parsed);
-            if memo.len() >= PARSED_MEMO_SIZE {
-                memo.clear();
-            }
-            memo.insert(text, key.clone());
+            memo.truncate(PARSED_MEMO_SIZE - 1);
+            memo.push_front((node_class.clone(), key.clone()));
         }
         if let Some(resolved) = self.fresh(&key, now) {
             return Ok(resolved);
