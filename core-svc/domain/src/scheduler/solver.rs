@@ -737,11 +737,18 @@ impl State<'_> {
         claim.commit(trial, pod, candidate.host_ports);
         let pool = &mut self.pools[pool_index];
         if self.cost_aware {
+            // A spread or anti-affinity of the pod's own, required or preferred, relaxed or
+            // not, and in the improvement pass as in the first placement (its affinity keeps
+            // its deployment together, as no rule does): see `cost::RULED_SLACK`.
+            let topology = &self.topology;
+            let ruled = plan.every_owned().any(|g| !topology.is_affinity(g))
+                || !plan.inverse_owned.is_empty();
             let prices = pool.catalog.prices(&claim.requirements, &self.dims);
             let cap = pool.cost.cap(
                 &claim.options,
                 &prices,
                 &candidate.demand.fixed,
+                ruled,
                 &pool.catalog,
             );
             claim.set_cost(cap, prices.order, &pool.catalog);

@@ -98,6 +98,33 @@ fn given_pods_that_fit_what_is_already_bought_when_solved_then_no_second_node_is
     assert_eq!(results.node_count(), 1, "{:?}", cheapest_types(&results));
 }
 
+#[test]
+fn given_pods_that_fill_a_c_type_on_memory_when_solved_then_no_node_grows_into_an_idle_m_type() {
+    // 1 core to 2 GiB: 29 fit the c type (memory-bound, 0.0400 an hour each) and 32 the m
+    // type (cpu-bound, 0.0410 each, 2.5 % dearer, with 52 GiB left idle). Within 3 % the
+    // first NodeClaim grows into the m type for its last three pods and the other eight pods
+    // pay for a c type of their own; within 2 % both NodeClaims stay c types.
+    let types = [
+        TypeSpec::new("c6a.8xlarge", 32, 58, 1.16),
+        TypeSpec::new("m6a.8xlarge", 32, 116, 1.312),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    let given = input(
+        deployment(0, 40, 1000, 2, 0),
+        vec![NodePoolSpec::new("default", types)],
+    );
+
+    let results = run(&given);
+
+    assert!(results.unschedulable.is_empty());
+    assert_eq!(cheapest_types(&results), ["c6a.8xlarge", "c6a.8xlarge"]);
+    assert!((results.estimated_cost() - 2.32).abs() < 1e-9);
+    let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+    assert!(results.estimated_cost() < first_fit.estimated_cost());
+}
+
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
 fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
     let name = format!("app{app}");
