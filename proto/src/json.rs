@@ -44,8 +44,8 @@ struct Refused {
 }
 
 impl Refused {
-    fn within(mut self, segment: impl FnOnce() -> String) -> Self {
-        self.segments.push(segment());
+    fn within(mut self, segment: String) -> Self {
+        self.segments.push(segment);
         self
     }
 
@@ -64,7 +64,7 @@ fn struct_members(
         .into_iter()
         .map(|(key, value)| match convert(value, numbers) {
             Ok(json) => Ok((key, json)),
-            Err(refused) => Err(refused.within(|| format!(".{key}"))),
+            Err(refused) => Err(refused.within(format!(".{key}"))),
         })
         .collect()
 }
@@ -95,7 +95,7 @@ fn convert(value: Value, numbers: Numbers) -> Result<serde_json::Value, Refused>
             list.values
                 .into_iter()
                 .enumerate()
-                .map(|(i, v)| convert(v, numbers).map_err(|r| r.within(|| format!("[{i}]"))))
+                .map(|(i, v)| convert(v, numbers).map_err(|r| r.within(format!("[{i}]"))))
                 .collect::<Result<_, _>>()?,
         ),
     })
