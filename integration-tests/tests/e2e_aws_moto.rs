@@ -31,6 +31,12 @@
 //! than in 5 minutes. The plugin reuses a node class resolution for
 //! `--node-class-cache-seconds` (60 by default); the test sets it to 0.
 //!
+//! core-svc runs as the install's service account (`karpenter/karpenter`) under the RBAC
+//! objects `deploy/overlays/aws` renders, applied with kubectl: the fake API server enforces
+//! them, and at the end the test fails on any request they refused and lists every permission
+//! they grant that the run never used; only the ones named in [`GRANTED_BUT_NOT_EXERCISED`],
+//! each with the code path that needs it, may stay unused.
+//!
 //! Run just this test (about 1-3 minutes; it needs `.ci/install-tools` for moto, boto3 and
 //! kubectl, and the workspace's binaries built):
 //!
@@ -78,6 +84,47 @@ const INSTANCE_TYPE: &str = "t3.medium";
 const BUDGET: usize = 1;
 
 const DISRUPTED_TAINT: &str = "karpenter.sh/disrupted";
+
+/// The install's namespace and service account (deploy/base).
+const INSTALL_NAMESPACE: &str = "karpenter";
+const SERVICE_ACCOUNT: &str = "karpenter";
+
+/// The kinds of the rendered install that the RBAC check applies: the identity and its rules
+/// (the Deployment itself would be pods this cluster has no node for).
+const RBAC_KINDS: [&str; 6] = [
+    "Namespace",
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+/// Permissions the install grants that this run does not exercise, as
+/// `ROLE VERB GROUP/RESOURCE`, each with what needs it. Exactly these may be unused: one that
+/// a run starts using, or a new one no run uses, fails the test until this list says why.
+const GRANTED_BUT_NOT_EXERCISED: &[(&str, &str)] = &[(
+    "ClusterRole/karpenter-core delete /pods",
+    "the drain deletes a pod still running once its node's terminationGracePeriod is up \
+     (core-svc/src/controllers/drain.rs); this NodePool sets none",
+)];
+
+/// The rendered `deploy/overlays/aws`, only its [`RBAC_KINDS`], as one YAML stream.
+fn install_rbac(kubectl: &Path) -> String {
+    let overlay = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/overlays/aws");
+    let rendered = run_ok(Command::new(kubectl).arg("kustomize").arg(overlay));
+    let mut out = String::new();
+    for document in serde_yaml::Deserializer::from_str(&rendered) {
+        let value: serde_yaml::Value =
+            serde::Deserialize::deserialize(document).expect("rendered YAML");
+        let kind = value["kind"].as_str().unwrap_or_default();
+        if RBAC_KINDS.contains(&kind) {
+            out.push_str("---\n");
+            out.push_str(&serde_yaml::to_string(&value).expect("YAML"));
+        }
+    }
+    out
+}
 
 fn manifests() -> String {
     format!(
@@ -158,6 +205,8 @@ struct World {
     kubectl: PathBuf,
     aws_endpoint: String,
     kubeconfig: PathBuf,
+    /// The install's service account's kubeconfig: core-svc runs as it.
+    service_account_kubeconfig: PathBuf,
     socket: PathBuf,
     client: kube::Client,
     _moto: ChildGuard,
@@ -233,15 +282,16 @@ impl World {
             Command::new(workspace_binary("core-svc"))
                 .arg("run")
                 .arg("--kubeconfig")
-                .arg(&self.kubeconfig)
+                .arg(&self.service_account_kubeconfig)
                 .arg("--plugin-endpoint")
                 .arg(format!("unix://{}", self.socket.display()))
                 .arg("--metrics-address")
                 .arg(format!("127.0.0.1:{}", free_port()))
                 .arg("--health-probe-address")
                 .arg(format!("127.0.0.1:{}", free_port()))
+                // The pod's namespace, where its Role allows the Lease.
                 .arg("--namespace")
-                .arg("kube-system")
+                .arg(INSTALL_NAMESPACE)
                 // The same name after a restart, as a restarted container of the same pod has:
                 // it takes its own Lease back at once.
                 .arg("--identity")
@@ -425,10 +475,19 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     let port = std::fs::read_to_string(&port_file).expect("the port file");
     let aws_endpoint = format!("http://127.0.0.1:{}", port.trim());
 
+    let service_account_kubeconfig = dir.path().join("service-account.kubeconfig");
     let (apiserver, kubeconfig) = start_fake_apiserver(
         dir.path(),
         "karpenter.k8s.aws/v1/EC2NodeClass/ec2nodeclasses",
-        &["--registration-delay-seconds", "1"],
+        &[
+            "--registration-delay-seconds",
+            "1",
+            "--service-account-kubeconfig",
+            &format!(
+                "{INSTALL_NAMESPACE}/{SERVICE_ACCOUNT}={}",
+                service_account_kubeconfig.display()
+            ),
+        ],
     );
 
     let socket = dir.path().join("plugin.sock");
@@ -467,6 +526,7 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
         kubectl,
         aws_endpoint,
         kubeconfig,
+        service_account_kubeconfig,
         socket,
         client,
         _moto: moto,
@@ -484,6 +544,14 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
         "--image-name",
         "e2e-node-1",
     ]);
+    // The install's identity and rules, as the operator applies them.
+    let rbac_file = world.dir.path().join("install-rbac.yaml");
+    std::fs::write(&rbac_file, install_rbac(&world.kubectl)).expect("write the RBAC");
+    let applied = run_ok(world.kubectl().arg("apply").arg("-f").arg(&rbac_file));
+    assert!(
+        applied.contains("clusterrole.rbac.authorization.k8s.io/karpenter-core created"),
+        "{applied}"
+    );
     let old_image = fixtures["image"].as_str().expect("an image").to_owned();
     let security_group = fixtures["securityGroup"]
         .as_str()
@@ -718,4 +786,70 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
             assert_eq!(image, &new_image, "{id}");
             assert_eq!(groups, std::slice::from_ref(&security_group), "{id}");
         });
+
+    // 6. The install's RBAC was enough, and nothing more than the run needed.
+    check_rbac(&world).await;
+}
+
+/// Fails on any request of core-svc's that RBAC refused, and on any granted permission the run
+/// never used that [`GRANTED_BUT_NOT_EXERCISED`] does not explain; prints the whole table.
+async fn check_rbac(world: &World) {
+    let request = http::Request::get("/debug/rbac")
+        .body(Vec::new())
+        .expect("a request");
+    let text = world
+        .client
+        .request_text(request)
+        .await
+        .expect("the RBAC report");
+    let report: Value = serde_json::from_str(&text).expect("JSON");
+    let user = format!("system:serviceaccount:{INSTALL_NAMESPACE}:{SERVICE_ACCOUNT}");
+    let usage = report
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|u| u["user"] == user.as_str())
+        .unwrap_or_else(|| panic!("no request of {user} reached the server: {report}"));
+    let denied: Vec<&str> = usage["denied"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect();
+    let mut table = String::new();
+    let mut unused = BTreeSet::new();
+    for entry in usage["permissions"].as_array().into_iter().flatten() {
+        let (permission, used) = (&entry[0], entry[1].as_bool().unwrap_or(false));
+        let line = format!(
+            "{} {} {}/{}",
+            permission["role"].as_str().unwrap_or_default(),
+            permission["verb"].as_str().unwrap_or_default(),
+            permission["apiGroup"].as_str().unwrap_or_default(),
+            permission["resource"].as_str().unwrap_or_default(),
+        );
+        table.push_str(&format!(
+            "{} {line}\n",
+            if used { "used  " } else { "UNUSED" }
+        ));
+        if !used {
+            unused.insert(line);
+        }
+    }
+    #[allow(clippy::print_stdout, reason = "the table is the test's report (--nocapture)")]
+    {
+        println!("RBAC of {user}:\n{table}");
+    }
+    assert!(
+        denied.is_empty(),
+        "the install's RBAC refused core-svc: {denied:#?}\n{}",
+        world.diagnostics()
+    );
+    let explained: BTreeSet<String> = GRANTED_BUT_NOT_EXERCISED
+        .iter()
+        .map(|(permission, _why)| (*permission).to_owned())
+        .collect();
+    assert_eq!(
+        unused, explained,
+        "granted permissions the run never used (left) differ from those explained (right):\n{table}"
+    );
 }

@@ -5,6 +5,7 @@ use crate::apis::EC2NodeClass;
 use crate::aws_error::AwsError;
 use crate::ec2::Tag;
 use crate::iam::Iam;
+use crate::instance::tags::TAG_EKS_CLUSTER_NAME;
 
 use super::ClusterIdentity;
 use super::amis::retryable;
@@ -84,9 +85,11 @@ async fn ensure_for_role(
                 .iter()
                 .map(|(k, v)| Tag::new(k.clone(), v.clone()))
                 .collect();
+            // Upstream's tags, which deploy/iam/aws-plugin-policy.json requires on a create.
             tags.extend([
                 Tag::new(format!("kubernetes.io/cluster/{}", cluster.name), "owned"),
                 Tag::new("karpenter.sh/managed-by", cluster.name.clone()),
+                Tag::new(TAG_EKS_CLUSTER_NAME, cluster.name.clone()),
                 Tag::new("karpenter.k8s.aws/ec2nodeclass", node_class_name),
                 Tag::new("topology.kubernetes.io/region", cluster.region.clone()),
             ]);

@@ -30,9 +30,17 @@ struct Args {
     /// Where to listen (port 0 picks a free one; the kubeconfig says which).
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: SocketAddr,
-    /// Where to write a kubeconfig for the server.
+    /// Where to write a kubeconfig for the server (a cluster admin: no credentials).
     #[arg(long)]
     kubeconfig_out: PathBuf,
+    /// Also write a kubeconfig for a service account, as NAMESPACE/NAME=PATH (repeatable): its
+    /// requests are authorized by RBAC under the Roles, ClusterRoles and bindings applied to
+    /// the server; `GET /debug/rbac` (as the admin) reports what each used and was refused.
+    #[arg(
+        long = "service-account-kubeconfig",
+        value_name = "NAMESPACE/NAME=PATH"
+    )]
+    service_account_kubeconfigs: Vec<String>,
     /// A node class kind to serve, as GROUP/VERSION/KIND/PLURAL (repeatable); EC2NodeClass
     /// when none is given.
     #[arg(long = "node-class")]
@@ -54,6 +62,18 @@ struct Args {
     /// Log format: text or json.
     #[arg(long, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+}
+
+/// `NAMESPACE/NAME=PATH`.
+fn service_account_kubeconfig(text: &str) -> anyhow::Result<(String, String, PathBuf)> {
+    let parsed = text.split_once('=').and_then(|(account, path)| {
+        let (namespace, name) = account.split_once('/')?;
+        (!namespace.is_empty() && !name.is_empty() && !path.is_empty())
+            .then(|| (namespace.to_owned(), name.to_owned(), PathBuf::from(path)))
+    });
+    parsed.with_context(|| {
+        format!("--service-account-kubeconfig {text:?}: expected NAMESPACE/NAME=PATH")
+    })
 }
 
 fn node_class(text: &str) -> anyhow::Result<NodeClassResource> {
@@ -79,6 +99,11 @@ async fn run(args: Args) -> anyhow::Result<()> {
             .map(|text| node_class(text))
             .collect::<anyhow::Result<_>>()?
     };
+    let service_accounts = args
+        .service_account_kubeconfigs
+        .iter()
+        .map(|text| service_account_kubeconfig(text))
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let cluster = InMemoryCluster::new(Arc::new(SystemClock), args.seed);
     if args.fleet_nodes > 0 {
         let size = FleetSize {
@@ -99,6 +124,10 @@ async fn run(args: Args) -> anyhow::Result<()> {
         .with_context(|| format!("listening on {}", args.listen))?;
     std::fs::write(&args.kubeconfig_out, server.kubeconfig())
         .with_context(|| format!("writing {}", args.kubeconfig_out.display()))?;
+    for (namespace, name, path) in &service_accounts {
+        std::fs::write(path, server.service_account_kubeconfig(namespace, name))
+            .with_context(|| format!("writing {}", path.display()))?;
+    }
     tracing::info!(url = %server.url(), kubeconfig = %args.kubeconfig_out.display(), "fake API server ready");
     let mut kwok = Kwok::new(Duration::from_secs(args.registration_delay_seconds));
     let shutdown = provider_sdk::serve::shutdown_signal();

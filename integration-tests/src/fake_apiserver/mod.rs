@@ -18,6 +18,10 @@
 //! and streaming lists (`sendInitialEvents`). Errors are `Status` objects with the API server's
 //! codes and reasons.
 //!
+//! Requests are authenticated by bearer token and authorized by RBAC under the Roles,
+//! ClusterRoles and bindings the server stores ([`rbac`]); a request without credentials is a
+//! cluster admin.
+//!
 //! Watches are fed by diffing: after every request (and on [`FakeApiServer::sync`], which the
 //! in-process stand-ins call after their writes), the server compares the cluster with what it
 //! last saw, object by object and resourceVersion by resourceVersion, and appends one
@@ -27,6 +31,7 @@ mod apps;
 mod http_api;
 pub mod kwok;
 mod paging;
+pub mod rbac;
 mod resources;
 mod selectors;
 mod store;
@@ -94,9 +99,24 @@ impl FakeApiServer {
         self.state.sync().await;
     }
 
-    /// A kubeconfig pointing at this server (no credentials: it checks none).
+    /// A kubeconfig pointing at this server with no credentials: a cluster admin.
     pub fn kubeconfig(&self) -> String {
-        kubeconfig(&self.url())
+        kubeconfig(&self.url(), None)
+    }
+
+    /// A kubeconfig pointing at this server as the service account `namespace/name`, whose
+    /// requests the server authorizes under the RBAC objects it stores ([`rbac`]).
+    pub fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> String {
+        kubeconfig(
+            &self.url(),
+            Some(&rbac::service_account_token(namespace, name)),
+        )
+    }
+
+    /// What each service account seen was granted, used and refused, under the RBAC objects
+    /// stored now (also served at `GET /debug/rbac`).
+    pub fn rbac_report(&self) -> Vec<rbac::Usage> {
+        self.state.rbac.report(&self.state.rbac_objects())
     }
 
     /// How many watch events the server has published so far.
@@ -125,8 +145,12 @@ impl FakeApiServer {
     }
 }
 
-/// A kubeconfig for an API server at `url`, with no credentials.
-pub fn kubeconfig(url: &str) -> String {
+/// A kubeconfig for an API server at `url`, with a bearer token or none.
+pub fn kubeconfig(url: &str, token: Option<&str>) -> String {
+    let user = match token {
+        Some(token) => format!("{{token: {token:?}}}"),
+        None => "{}".to_owned(),
+    };
     format!(
         "apiVersion: v1
 kind: Config
@@ -143,7 +167,7 @@ contexts:
 current-context: fake
 users:
 - name: fake
-  user: {{}}
+  user: {user}
 "
     )
 }

@@ -102,6 +102,9 @@ fn resource(
     }
 }
 
+/// The RBAC API group.
+pub(crate) const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
+
 /// Every resource served, the node classes last.
 pub(crate) fn all(node_classes: &[NodeClassResource]) -> Vec<Resource> {
     use Backend::{Plain, Typed as T};
@@ -190,6 +193,76 @@ pub(crate) fn all(node_classes: &[NodeClassResource]) -> Vec<Resource> {
             Plain,
         ),
         resource("events.k8s.io", "v1", "events", "Event", true, &[], Plain),
+        // What an install applies besides the kinds above, stored as sent: the namespace, the
+        // service account, the metrics Service and settings, the CRDs themselves, the RBAC
+        // objects (which the server also enforces, see `rbac.rs`) and the monitoring
+        // component's ServiceMonitor (as if prometheus-operator's CRD were installed).
+        resource(
+            "",
+            "v1",
+            "namespaces",
+            "Namespace",
+            false,
+            &["status"],
+            Plain,
+        ),
+        resource(
+            "",
+            "v1",
+            "serviceaccounts",
+            "ServiceAccount",
+            true,
+            &[],
+            Plain,
+        ),
+        resource("", "v1", "services", "Service", true, &["status"], Plain),
+        resource("", "v1", "configmaps", "ConfigMap", true, &[], Plain),
+        resource(
+            "apiextensions.k8s.io",
+            "v1",
+            "customresourcedefinitions",
+            "CustomResourceDefinition",
+            false,
+            &["status"],
+            Plain,
+        ),
+        resource(
+            RBAC_GROUP,
+            "v1",
+            "clusterroles",
+            "ClusterRole",
+            false,
+            &[],
+            Plain,
+        ),
+        resource(
+            RBAC_GROUP,
+            "v1",
+            "clusterrolebindings",
+            "ClusterRoleBinding",
+            false,
+            &[],
+            Plain,
+        ),
+        resource(RBAC_GROUP, "v1", "roles", "Role", true, &[], Plain),
+        resource(
+            RBAC_GROUP,
+            "v1",
+            "rolebindings",
+            "RoleBinding",
+            true,
+            &[],
+            Plain,
+        ),
+        resource(
+            "monitoring.coreos.com",
+            "v1",
+            "servicemonitors",
+            "ServiceMonitor",
+            true,
+            &[],
+            Plain,
+        ),
     ];
     resources.extend(node_classes.iter().map(|class| Resource {
         group: class.group.clone(),

@@ -11,7 +11,8 @@ use tokio::sync::watch;
 
 use super::apps;
 use super::paging::KeptLists;
-use super::resources::{self, Backend, NodeClassResource, Resource, Typed};
+use super::rbac::{self, Rbac};
+use super::resources::{self, Backend, NodeClassResource, RBAC_GROUP, Resource, Typed};
 
 /// How many watch events the history keeps; a watch resuming from an older version gets
 /// `410 Gone`.
@@ -88,6 +89,8 @@ pub(crate) struct State {
     kept_lists: Mutex<KeptLists>,
     /// List pages served after a first one (requests with a `continue` token).
     pub(crate) continued_lists: std::sync::atomic::AtomicU64,
+    /// The RBAC decisions made for service accounts.
+    pub(crate) rbac: Rbac,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -163,6 +166,34 @@ impl State {
             sync_lock: tokio::sync::Mutex::new(()),
             kept_lists: Mutex::new(KeptLists::default()),
             continued_lists: std::sync::atomic::AtomicU64::new(0),
+            rbac: Rbac::default(),
+        }
+    }
+
+    /// The Roles, ClusterRoles and their bindings stored now.
+    pub(crate) fn rbac_objects(&self) -> rbac::Objects {
+        let index_of = |plural: &str| {
+            self.resources
+                .iter()
+                .position(|r| r.group == RBAC_GROUP && r.plural == plural)
+        };
+        let plain = lock(&self.plain);
+        let of = |plural: &str| -> Vec<Value> {
+            let Some(index) = index_of(plural) else {
+                return Vec::new();
+            };
+            plain
+                .objects
+                .iter()
+                .filter(|((i, _, _), _)| *i == index)
+                .map(|(_, object)| object.clone())
+                .collect()
+        };
+        rbac::Objects {
+            roles: of("roles"),
+            role_bindings: of("rolebindings"),
+            cluster_roles: of("clusterroles"),
+            cluster_role_bindings: of("clusterrolebindings"),
         }
     }
 

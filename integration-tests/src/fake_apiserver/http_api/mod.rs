@@ -29,6 +29,7 @@ use self::plain::plain;
 use self::status::{bad_request, error_response, not_found, respond, status_body};
 use self::watch::{is_watch, watch};
 use self::writes::{created, delete_options, evict, media_type, parse_body, patch_call};
+use super::rbac::{Attributes, User};
 use super::resources::{self, Backend, Op};
 use super::selectors::Selectors;
 use super::store::{State, stamp};
@@ -61,7 +62,20 @@ async fn handle(
         .split('/')
         .filter(|segment| !segment.is_empty())
         .collect();
+    let authorization = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok());
+    let Some(user) = User::authenticate(authorization) else {
+        return respond(
+            401,
+            &status_body(401, "Unauthorized", "Unauthorized", Vec::new()),
+        );
+    };
     let (group, version, rest): (&str, &str, &[&str]) = match segments.as_slice() {
+        ["debug", "rbac"] if user == User::Admin => {
+            let report = state.rbac.report(&state.rbac_objects());
+            return respond(200, &serde_json::to_value(report).unwrap_or(Value::Null));
+        }
         ["version"] => {
             return respond(
                 200,
@@ -114,6 +128,22 @@ async fn handle(
         name: name.map(str::to_owned),
         subresource: subresource.map(str::to_owned),
     };
+    let attributes = Attributes {
+        verb: Attributes::verb(method.as_str(), name.is_some(), is_watch(&query)).to_owned(),
+        api_group: group.to_owned(),
+        resource: plural.to_owned(),
+        subresource: target.subresource.clone(),
+        namespace: target.namespace.clone(),
+        name: target.name.clone(),
+    };
+    if !state
+        .rbac
+        .authorize(&state.rbac_objects(), &user, &attributes)
+    {
+        let message = attributes.forbidden_message(&user);
+        tracing::warn!(%message, "request refused by RBAC");
+        return respond(403, &status_body(403, "Forbidden", &message, Vec::new()));
+    }
     let response = dispatch(&state, method.clone(), target, &headers, &query, &body).await;
     // Every write is published to the watches before its answer goes out.
     if method != Method::GET {
