@@ -278,6 +278,7 @@ async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
     let options = ManagerOptions {
         require_ready_node_class: handshake.capabilities.resolve_node_class,
         label_policy: crate::apis::LabelPolicy::core(),
+        metrics: Some(Arc::clone(&metrics)),
     };
 
     let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();

@@ -37,6 +37,7 @@ use crate::controllers::provisioning::{
 };
 use crate::controllers::termination::TerminationController;
 use crate::controllers::{Context, Controller, ControllerError, Requeue};
+use crate::metrics::Metrics;
 
 /// How soon a failed controller pass runs again.
 pub const ERROR_RETRY: Duration = Duration::from_secs(5);
@@ -121,6 +122,9 @@ pub struct ManagerOptions {
     pub require_ready_node_class: bool,
     /// The label domains core and the plugin restrict.
     pub label_policy: LabelPolicy,
+    /// Where the disruption controller publishes its gauges (budgets' allowed disruptions,
+    /// the cluster state); none in the simulator.
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 /// One of core's controllers, over the cluster `C` and the provider `P`.
@@ -190,8 +194,8 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
             ControllerKind::Consolidatable => {
                 Self::Consolidatable(ConsolidatableController::new(ctx.clone()))
             }
-            ControllerKind::Disruption => Self::Disruption(Box::new(
-                DisruptionController::with_options(
+            ControllerKind::Disruption => {
+                let controller = DisruptionController::with_options(
                     ctx.clone(),
                     DisruptionOptions {
                         require_ready_node_class: options.require_ready_node_class,
@@ -200,8 +204,12 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                     },
                 )
                 .with_nominations(nominations.clone())
-                .with_catalogues(Arc::clone(catalogues)),
-            )),
+                .with_catalogues(Arc::clone(catalogues));
+                Self::Disruption(Box::new(match &options.metrics {
+                    Some(metrics) => controller.with_metrics(Arc::clone(metrics)),
+                    None => controller,
+                }))
+            }
         }
     }
 

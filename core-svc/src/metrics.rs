@@ -9,6 +9,9 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use std::collections::BTreeMap;
+use std::sync::atomic::AtomicU64;
+
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -32,6 +35,9 @@ pub struct Metrics {
     disruption_decisions: Family<Labels, Counter>,
     disruption_failures: Family<Labels, Counter>,
     allowed_disruptions: Family<Labels, Gauge>,
+    node_claims: Family<Labels, Gauge>,
+    node_pool_usage: Family<Labels, Gauge<f64, AtomicU64>>,
+    node_pool_limit: Family<Labels, Gauge<f64, AtomicU64>>,
 }
 
 impl Metrics {
@@ -48,6 +54,9 @@ impl Metrics {
         let disruption_decisions = Family::<Labels, Counter>::default();
         let disruption_failures = Family::<Labels, Counter>::default();
         let allowed_disruptions = Family::<Labels, Gauge>::default();
+        let node_claims = Family::<Labels, Gauge>::default();
+        let node_pool_usage = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let node_pool_limit = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         registry.register(
             "karpenter_nodeclaims_created",
             "NodeClaims created, by NodePool.",
@@ -98,7 +107,27 @@ impl Metrics {
             "How many more nodes each NodePool may start disrupting now, by reason.",
             allowed_disruptions.clone(),
         );
+        registry.register(
+            "karpenter_nodeclaims",
+            "NodeClaims now, by NodePool and lifecycle phase (Pending, Launched, Registered, Initialized, Terminating).",
+            node_claims.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_usage",
+            "What each NodePool's NodeClaims hold, by resource (cpu in cores, memory in bytes, nodes, pods, ...).",
+            node_pool_usage.clone(),
+        );
+        registry.register(
+            "karpenter_nodepools_limit",
+            "Each NodePool's spec.limits, by resource (cpu in cores, memory in bytes, ...).",
+            node_pool_limit.clone(),
+        );
         if let Some(calls) = plugin_calls {
+            registry.register(
+                "karpenter_cloudprovider_duration_seconds",
+                "How long plugin calls took, retries included, by method.",
+                calls.durations().clone(),
+            );
             registry.register_collector(Box::new(PluginCalls(calls)));
         }
         Self {
@@ -113,6 +142,37 @@ impl Metrics {
             disruption_decisions,
             disruption_failures,
             allowed_disruptions,
+            node_claims,
+            node_pool_usage,
+            node_pool_limit,
+        }
+    }
+
+    /// Sets the cluster-state gauges (NodeClaims by phase, NodePool usage and limits) to
+    /// `state`, dropping the series of NodePools and phases no longer there.
+    pub fn set_cluster_state(&self, state: &ClusterState) {
+        self.node_claims.clear();
+        for ((node_pool, phase), count) in &state.node_claims {
+            self.node_claims
+                .get_or_create(&vec![
+                    ("nodepool", node_pool.clone()),
+                    ("phase", (*phase).to_owned()),
+                ])
+                .set(i64::try_from(*count).unwrap_or(i64::MAX));
+        }
+        for (family, values) in [
+            (&self.node_pool_usage, &state.usage),
+            (&self.node_pool_limit, &state.limits),
+        ] {
+            family.clear();
+            for ((node_pool, resource), value) in values {
+                family
+                    .get_or_create(&vec![
+                        ("nodepool", node_pool.clone()),
+                        ("resource_type", resource.clone()),
+                    ])
+                    .set(*value);
+            }
         }
     }
 
@@ -190,6 +250,19 @@ impl Metrics {
         prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
         Ok(out)
     }
+}
+
+/// What the cluster-state gauges show (computed from a snapshot by
+/// `controllers::cluster_state`).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct ClusterState {
+    /// NodeClaims by (NodePool, phase).
+    pub node_claims: BTreeMap<(String, &'static str), usize>,
+    /// What each NodePool's NodeClaims hold, by (NodePool, resource), in Prometheus' base
+    /// units (cores, bytes, counts).
+    pub usage: BTreeMap<(String, String), f64>,
+    /// Each NodePool's `spec.limits`, by (NodePool, resource).
+    pub limits: BTreeMap<(String, String), f64>,
 }
 
 /// An [`Events`] sink that counts each event in [`Metrics`] before passing it on.
@@ -356,5 +429,50 @@ mod tests {
         assert!(
             !text.contains(r#"karpenter_cloudprovider_errors_total{method="Create",code="Ok"}"#)
         );
+    }
+
+    #[test]
+    fn plugin_call_durations_are_a_histogram_by_method() {
+        let calls = Arc::new(CallMetrics::new());
+        let rpc = crate::cloudprovider::Rpc::IsDrifted;
+        calls.observe_call(rpc, std::time::Duration::from_millis(30));
+        calls.observe_call(rpc, std::time::Duration::from_secs(2));
+        let text = Metrics::new(Some(calls)).encode().unwrap();
+        for line in [
+            r#"karpenter_cloudprovider_duration_seconds_bucket{le="0.025",method="IsDrifted"} 0"#,
+            r#"karpenter_cloudprovider_duration_seconds_bucket{le="0.05",method="IsDrifted"} 1"#,
+            r#"karpenter_cloudprovider_duration_seconds_bucket{le="2.0",method="IsDrifted"} 2"#,
+            r#"karpenter_cloudprovider_duration_seconds_count{method="IsDrifted"} 2"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+    }
+
+    #[test]
+    fn the_cluster_state_gauges_are_exported_and_dropped_with_their_node_pool() {
+        let mut state = ClusterState::default();
+        state
+            .node_claims
+            .insert(("default".to_owned(), "Initialized"), 2);
+        state
+            .usage
+            .insert(("default".to_owned(), "cpu".to_owned()), 7.5);
+        state
+            .limits
+            .insert(("default".to_owned(), "cpu".to_owned()), 100.0);
+        let metrics = Metrics::new(None);
+        metrics.set_cluster_state(&state);
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"karpenter_nodeclaims{nodepool="default",phase="Initialized"} 2"#,
+            r#"karpenter_nodepools_usage{nodepool="default",resource_type="cpu"} 7.5"#,
+            r#"karpenter_nodepools_limit{nodepool="default",resource_type="cpu"} 100"#,
+        ] {
+            assert!(text.contains(line), "{line} missing from {text}");
+        }
+        // A later state without the NodePool drops its series.
+        metrics.set_cluster_state(&ClusterState::default());
+        let text = metrics.encode().unwrap();
+        assert!(!text.contains(r#"nodepool="default""#), "{text}");
     }
 }

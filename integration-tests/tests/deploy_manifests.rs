@@ -29,7 +29,7 @@ use serde::Deserialize as _;
 use serde_yaml::Value;
 
 /// The overlays an operator applies; each renders a whole install.
-const OVERLAYS: [&str; 1] = ["overlays/aws"];
+const OVERLAYS: [&str; 2] = ["overlays/aws", "overlays/aws-monitoring"];
 
 /// Kinds whose schema the Kubernetes OpenAPI documents do not hold, so `kubernetes-validate`
 /// cannot check them (the CRDs' own kinds are checked by `karpenter-api`'s tests).
@@ -117,7 +117,7 @@ fn files_under(dir: &Path, prefix: &str, out: &mut BTreeSet<String>) {
 fn every_kustomization_names_every_file_beside_it() {
     let mut found = Vec::new();
     kustomizations(&deploy(), &mut found);
-    assert!(found.len() >= 3, "{found:?}");
+    assert!(found.len() >= 5, "{found:?}");
     for path in found {
         let kustomization = &documents(&std::fs::read_to_string(&path).unwrap())[0];
         let dir = path.parent().unwrap();
@@ -204,6 +204,7 @@ fn every_overlay_applies_to_the_fake_api_server_with_kubectl() {
         "service/karpenter",
         "serviceaccount/karpenter",
         "role.rbac.authorization.k8s.io/karpenter-leader-election",
+        "configmap/karpenter-dashboards",
     ] {
         assert!(got.contains(object), "{object} not in {got}");
     }

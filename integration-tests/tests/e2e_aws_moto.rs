@@ -835,7 +835,10 @@ async fn check_rbac(world: &World) {
             unused.insert(line);
         }
     }
-    #[allow(clippy::print_stdout, reason = "the table is the test's report (--nocapture)")]
+    #[allow(
+        clippy::print_stdout,
+        reason = "the table is the test's report (--nocapture)"
+    )]
     {
         println!("RBAC of {user}:\n{table}");
     }

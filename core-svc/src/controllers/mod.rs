@@ -23,6 +23,7 @@
 //! | `disruption` | emptiness, drift replacement and consolidation within budgets; each command carried through (replacements, drain, delete, rollback) from annotations that survive restarts |
 //! | `nodeclaim` | NodeClaim helpers the controllers share (conversions, conditions, names) |
 
+pub mod cluster_state;
 pub mod consolidatable;
 pub mod disruption;
 pub mod drain;

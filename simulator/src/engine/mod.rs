@@ -486,6 +486,7 @@ async fn start_core(
     let options = ManagerOptions {
         require_ready_node_class: handshake.capabilities.resolve_node_class,
         label_policy: label_policy.clone(),
+        metrics: None,
     };
     Ok((Manager::new(ctx, &options), provider))
 }

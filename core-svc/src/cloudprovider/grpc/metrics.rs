@@ -1,8 +1,11 @@
-//! [`CallMetrics`]: the plugin calls counted per RPC and status code for the metrics exporter.
+//! [`CallMetrics`]: the plugin calls counted per RPC and status code, and timed per RPC, for the
+//! metrics exporter.
 //! Apart from the client: it is read by `metrics.rs` and knows nothing of the calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
 use tonic::Code;
 
 use crate::cloudprovider::Rpc;
@@ -13,6 +16,23 @@ use crate::cloudprovider::Rpc;
 pub struct CallMetrics {
     attempts: [[AtomicU64; CODES]; Rpc::ALL.len()],
     retries: [AtomicU64; Rpc::ALL.len()],
+    durations: Family<DurationLabels, Histogram>,
+}
+
+/// A duration histogram's labels: the method.
+pub type DurationLabels = Vec<(&'static str, &'static str)>;
+
+/// Upstream's buckets for `karpenter_cloudprovider_duration_seconds` (kubernetes-sigs/karpenter,
+/// `pkg/metrics/constants.go`, `DurationBuckets`): fine below a second, where plugin calls
+/// should be, coarse up to the minute a Create may take.
+const DURATION_BUCKETS: [f64; 36] = [
+    0.005, 0.01, 0.025, 0.05, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 1.25, 1.5, 1.75,
+    2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0, 15.0, 20.0, 25.0, 30.0, 40.0,
+    50.0, 60.0,
+];
+
+fn duration_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
 }
 
 /// gRPC status codes are 0 (OK) to 16 (UNAUTHENTICATED).
@@ -35,7 +55,20 @@ impl CallMetrics {
         CallMetrics {
             attempts: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             retries: std::array::from_fn(|_| AtomicU64::new(0)),
+            durations: Family::new_with_constructor(duration_histogram),
         }
+    }
+
+    /// How long calls took, retries included, by method (`method` = the RPC's name).
+    pub fn durations(&self) -> &Family<DurationLabels, Histogram> {
+        &self.durations
+    }
+
+    /// Records that a call of `rpc` took `elapsed`, all its attempts included.
+    pub fn observe_call(&self, rpc: Rpc, elapsed: std::time::Duration) {
+        self.durations
+            .get_or_create(&vec![("method", rpc.as_str())])
+            .observe(elapsed.as_secs_f64());
     }
 
     /// How many attempts of `rpc` ended with `code`.

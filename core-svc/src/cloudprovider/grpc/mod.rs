@@ -32,7 +32,7 @@ use super::{
 use crate::plugin::instance_types::catalogue_from_proto;
 use crate::plugin::{Deadlines, Handshake, PluginConnection, with_deadline};
 
-pub use self::metrics::{AttemptCount, CallMetrics};
+pub use self::metrics::{AttemptCount, CallMetrics, DurationLabels};
 
 /// The most List pages one listing reads; beyond, the plugin is paging in circles.
 const MAX_LIST_PAGES: usize = 10_000;
@@ -130,6 +130,8 @@ impl<C: Timer> GrpcCloudProvider<C> {
             let status = match result {
                 Ok(answer) => {
                     self.metrics.record_attempt(rpc, Code::Ok);
+                    self.metrics
+                        .observe_call(rpc, self.timer.now().saturating_duration_since(start));
                     return Ok(answer);
                 }
                 Err(status) => status,
@@ -154,6 +156,7 @@ impl<C: Timer> GrpcCloudProvider<C> {
                     attempts += 1;
                 }
                 Decision::GiveUp(why) => {
+                    self.metrics.observe_call(rpc, elapsed);
                     tracing::debug!(
                         rpc = rpc.as_str(),
                         attempts,

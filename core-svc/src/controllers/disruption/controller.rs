@@ -23,10 +23,11 @@ use super::{
 };
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
 use crate::cluster::{Cluster, Snapshot};
+use crate::controllers::cluster_state::cluster_state;
 use crate::controllers::nodeclaim::nodes_of;
 use crate::controllers::provisioning::DEFAULT_INSTANCE_TYPES_TTL;
 use crate::controllers::provisioning::catalogue::CatalogueCache;
-use crate::controllers::provisioning::input::Catalogue;
+use crate::controllers::provisioning::input::{Catalogue, usage_by_node_pool};
 use crate::controllers::provisioning::memo::NodeMemo;
 use crate::controllers::provisioning::nominations::{SharedNominations, nomination_window};
 use crate::controllers::provisioning::selection::{self, UsableNodePool};
@@ -205,6 +206,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 )
             })
             .collect();
+        self.report_cluster_state(&snapshot, &catalogues);
         let nominated = self.nominations.nominated_nodes(&snapshot, now);
         let observations: Vec<Observation> = {
             let mut state = self.lock();
@@ -563,6 +565,15 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
                 metrics.set_allowed_disruptions(pool, reason_name(*reason), i64::from(*count));
             }
         }
+    }
+
+    /// The cluster-state gauges: this pass sees the whole fleet, every 10 s at most.
+    fn report_cluster_state(&self, snapshot: &Snapshot, catalogues: &HashMap<String, Catalogue>) {
+        let Some(metrics) = &self.metrics else {
+            return;
+        };
+        let usage = usage_by_node_pool(snapshot, catalogues);
+        metrics.set_cluster_state(&cluster_state(snapshot, &usage));
     }
 
     /// One Warning per pod whose `karpenter.sh/do-not-disrupt` value is invalid (and ignored),
