@@ -21,9 +21,10 @@
 //!   namespace only; a rule matches on verb, API group, resource (`resource/subresource`, `*`)
 //!   and, when it lists `resourceNames`, the request's name (a request without one, a create or
 //!   a list, never matches such a rule). Aggregated ClusterRoles are not computed.
-//! - **Usage**: every decision for a service account is recorded; [`Rbac::report`] lists the
-//!   refused requests and every permission (rule × verb × group × resource) granted to each
-//!   service account seen, with whether any request used it.
+//! - **Usage**: every decision for a service account is recorded;
+//!   [`super::FakeApiServer::rbac_report`] lists the refused requests and every permission (rule
+//!   × verb × group × resource) granted to each service account seen, with whether any request
+//!   used it.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, PoisonError};
