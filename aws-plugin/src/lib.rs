@@ -26,6 +26,7 @@ pub mod identity;
 pub mod instance;
 pub mod instance_type_provider;
 pub mod instance_types;
+pub mod kube_object;
 pub mod memory_cloud;
 pub mod node_class;
 pub mod provider;

@@ -462,9 +462,20 @@ impl CloudProviderService for AwsCloudProvider {
         request: Request<IsDriftedRequest>,
     ) -> Result<Response<IsDriftedResponse>, Status> {
         let request = request.into_inner();
-        let node_claim = request
-            .node_claim
-            .ok_or_else(|| Status::invalid_argument("node_claim: missing"))?;
+        let node_claim = match (request.node_claim, request.node_claim_object) {
+            (Some(node_claim), _) => node_claim,
+            (None, Some(object)) => {
+                let object = provider_sdk::json::try_struct_to_json(object, "node_claim_object")
+                    .map_err(Status::invalid_argument)?;
+                crate::kube_object::node_claim_from_object(serde_json::Value::Object(object))
+                    .map_err(Status::invalid_argument)?
+            }
+            (None, None) => {
+                return Err(Status::invalid_argument(
+                    "node_claim: missing (or node_claim_object, the NodeClaim as kubectl prints it)",
+                ));
+            }
+        };
         let (json, resolved) = self.resolve(request.node_class).await?;
         if !resolved.is_ready() {
             return Err(provider_sdk::status::node_class_not_ready(
@@ -727,6 +738,7 @@ mod tests {
         let ask = |launched: v1::NodeClaim| IsDriftedRequest {
             node_claim: Some(launched),
             node_class: json_to_struct(&node_class()),
+            node_claim_object: None,
         };
         let answer = provider
             .is_drifted(Request::new(ask(launched.clone())))

@@ -18,7 +18,9 @@
 //!    (at every poll, never more NodeClaims disrupting than the budget allows); core-svc is
 //!    killed (SIGKILL) as soon as the first replacement has been created and started again,
 //!    and the roll goes on from where the annotations say it was;
-//! 4. meanwhile the pinned node stays, and `core-svc explain` names the pod that holds it;
+//! 4. meanwhile the pinned node stays, and `core-svc explain` names the pod that holds it; the
+//!    operator's grpcurl recipe (the NodeClaim and its EC2NodeClass as kubectl prints them,
+//!    piped into IsDrifted) gets the plugin's AMIDrift;
 //! 5. once the pin is gone the roll finishes: every NodeClaim runs the new image, no Node
 //!    keeps the `karpenter.sh/disrupted` taint, the old instances are terminated, and the
 //!    instances running in moto are exactly the NodeClaims' (no orphan either way).
@@ -721,6 +723,31 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     );
     assert_eq!(report["pluginDrift"]["answer"], "drifted", "{report}");
 
+    // The operator's recipe (docs/operations.md): kubectl's output, as printed, piped into
+    // grpcurl's IsDrifted against the plugin's socket; the plugin names the drift.
+    let printed = |args: &[&str]| -> Value {
+        serde_json::from_str(&run_ok(world.kubectl().args(args).args(["-o", "json"])))
+            .expect("kubectl's JSON")
+    };
+    let request = serde_json::json!({
+        "nodeClaimObject": printed(&["get", "nodeclaim", &pinned_claim]),
+        "nodeClass": printed(&["get", "ec2nodeclass", "default"]),
+    });
+    let answer = grpcurl_with_input(
+        &world.socket,
+        "karpenter.cloudprovider.v1.CloudProviderService/IsDrifted",
+        &request.to_string(),
+    );
+    let answer: Value = serde_json::from_str(&answer).expect("grpcurl's JSON");
+    assert_eq!(answer["reason"], "AMIDrift", "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap_or_default()
+            .contains(&new_image),
+        "{answer}"
+    );
+
     // 5. The pin goes; the roll finishes.
     run_ok(
         world
@@ -789,6 +816,35 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
 
     // 6. The install's RBAC was enough, and nothing more than the run needed.
     check_rbac(&world).await;
+}
+
+/// Runs grpcurl against the plugin at `socket`, the request on standard input (`-d @`), and
+/// answers what it printed.
+fn grpcurl_with_input(socket: &Path, method: &str, input: &str) -> String {
+    use std::io::Write as _;
+    let mut child = Command::new(tool("grpcurl", "GRPCURL"))
+        .args(["-plaintext", "-unix", "-d", "@"])
+        .arg(socket)
+        .arg(method)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("grpcurl starts");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(input.as_bytes())
+        .expect("write the request");
+    let output = child.wait_with_output().expect("grpcurl ends");
+    assert!(
+        output.status.success(),
+        "grpcurl {method} failed: {}\n{}",
+        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stdout)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 /// Fails on any request of core-svc's that RBAC refused, and on any granted permission the run

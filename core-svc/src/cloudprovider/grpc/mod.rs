@@ -500,6 +500,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
         let request = v1::IsDriftedRequest {
             node_claim: Some(node_claim_to_proto(node_claim, Some(launched))?),
             node_class: Some(json_to_struct(node_class, "node_class")?),
+            node_claim_object: None,
         };
         let answer = self
             .call(
