@@ -19,8 +19,9 @@
 //!    killed (SIGKILL) as soon as the first replacement has been created and started again,
 //!    and the roll goes on from where the annotations say it was;
 //! 4. meanwhile the pinned node stays, and `core-svc explain` names the pod that holds it; the
-//!    operator's grpcurl recipe (the NodeClaim and its EC2NodeClass as kubectl prints them,
-//!    piped into IsDrifted) gets the plugin's AMIDrift;
+//!    operator's grpcurl recipes (the NodeClaim and its EC2NodeClass as kubectl prints them,
+//!    piped into IsDrifted; the NodePool and EC2NodeClass into GetInstanceTypes) get the
+//!    plugin's AMIDrift and the NodePool's instance type;
 //! 5. once the pin is gone the roll finishes: every NodeClaim runs the new image, no Node
 //!    keeps the `karpenter.sh/disrupted` taint, the old instances are terminated, and the
 //!    instances running in moto are exactly the NodeClaims' (no orphan either way).
@@ -747,6 +748,28 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
             .contains(&new_image),
         "{answer}"
     );
+    // The same for the catalogue a NodePool gets: its NodePool and node class as printed.
+    let request = serde_json::json!({
+        "nodePool": printed(&["get", "nodepool", "default"]),
+        "nodeClass": printed(&["get", "ec2nodeclass", "default"]),
+    });
+    let chunks = grpcurl_with_input(
+        &world.socket,
+        "karpenter.cloudprovider.v1.CloudProviderService/GetInstanceTypes",
+        &request.to_string(),
+    );
+    let offered: BTreeSet<String> = serde_json::Deserializer::from_str(&chunks)
+        .into_iter::<Value>()
+        .map(|chunk| chunk.expect("a streamed chunk"))
+        .flat_map(|chunk| {
+            chunk["instanceTypes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .filter_map(|it| it["name"].as_str().map(str::to_owned))
+        .collect();
+    assert!(offered.contains(INSTANCE_TYPE), "{offered:?}");
 
     // 5. The pin goes; the roll finishes.
     run_ok(
