@@ -5,7 +5,6 @@
 
 use std::collections::HashMap;
 
-use core_domain::requirements::Operator;
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use karpenter_api::NodeClaim;
 use provider_sdk::v1;
@@ -14,26 +13,9 @@ fn quantities(list: &std::collections::BTreeMap<String, Quantity>) -> HashMap<St
     list.iter().map(|(k, v)| (k.clone(), v.0.clone())).collect()
 }
 
-fn operator(operator: Operator) -> v1::Operator {
-    match operator {
-        Operator::In => v1::Operator::In,
-        Operator::NotIn => v1::Operator::NotIn,
-        Operator::Exists => v1::Operator::Exists,
-        Operator::DoesNotExist => v1::Operator::DoesNotExist,
-        Operator::Gt => v1::Operator::Gt,
-        Operator::Lt => v1::Operator::Lt,
-        Operator::Gte => v1::Operator::Gte,
-        Operator::Lte => v1::Operator::Lte,
-    }
-}
-
 fn taint(taint: &k8s_openapi::api::core::v1::Taint, path: &str) -> Result<v1::Taint, String> {
-    let effect = match taint.effect.as_str() {
-        "NoSchedule" => v1::TaintEffect::NoSchedule,
-        "PreferNoSchedule" => v1::TaintEffect::PreferNoSchedule,
-        "NoExecute" => v1::TaintEffect::NoExecute,
-        other => return Err(format!("{path}.effect: {other:?} is not a taint effect")),
-    };
+    let effect = v1::TaintEffect::from_kubernetes(&taint.effect)
+        .ok_or_else(|| format!("{path}.effect: {:?} is not a taint effect", taint.effect))?;
     Ok(v1::Taint {
         key: taint.key.clone(),
         value: taint.value.clone().unwrap_or_default(),
@@ -68,22 +50,25 @@ pub fn node_claim_from_object(object: serde_json::Value) -> Result<v1::NodeClaim
         serde_json::from_value(object).map_err(|e| format!("{PATH}: not a NodeClaim: {e}"))?;
     let meta = &claim.metadata;
     let spec = &claim.spec;
-    let requirements =
-        spec.requirements
-            .iter()
-            .enumerate()
-            .map(|(i, r)| {
-                let min_values = r.min_values.map(i32::try_from).transpose().map_err(|_| {
+    let requirements = spec
+        .requirements
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let min_values =
+                r.min_values.map(i32::try_from).transpose().map_err(|_| {
                     format!("{PATH}.spec.requirements[{i}].minValues: out of range")
                 })?;
-                Ok(v1::Requirement {
-                    key: r.key.clone(),
-                    operator: operator(r.operator).into(),
-                    values: r.values.clone(),
-                    min_values,
-                })
+            let operator = v1::Operator::from_kubernetes(r.operator.as_str())
+                .ok_or_else(|| format!("{PATH}.spec.requirements[{i}].operator: not in the API"))?;
+            Ok(v1::Requirement {
+                key: r.key.clone(),
+                operator: operator.into(),
+                values: r.values.clone(),
+                min_values,
             })
-            .collect::<Result<Vec<_>, String>>()?;
+        })
+        .collect::<Result<Vec<_>, String>>()?;
     let taints = |list: &[k8s_openapi::api::core::v1::Taint], field: &str| {
         list.iter()
             .enumerate()

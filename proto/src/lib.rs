@@ -49,6 +49,37 @@ impl v1::Requirement {
     }
 }
 
+impl v1::Operator {
+    /// The operator Kubernetes spells `name` (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`,
+    /// `Lt`, and Karpenter's `Gte`, `Lte`); `None` for any other.
+    pub fn from_kubernetes(name: &str) -> Option<Self> {
+        Some(match name {
+            "In" => Self::In,
+            "NotIn" => Self::NotIn,
+            "Exists" => Self::Exists,
+            "DoesNotExist" => Self::DoesNotExist,
+            "Gt" => Self::Gt,
+            "Lt" => Self::Lt,
+            "Gte" => Self::Gte,
+            "Lte" => Self::Lte,
+            _ => return None,
+        })
+    }
+}
+
+impl v1::TaintEffect {
+    /// The effect Kubernetes spells `name` (`NoSchedule`, `PreferNoSchedule`, `NoExecute`);
+    /// `None` for any other.
+    pub fn from_kubernetes(name: &str) -> Option<Self> {
+        Some(match name {
+            "NoSchedule" => Self::NoSchedule,
+            "PreferNoSchedule" => Self::PreferNoSchedule,
+            "NoExecute" => Self::NoExecute,
+            _ => return None,
+        })
+    }
+}
+
 /// The stream a plugin's `get_instance_types` returns: chunks of the catalogue (see
 /// [`chunk::chunk_instance_types`]), or an error that voids the whole answer.
 pub type InstanceTypeStream = tonic::codegen::BoxStream<v1::GetInstanceTypesResponse>;
@@ -76,6 +107,28 @@ mod tests {
     use prost::Message as _;
 
     use super::*;
+
+    #[test]
+    fn kubernetes_spellings_name_the_apis_operators_and_effects() {
+        for (name, operator) in [
+            ("In", v1::Operator::In),
+            ("NotIn", v1::Operator::NotIn),
+            ("Exists", v1::Operator::Exists),
+            ("DoesNotExist", v1::Operator::DoesNotExist),
+            ("Gt", v1::Operator::Gt),
+            ("Lt", v1::Operator::Lt),
+            ("Gte", v1::Operator::Gte),
+            ("Lte", v1::Operator::Lte),
+        ] {
+            assert_eq!(v1::Operator::from_kubernetes(name), Some(operator));
+        }
+        assert_eq!(v1::Operator::from_kubernetes("OPERATOR_IN"), None);
+        assert_eq!(
+            v1::TaintEffect::from_kubernetes("PreferNoSchedule"),
+            Some(v1::TaintEffect::PreferNoSchedule)
+        );
+        assert_eq!(v1::TaintEffect::from_kubernetes("noschedule"), None);
+    }
 
     #[test]
     fn in_values_is_an_in_requirement_without_min_values() {

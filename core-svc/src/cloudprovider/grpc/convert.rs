@@ -7,9 +7,9 @@ use std::time::{Duration, SystemTime};
 
 use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE};
 use core_domain::quantity::Quantity;
-use core_domain::requirements::{NodeSelectorRequirement, Operator};
+use core_domain::requirements::NodeSelectorRequirement;
 use core_domain::resources::{Quantities, ResourceName};
-use core_domain::scheduler::{Taint, TaintEffect};
+use core_domain::scheduler::Taint;
 use karpenter_api::ConditionStatus;
 use karpenter_api::patterns::is_qualified_name;
 use provider_sdk::v1;
@@ -97,16 +97,13 @@ pub(super) fn node_claim_to_proto(
 pub(super) fn requirement_to_proto(
     requirement: &NodeSelectorRequirement,
 ) -> Result<v1::Requirement, String> {
-    let operator = match requirement.operator {
-        Operator::In => v1::Operator::In,
-        Operator::NotIn => v1::Operator::NotIn,
-        Operator::Exists => v1::Operator::Exists,
-        Operator::DoesNotExist => v1::Operator::DoesNotExist,
-        Operator::Gt => v1::Operator::Gt,
-        Operator::Lt => v1::Operator::Lt,
-        Operator::Gte => v1::Operator::Gte,
-        Operator::Lte => v1::Operator::Lte,
-    };
+    let operator =
+        v1::Operator::from_kubernetes(requirement.operator.as_str()).ok_or_else(|| {
+            format!(
+                "operator {:?} has no counterpart in the API",
+                requirement.operator.as_str()
+            )
+        })?;
     let min_values = requirement
         .min_values
         .map(i32::try_from)
@@ -126,11 +123,9 @@ pub(super) fn requirement_to_proto(
 }
 
 pub(super) fn taint_to_proto(taint: &Taint) -> v1::Taint {
-    let effect = match taint.effect {
-        TaintEffect::NoSchedule => v1::TaintEffect::NoSchedule,
-        TaintEffect::PreferNoSchedule => v1::TaintEffect::PreferNoSchedule,
-        TaintEffect::NoExecute => v1::TaintEffect::NoExecute,
-    };
+    // Every effect the domain knows is one of Kubernetes' three, which the API spells alike.
+    let effect = v1::TaintEffect::from_kubernetes(taint.effect.as_str())
+        .unwrap_or(v1::TaintEffect::Unspecified);
     v1::Taint {
         key: taint.key.clone(),
         value: taint.value.clone(),
