@@ -47,6 +47,9 @@ pub struct InstanceTypeInfo {
     /// Bare metal.
     #[serde(default)]
     pub bare_metal: bool,
+    /// Burstable cpu (the `t` families: a baseline share plus credits).
+    #[serde(default)]
+    pub burstable_performance_supported: bool,
     /// CPU.
     pub processor_info: ProcessorInfo,
     /// vCPUs.

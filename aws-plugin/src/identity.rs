@@ -7,7 +7,8 @@ use provider_sdk::v1::identity_service_server::IdentityService;
 use provider_sdk::v1::plugin_capability::{self, rpc};
 use provider_sdk::v1::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
+    GetPluginInfoResponse, GetPluginVocabularyRequest, GetPluginVocabularyResponse, ProbeRequest,
+    ProbeResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -66,6 +67,13 @@ impl IdentityService for Identity {
         Ok(Response::new(GetPluginCapabilitiesResponse {
             capabilities,
         }))
+    }
+
+    async fn get_plugin_vocabulary(
+        &self,
+        _: Request<GetPluginVocabularyRequest>,
+    ) -> Result<Response<GetPluginVocabularyResponse>, Status> {
+        Ok(Response::new(crate::labels::vocabulary()))
     }
 
     async fn probe(&self, _: Request<ProbeRequest>) -> Result<Response<ProbeResponse>, Status> {

@@ -10,7 +10,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use core_domain::labels::aws::*;
+use crate::labels::*;
 use core_domain::labels::{
     ARCHITECTURE_AMD64, ARCHITECTURE_ARM64, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
     LABEL_OS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, LABEL_WINDOWS_BUILD,
@@ -82,6 +82,7 @@ pub fn instance_type(
         capacity: capacity(info, pods, memory_mib, ephemeral_bytes),
         overhead: Some(overhead(info, pods, settings, ephemeral_bytes)),
         offerings,
+        burstable_cpu: info.burstable_performance_supported,
     }
 }
 

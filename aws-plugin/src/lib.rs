@@ -2,7 +2,9 @@
 //!
 //! - [`apis`]: the EC2NodeClass API type (`karpenter.k8s.aws/v1`), its CRD and validation.
 //! - [`cli`]: flags, logging, AWS configuration, serving.
-//! - [`identity`]: the Identity service (who the plugin is, what it supports, readiness).
+//! - [`identity`]: the Identity service (who the plugin is, what it supports, its label
+//!   vocabulary, readiness).
+//! - [`labels`]: the AWS labels, domains and annotations, and the vocabulary declared from them.
 //! - [`provider`]: the CloudProvider service.
 //! - [`catalogue`]: the embedded EC2 catalogue (DescribeInstanceTypes data, zones, prices).
 //! - [`instance_type_provider`]: the cached catalogue `GetInstanceTypes` answers, from EC2.
@@ -27,6 +29,7 @@ pub mod instance;
 pub mod instance_type_provider;
 pub mod instance_types;
 pub mod kube_object;
+pub mod labels;
 pub mod memory_cloud;
 pub mod node_class;
 pub mod provider;

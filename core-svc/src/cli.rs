@@ -277,7 +277,9 @@ async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
     };
     let options = ManagerOptions {
         require_ready_node_class: handshake.capabilities.resolve_node_class,
-        label_policy: crate::apis::LabelPolicy::core(),
+        // The plugin's labels, as it declared them: without them a pod asking for one (an
+        // instance family, say) could never be scheduled.
+        label_policy: handshake.label_policy(),
         metrics: Some(Arc::clone(&metrics)),
     };
 
@@ -502,8 +504,9 @@ fn describe(handshake: &Handshake) -> String {
         .filter(|(_, on)| *on)
         .map(|(name, _)| *name)
         .collect();
+    let vocabulary = &handshake.vocabulary;
     format!(
-        "plugin {} {} (API {}); node classes: {}; optional RPCs: {}; ready: {}",
+        "plugin {} {} (API {}); node classes: {}; optional RPCs: {}; labels: {}; ready: {}",
         handshake.info.name,
         handshake.info.vendor_version,
         handshake.info.api_version,
@@ -512,6 +515,15 @@ fn describe(handshake: &Handshake) -> String {
             "none".to_owned()
         } else {
             supported.join(", ")
+        },
+        if vocabulary.declared {
+            format!(
+                "{} in domains [{}]",
+                vocabulary.labels.len(),
+                vocabulary.restricted_domains.join(" ")
+            )
+        } else {
+            "none declared".to_owned()
         },
         match &handshake.ready {
             Ok(()) => "yes".to_owned(),

@@ -30,6 +30,7 @@ use crate::controllers::gc::GarbageCollectionController;
 use crate::controllers::hash::HashController;
 use crate::controllers::lifecycle::LifecycleController;
 use crate::controllers::nodeclass::NodeClassController;
+use crate::controllers::nodepool::NodePoolStatusController;
 use crate::controllers::provisioning::catalogue::CatalogueCache;
 use crate::controllers::provisioning::nominations::{SharedNominations, nomination_window};
 use crate::controllers::provisioning::{
@@ -54,6 +55,9 @@ pub const MAX_IDLE: Duration = Duration::from_secs(60);
 pub enum ControllerKind {
     /// Node class status, readiness and static hash (`nodeclass`).
     NodeClass,
+    /// NodePool conditions (validation, node class readiness, Ready) and counts
+    /// (`nodepool.status`).
+    NodePoolStatus,
     /// The NodePool template hash (`nodepool.hash`).
     Hash,
     /// Pending pods to NodeClaims (`provisioner`).
@@ -78,8 +82,9 @@ impl ControllerKind {
     /// The controllers in the order a round runs them: node classes and hashes first (what the
     /// others read), provisioning before the lifecycle that launches what it created,
     /// disruption last (it acts on everything the others settled).
-    pub const ALL: [Self; 10] = [
+    pub const ALL: [Self; 11] = [
         Self::NodeClass,
+        Self::NodePoolStatus,
         Self::Hash,
         Self::Provisioning,
         Self::Lifecycle,
@@ -131,6 +136,7 @@ pub struct ManagerOptions {
 #[derive(Debug)]
 enum AnyController<C, P> {
     NodeClass(NodeClassController<C, P>),
+    NodePoolStatus(NodePoolStatusController<C, P>),
     Hash(HashController<C, P>),
     Provisioning(Box<Provisioner<C, P>>),
     Lifecycle(LifecycleController<C, P>),
@@ -146,6 +152,7 @@ macro_rules! each_controller {
     ($self:expr, $c:ident => $body:expr) => {
         match $self {
             AnyController::NodeClass($c) => $body,
+            AnyController::NodePoolStatus($c) => $body,
             AnyController::Hash($c) => $body,
             AnyController::Provisioning($c) => $body,
             AnyController::Lifecycle($c) => $body,
@@ -169,6 +176,11 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
     ) -> Self {
         match kind {
             ControllerKind::NodeClass => Self::NodeClass(NodeClassController::new(ctx.clone())),
+            ControllerKind::NodePoolStatus => Self::NodePoolStatus(NodePoolStatusController::new(
+                ctx.clone(),
+                options.label_policy.clone(),
+                options.require_ready_node_class,
+            )),
             ControllerKind::Hash => Self::Hash(HashController::new(ctx.clone())),
             ControllerKind::Provisioning => Self::Provisioning(Box::new(
                 Provisioner::with_options(

@@ -21,7 +21,7 @@ use core_svc::cloudprovider::{
     LaunchedNodeClaim, NodeClaimRequest, NodeClassRef, Rpc,
 };
 use core_svc::plugin::{
-    Capabilities, Deadlines, Handshake, PluginConnection, PluginInfo, handshake,
+    Capabilities, Deadlines, Handshake, PluginConnection, PluginInfo, Vocabulary, handshake,
 };
 use provider_sdk::serve::{Listener, serve};
 use provider_sdk::v1;
@@ -326,6 +326,7 @@ fn instance_type(name: &str) -> v1::InstanceType {
         }],
         capacity: HashMap::from([("cpu".into(), "2".into()), ("pods".into(), "29".into())]),
         overhead: None,
+        burstable_cpu: false,
     }
 }
 
@@ -995,6 +996,7 @@ fn unreachable(endpoint: Endpoint) -> (GrpcCloudProvider<Arc<FakeTimer>>, Arc<Fa
             api_version: "1.0".into(),
         },
         capabilities: Capabilities::default(),
+        vocabulary: Vocabulary::default(),
         node_classes: vec![],
         ready: Ok(()),
     };

@@ -67,6 +67,11 @@ types_pb2 = pb["types_pb2"]
 cp_pb2, cp_grpc = pb["cloudprovider_pb2"], pb["cloudprovider_pb2_grpc"]
 
 ZONES = ["example-zone-a", "example-zone-b"]
+# The label domain this provider owns, and its labels: declared to core by GetPluginVocabulary,
+# set on every instance type through its requirements.
+DOMAIN = "example.dev"
+LABEL_SIZE = f"{DOMAIN}/instance-size"
+LABEL_CPU = f"{DOMAIN}/instance-cpu"
 # name -> (cpu, memory, price per hour on-demand)
 CATALOGUE = {"small": ("2", "4Gi", 0.05), "medium": ("4", "16Gi", 0.2), "large": ("16", "64Gi", 0.8)}
 
@@ -85,6 +90,8 @@ def instance_type(name):
             requirement("kubernetes.io/os", "linux"),
             requirement("topology.kubernetes.io/zone", *ZONES),
             requirement("karpenter.sh/capacity-type", "on-demand"),
+            requirement(LABEL_SIZE, name),
+            requirement(LABEL_CPU, cpu),
         ],
         offerings=[
             types_pb2.Offering(zone=zone, capacity_type="on-demand", price=price, available=True)
@@ -108,6 +115,18 @@ class Identity(identity_grpc.IdentityServiceServicer):
                 identity_pb2.PluginCapability(rpc=rpc(type=rpc.TYPE_IS_DRIFTED)),
                 identity_pb2.PluginCapability(rpc=rpc(type=rpc.TYPE_GET)),
             ]
+        )
+
+    def GetPluginVocabulary(self, request, context):
+        label = identity_pb2.LabelDefinition
+        return identity_pb2.GetPluginVocabularyResponse(
+            labels=[
+                label(key=LABEL_SIZE, value_type=identity_pb2.LABEL_VALUE_TYPE_STRING,
+                      description="The instance size: small, medium or large."),
+                label(key=LABEL_CPU, value_type=identity_pb2.LABEL_VALUE_TYPE_INTEGER,
+                      description="The number of vCPUs of the instance type."),
+            ],
+            restricted_label_domains=[DOMAIN],
         )
 
     def Probe(self, request, context):

@@ -591,6 +591,20 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
             },
         )
         .await;
+    // The NodePool's status, as kubectl reads it: Ready, with its nodes counted (the fake
+    // API server serves no server-side tables, so the printer columns' paths are asked for).
+    world
+        .eventually("the NodePool Ready with its 3 nodes", async || {
+            let status = run_ok(world.kubectl().args([
+                "get",
+                "nodepool",
+                "default",
+                "-o",
+                "jsonpath={.status.nodes}/{.status.conditions[?(@.type==\"Ready\")].status}",
+            ]));
+            (status.trim() == "3/True").then_some(())
+        })
+        .await;
     let initial_names: BTreeSet<String> = initial.iter().map(|c| name(&c.metadata)).collect();
     let initial_instances: BTreeSet<String> = initial.iter().filter_map(instance_id).collect();
     assert_eq!(initial_instances.len(), 3, "{initial:?}");

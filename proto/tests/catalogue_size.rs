@@ -151,6 +151,7 @@ fn instance_type(i: usize) -> InstanceType {
                 ("nodefs.available", "10%".into()),
             ]),
         }),
+        burstable_cpu: false,
     }
 }
 

@@ -15,9 +15,7 @@ use std::sync::Arc;
 
 use core_domain::hash::SplitMix64;
 use core_domain::instance_type::InstanceType;
-use core_domain::labels::{
-    LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws,
-};
+use core_domain::labels::{LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use core_domain::quantity::Quantity;
 use core_domain::requirements::{Operator, Requirement, Requirements};
 use core_domain::resources::ResourceList;
@@ -97,10 +95,15 @@ impl Pool {
 
 /// `c`, `m`, `r`, generation > 2, amd64, on-demand.
 fn typical_requirements() -> Requirements {
-    let generation = Requirement::new(aws::LABEL_INSTANCE_GENERATION, Operator::Gt, &["2"], None);
+    let generation = Requirement::new(
+        aws_plugin::labels::LABEL_INSTANCE_GENERATION,
+        Operator::Gt,
+        &["2"],
+        None,
+    );
     [
         Ok(Requirement::in_values(
-            aws::LABEL_INSTANCE_CATEGORY,
+            aws_plugin::labels::LABEL_INSTANCE_CATEGORY,
             ["c", "m", "r"],
         )),
         generation,
@@ -211,10 +214,7 @@ pub fn input_for(
         existing_nodes: Vec::new(),
         node_pools: vec![pool.node_pool(instance_types)],
         daemon_set_pods: Vec::new(),
-        label_policy: LabelPolicy::with_provider(
-            aws::RESTRICTED_LABEL_DOMAINS,
-            aws::WELL_KNOWN_LABELS,
-        ),
+        label_policy: aws_plugin::labels::label_policy(),
         preference_policy: PreferencePolicy::Respect,
     }
 }

@@ -34,6 +34,6 @@ pub use status::EC2NodeClassStatus;
 pub use validation::{FieldPath, ValidationError, Violation};
 
 /// The API group.
-pub const GROUP: &str = core_domain::labels::aws::AWS_GROUP;
+pub const GROUP: &str = crate::labels::AWS_GROUP;
 /// The API version.
 pub const VERSION: &str = "v1";

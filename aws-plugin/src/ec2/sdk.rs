@@ -114,6 +114,7 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
             .collect(),
         hypervisor: t.hypervisor().map(|h| h.as_str().to_owned()),
         bare_metal: t.bare_metal().unwrap_or_default(),
+        burstable_performance_supported: t.burstable_performance_supported().unwrap_or_default(),
         processor_info: catalogue::ProcessorInfo {
             supported_architectures: processor
                 .map(|p| {

@@ -21,8 +21,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::labels::{LABEL_INSTANCE_SIZE, LABEL_TOPOLOGY_ZONE_ID};
 use core_domain::instance_type::{InstanceType, Offering};
-use core_domain::labels::aws::{LABEL_INSTANCE_SIZE, LABEL_TOPOLOGY_ZONE_ID};
 use core_domain::labels::{
     CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, LABEL_ARCH, LABEL_CAPACITY_TYPE,
 };
@@ -538,6 +538,7 @@ mod tests {
                 ("pods".to_owned(), "29".to_owned()),
             ]),
             overhead: None,
+            burstable_cpu: false,
         })
         .unwrap()
     }

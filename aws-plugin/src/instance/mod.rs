@@ -28,8 +28,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use crate::labels::LABEL_TOPOLOGY_ZONE_ID;
 use core_domain::instance_type::InstanceType;
-use core_domain::labels::aws::LABEL_TOPOLOGY_ZONE_ID;
 use core_domain::labels::{
     LABEL_CAPACITY_TYPE, LABEL_DO_NOT_SYNC_TAINTS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
     LABEL_TOPOLOGY_ZONE,

@@ -25,7 +25,9 @@ use core_domain::labels::{
     LABEL_OS_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, LABEL_WINDOWS_BUILD,
     RESTRICTED_LABEL_DOMAINS, RESTRICTED_LABELS,
 };
-pub use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LabelPolicy};
+pub use core_domain::labels::{
+    LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LabelPolicy, LabelValueType,
+};
 
 use crate::patterns;
 
@@ -128,6 +130,17 @@ pub enum RestrictedKey {
     /// The key itself is reserved.
     #[error("label {0:?} is restricted")]
     Key(String),
+    /// The key is in a domain the cloud provider owns, and its vocabulary has no such label.
+    #[error(
+        "label domain {domain:?} is restricted{}",
+        .did_you_mean.as_ref().map(|known| format!("; did you mean {known}?")).unwrap_or_default()
+    )]
+    ProviderDomain {
+        /// The provider's domain.
+        domain: String,
+        /// The provider's label the key most likely misspells, when one is close.
+        did_you_mean: Option<String>,
+    },
 }
 
 /// The domain of a key as the CRD's CEL sees it: everything before the first `/`, or the whole
@@ -158,7 +171,10 @@ pub fn restrictions(key: &str, key_use: KeyUse, policy: &LabelPolicy) -> Vec<Res
         .filter(|d| !RESTRICTED_LABEL_DOMAINS.contains(d));
     for restricted in provider_domains {
         if !policy.is_well_known(key) && domain.ends_with(restricted) {
-            out.push(RestrictedKey::Domain(restricted.into()));
+            out.push(RestrictedKey::ProviderDomain {
+                domain: restricted.into(),
+                did_you_mean: policy.closest_well_known(key).map(str::to_owned),
+            });
         }
     }
     out
@@ -302,7 +318,19 @@ mod tests {
         );
         assert_eq!(
             restrictions("karpenter.k8s.aws/ec2nodeclass", KeyUse::NodePool, &aws),
-            [RestrictedKey::Domain("karpenter.k8s.aws".into())]
+            [RestrictedKey::ProviderDomain {
+                domain: "karpenter.k8s.aws".into(),
+                did_you_mean: None,
+            }]
+        );
+        // A misspelling of a label the provider declares is told which one it likely means.
+        let typo = restrictions("karpenter.k8s.aws/instance-familly", KeyUse::NodePool, &aws);
+        assert_eq!(
+            typo.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            [
+                "label domain \"karpenter.k8s.aws\" is restricted; did you mean \
+                 karpenter.k8s.aws/instance-family?"
+            ]
         );
     }
 

@@ -6,7 +6,7 @@ use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 
 use crate::{
-    labels::{self, KeyUse, LabelPolicy},
+    labels::{self, KeyUse, LabelPolicy, LabelValueType},
     patterns,
     validation::{Errors, FieldPath, Violation, check_label_key},
 };
@@ -121,6 +121,32 @@ pub fn check_requirements(
                 values.clone(),
                 Violation::NotOneInteger(r.operator.as_str()),
             );
+        }
+        // The vocabulary's value types: a provider's integer label compares as integers and
+        // takes integers only; bounds on a well-known string label would never match a node.
+        // Users' own labels are not typed.
+        match policy.value_type(&r.key) {
+            Some(LabelValueType::String) if r.operator.is_bound() => errors.push(
+                at.field("operator"),
+                Violation::BoundOnStringLabel {
+                    operator: r.operator.as_str(),
+                    key: r.key.clone(),
+                },
+            ),
+            Some(LabelValueType::Integer) => {
+                for (j, value) in r.values.iter().enumerate() {
+                    if !r.operator.is_bound() && !is_non_negative_int(value) {
+                        errors.push(
+                            values.index(j),
+                            Violation::NotAnInteger {
+                                value: value.clone(),
+                                key: r.key.clone(),
+                            },
+                        );
+                    }
+                }
+            }
+            Some(LabelValueType::String) | None => {}
         }
         if let Some(min_values) = r.min_values {
             errors.range(

@@ -138,6 +138,22 @@ pub enum Violation {
     /// `Gt`, `Lt`, `Gte`, `Lte` without exactly one non-negative integer.
     #[error("{0} requires a single non-negative integer value")]
     NotOneInteger(&'static str),
+    /// `Gt`, `Lt`, `Gte`, `Lte` on a label whose values are not integers.
+    #[error("{operator} compares integers, and the values of {key} are strings")]
+    BoundOnStringLabel {
+        /// The operator.
+        operator: &'static str,
+        /// The label key.
+        key: String,
+    },
+    /// A value that is not a non-negative integer for a label whose values are.
+    #[error("{value:?} is not a non-negative integer, and the values of {key} are")]
+    NotAnInteger {
+        /// The value.
+        value: String,
+        /// The label key.
+        key: String,
+    },
     /// `In` with fewer values than `minValues`.
     #[error("In with minValues {0} requires at least {0} values")]
     FewerValuesThanMinValues(i64),

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use core_domain::labels::aws;
+use core_domain::labels::LabelValueType;
 use karpenter_api::{
     ConsolidationPolicy, DisruptionReason, LabelPolicy, NodeClaim, NodePool, Operator, condition,
     testing::{Fixtures, assert_round_trips},
@@ -22,9 +22,26 @@ fn hours(h: u64) -> Duration {
     Duration::from_secs(h * 3600)
 }
 
-/// The AWS provider's label rules: its restricted domain, with its well-known labels allowed.
+/// The AWS provider's domain.
+const AWS_GROUP: &str = "karpenter.k8s.aws";
+
+/// The AWS provider's label rules as core learns them from its vocabulary: its restricted
+/// domain, with the labels the docs' manifests use allowed and typed (core itself knows no
+/// provider label; aws-plugin's own tests check its full vocabulary).
 fn aws_policy() -> LabelPolicy {
-    LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS)
+    let string = |key| (key, LabelValueType::String);
+    let integer = |key| (key, LabelValueType::Integer);
+    LabelPolicy::with_vocabulary(
+        [AWS_GROUP],
+        [
+            string("karpenter.k8s.aws/instance-category"),
+            string("karpenter.k8s.aws/instance-family"),
+            string("karpenter.k8s.aws/instance-hypervisor"),
+            integer("karpenter.k8s.aws/instance-cpu"),
+            integer("karpenter.k8s.aws/instance-generation"),
+            integer("karpenter.k8s.aws/instance-memory"),
+        ],
+    )
 }
 
 #[test]
@@ -93,7 +110,7 @@ fn docs_nodepool_loads_with_its_values() {
 #[test]
 fn provider_domains_without_exceptions_restrict_the_docs_requirements() {
     let (np, _) = FIXTURES.load::<NodePool>("nodepool-docs.yaml");
-    let strict = LabelPolicy::with_provider([aws::AWS_GROUP], std::iter::empty::<&str>());
+    let strict = LabelPolicy::with_provider([AWS_GROUP], std::iter::empty::<&str>());
     let errors: Vec<String> = np
         .validate(&strict)
         .unwrap_err()

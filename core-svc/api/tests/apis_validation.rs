@@ -585,3 +585,48 @@ fn nodeclaim_spec_is_immutable() {
         ["spec: spec is immutable"]
     );
 }
+
+/// The plugin's vocabulary types its labels: bounds compare integers only, and an integer
+/// label takes integers only; a string label refuses bounds.
+#[test]
+fn requirements_follow_the_value_types_of_the_provider_vocabulary() {
+    use karpenter_api::labels::LabelValueType;
+    let policy = LabelPolicy::with_vocabulary(
+        ["karpenter.k8s.aws"],
+        [
+            ("karpenter.k8s.aws/instance-cpu", LabelValueType::Integer),
+            ("karpenter.k8s.aws/instance-family", LabelValueType::String),
+        ],
+    );
+    let np = nodepool(&with_requirement(
+        "{key: karpenter.k8s.aws/instance-cpu, operator: In, values: ['4', large]}",
+    ));
+    assert_eq!(
+        strings(np.validate(&policy)),
+        [
+            "spec.template.spec.requirements[0].values[1]: \"large\" is not a non-negative integer, and the values of karpenter.k8s.aws/instance-cpu are"
+        ]
+    );
+    let np = nodepool(&with_requirement(
+        "{key: karpenter.k8s.aws/instance-cpu, operator: Gt, values: ['4']}",
+    ));
+    assert!(np.validate(&policy).is_ok());
+    let np = nodepool(&with_requirement(
+        "{key: karpenter.k8s.aws/instance-family, operator: Gt, values: ['4']}",
+    ));
+    assert_eq!(
+        strings(np.validate(&policy)),
+        [
+            "spec.template.spec.requirements[0].operator: Gt compares integers, and the values of karpenter.k8s.aws/instance-family are strings"
+        ]
+    );
+    let np = nodepool(&with_requirement(
+        "{key: karpenter.k8s.aws/instance-famly, operator: In, values: [m5]}",
+    ));
+    assert_eq!(
+        strings(np.validate(&policy)),
+        [
+            "spec.template.spec.requirements[0].key: label domain \"karpenter.k8s.aws\" is restricted; did you mean karpenter.k8s.aws/instance-family?"
+        ]
+    );
+}

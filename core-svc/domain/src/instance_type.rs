@@ -68,6 +68,7 @@ pub struct InstanceType {
     capacity: ResourceList,
     overhead: NodeOverhead,
     allocatable: ResourceList,
+    burstable_cpu: bool,
 }
 
 impl InstanceType {
@@ -87,7 +88,21 @@ impl InstanceType {
             capacity,
             overhead,
             allocatable,
+            burstable_cpu: false,
         }
+    }
+
+    /// The same type, its cpu burstable or not (see [`is_cpu_burstable`](Self::is_cpu_burstable)).
+    #[must_use]
+    pub fn with_burstable_cpu(mut self, burstable: bool) -> Self {
+        self.burstable_cpu = burstable;
+        self
+    }
+
+    /// Whether the type's cpu is burstable (a baseline share plus credits: AWS `t3`, GCP
+    /// `e2-micro`, Azure B series), as the cloud provider says: its full cpu is not sustained.
+    pub fn is_cpu_burstable(&self) -> bool {
+        self.burstable_cpu
     }
 
     /// The name, equal to the `node.kubernetes.io/instance-type` label.

@@ -2,10 +2,12 @@
 //! rules for which label keys users may set, as upstream Karpenter's `pkg/apis/v1/labels.go`.
 //!
 //! Core only knows the Kubernetes and `karpenter.sh` labels. A cloud provider adds its own
-//! restricted domains and well-known labels (AWS: `karpenter.k8s.aws` and the instance labels in
-//! [`aws`]); upstream does that by mutating package globals at `init`, here the provider's
-//! additions live in a [`LabelPolicy`] value that callers pass around, so two policies (core
-//! alone in a test, AWS in the plugin) never interfere.
+//! restricted domains and well-known labels, with the type of each label's values (AWS:
+//! `karpenter.k8s.aws` and the instance labels), which core learns from the plugin's
+//! `GetPluginVocabulary` answer: no provider's label is spelled here. Upstream does that by
+//! mutating package globals at `init`; here the provider's additions live in a [`LabelPolicy`]
+//! value that callers pass around, so two policies (core alone in a test, a provider's in the
+//! plugin) never interfere.
 
 use std::fmt;
 
@@ -135,113 +137,6 @@ pub const NORMALIZED_LABELS: [(&str, &str); 5] = [
     (LABEL_FAILURE_DOMAIN_BETA_REGION, LABEL_TOPOLOGY_REGION),
 ];
 
-/// The labels, domains and annotations the AWS provider adds (upstream
-/// `aws/karpenter-provider-aws` `pkg/apis/v1/labels.go`).
-///
-/// They are plain data, kept here so the AWS plugin and the simulator share one spelling. Core
-/// never branches on them: it learns a provider's labels through the plugin API and builds a
-/// [`LabelPolicy`] from what it is told.
-pub mod aws {
-    /// The API group of the AWS provider's objects and labels.
-    pub const AWS_GROUP: &str = "karpenter.k8s.aws";
-
-    /// The ID of the capacity reservation an instance was launched into.
-    pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
-    /// The type of that capacity reservation (`default` or `capacity-block`).
-    pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
-    /// The hypervisor of the instance type (`nitro`, `xen`, or empty for bare metal).
-    pub const LABEL_INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
-    /// Whether the instance type supports encryption in transit.
-    pub const LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED: &str =
-        "karpenter.k8s.aws/instance-encryption-in-transit-supported";
-    /// The instance category, the letters before the generation (`c`, `m`, `r`, ...).
-    pub const LABEL_INSTANCE_CATEGORY: &str = "karpenter.k8s.aws/instance-category";
-    /// The instance family, the part before the dot (`m5`, `c6gn`, ...).
-    pub const LABEL_INSTANCE_FAMILY: &str = "karpenter.k8s.aws/instance-family";
-    /// The instance generation, an integer (`5` for `m5`).
-    pub const LABEL_INSTANCE_GENERATION: &str = "karpenter.k8s.aws/instance-generation";
-    /// The instance size, the part after the dot (`large`, `2xlarge`, ...).
-    pub const LABEL_INSTANCE_SIZE: &str = "karpenter.k8s.aws/instance-size";
-    /// The total local NVMe storage of the instance type, in GiB.
-    pub const LABEL_INSTANCE_LOCAL_NVME: &str = "karpenter.k8s.aws/instance-local-nvme";
-    /// The number of vCPUs of the instance type.
-    pub const LABEL_INSTANCE_CPU: &str = "karpenter.k8s.aws/instance-cpu";
-    /// The CPU manufacturer (`intel`, `amd`, `aws`, ...).
-    pub const LABEL_INSTANCE_CPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-cpu-manufacturer";
-    /// The sustained clock speed of the CPU, in MHz.
-    pub const LABEL_INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ: &str =
-        "karpenter.k8s.aws/instance-cpu-sustained-clock-speed-mhz";
-    /// The memory of the instance type, in MiB.
-    pub const LABEL_INSTANCE_MEMORY: &str = "karpenter.k8s.aws/instance-memory";
-    /// The EBS bandwidth of the instance type, in Mbps.
-    pub const LABEL_INSTANCE_EBS_BANDWIDTH: &str = "karpenter.k8s.aws/instance-ebs-bandwidth";
-    /// The network bandwidth of the instance type, in Mbps.
-    pub const LABEL_INSTANCE_NETWORK_BANDWIDTH: &str =
-        "karpenter.k8s.aws/instance-network-bandwidth";
-    /// The name of the instance type's GPU (`t4`, `a100`, ...).
-    pub const LABEL_INSTANCE_GPU_NAME: &str = "karpenter.k8s.aws/instance-gpu-name";
-    /// The manufacturer of the instance type's GPU (`nvidia`, `amd`, ...).
-    pub const LABEL_INSTANCE_GPU_MANUFACTURER: &str = "karpenter.k8s.aws/instance-gpu-manufacturer";
-    /// The number of GPUs of the instance type.
-    pub const LABEL_INSTANCE_GPU_COUNT: &str = "karpenter.k8s.aws/instance-gpu-count";
-    /// The memory of the instance type's GPUs, in MiB.
-    pub const LABEL_INSTANCE_GPU_MEMORY: &str = "karpenter.k8s.aws/instance-gpu-memory";
-    /// The name of the instance type's accelerator (`inferentia`, `trainium`, ...).
-    pub const LABEL_INSTANCE_ACCELERATOR_NAME: &str = "karpenter.k8s.aws/instance-accelerator-name";
-    /// The manufacturer of the instance type's accelerator.
-    pub const LABEL_INSTANCE_ACCELERATOR_MANUFACTURER: &str =
-        "karpenter.k8s.aws/instance-accelerator-manufacturer";
-    /// The number of accelerators of the instance type.
-    pub const LABEL_INSTANCE_ACCELERATOR_COUNT: &str =
-        "karpenter.k8s.aws/instance-accelerator-count";
-    /// The EC2NodeClass a node was launched from.
-    pub const LABEL_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
-    /// The zone ID of a node (`use1-az1`), stable across accounts unlike zone names.
-    pub const LABEL_TOPOLOGY_ZONE_ID: &str = "topology.k8s.aws/zone-id";
-    /// The zone label the EBS CSI driver puts on its topology; upstream AWS normalises it to
-    /// [`LABEL_TOPOLOGY_ZONE`](super::LABEL_TOPOLOGY_ZONE).
-    pub const LABEL_EBS_CSI_ZONE: &str = "topology.ebs.csi.aws.com/zone";
-
-    /// The hash of an EC2NodeClass, on the EC2NodeClass and on each of its NodeClaims.
-    pub const ANNOTATION_EC2NODECLASS_HASH: &str = "karpenter.k8s.aws/ec2nodeclass-hash";
-    /// The version of the algorithm behind [`ANNOTATION_EC2NODECLASS_HASH`].
-    pub const ANNOTATION_EC2NODECLASS_HASH_VERSION: &str =
-        "karpenter.k8s.aws/ec2nodeclass-hash-version";
-    /// Set once the instance behind a NodeClaim has been tagged with its node name.
-    pub const ANNOTATION_INSTANCE_TAGGED: &str = "karpenter.k8s.aws/tagged";
-
-    /// The label domains the AWS provider restricts, in addition to core's.
-    pub const RESTRICTED_LABEL_DOMAINS: [&str; 1] = [AWS_GROUP];
-
-    /// The labels the AWS provider makes well known, in addition to core's (the Windows build
-    /// label is in core's list already; upstream AWS inserts it again, harmlessly).
-    pub const WELL_KNOWN_LABELS: [&str; 23] = [
-        LABEL_CAPACITY_RESERVATION_ID,
-        LABEL_CAPACITY_RESERVATION_TYPE,
-        LABEL_INSTANCE_HYPERVISOR,
-        LABEL_INSTANCE_ENCRYPTION_IN_TRANSIT_SUPPORTED,
-        LABEL_INSTANCE_CATEGORY,
-        LABEL_INSTANCE_FAMILY,
-        LABEL_INSTANCE_GENERATION,
-        LABEL_INSTANCE_SIZE,
-        LABEL_INSTANCE_LOCAL_NVME,
-        LABEL_INSTANCE_CPU,
-        LABEL_INSTANCE_CPU_MANUFACTURER,
-        LABEL_INSTANCE_CPU_SUSTAINED_CLOCK_SPEED_MHZ,
-        LABEL_INSTANCE_MEMORY,
-        LABEL_INSTANCE_EBS_BANDWIDTH,
-        LABEL_INSTANCE_NETWORK_BANDWIDTH,
-        LABEL_INSTANCE_GPU_NAME,
-        LABEL_INSTANCE_GPU_MANUFACTURER,
-        LABEL_INSTANCE_GPU_COUNT,
-        LABEL_INSTANCE_GPU_MEMORY,
-        LABEL_INSTANCE_ACCELERATOR_NAME,
-        LABEL_INSTANCE_ACCELERATOR_MANUFACTURER,
-        LABEL_INSTANCE_ACCELERATOR_COUNT,
-        LABEL_TOPOLOGY_ZONE_ID,
-    ];
-}
-
 /// The well-known key a deprecated label key stands for, or `key` itself when it is not
 /// deprecated (upstream `NormalizedLabels` lookup).
 pub fn normalize_label_key(key: &str) -> &str {
@@ -272,6 +167,16 @@ fn is_domain_or_subdomain(domain: &str, parent: &str) -> bool {
         .is_some_and(|rest| rest.is_empty() || rest.ends_with('.'))
 }
 
+/// The type of a label's values, which decides the operators a requirement on it may use (the
+/// API's `LabelValueType`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LabelValueType {
+    /// Any label value: `In`, `NotIn`, `Exists`, `DoesNotExist`.
+    String,
+    /// A non-negative decimal integer: every operator, `Gt`, `Lt`, `Gte` and `Lte` included.
+    Integer,
+}
+
 /// Which label keys are well known and which are restricted: core's rules plus whatever a cloud
 /// provider adds.
 ///
@@ -281,6 +186,8 @@ fn is_domain_or_subdomain(domain: &str, parent: &str) -> bool {
 pub struct LabelPolicy {
     well_known: Vec<Box<str>>,
     restricted_domains: Vec<Box<str>>,
+    /// The well-known labels whose values are integers, sorted; every other label's are strings.
+    integer_labels: Vec<Box<str>>,
 }
 
 impl Default for LabelPolicy {
@@ -295,8 +202,30 @@ impl LabelPolicy {
         Self::with_provider(std::iter::empty::<&str>(), std::iter::empty::<&str>())
     }
 
-    /// Core's rules plus a provider's extra restricted domains and well-known labels (for AWS,
-    /// [`aws::RESTRICTED_LABEL_DOMAINS`] and [`aws::WELL_KNOWN_LABELS`]). Empty domains are
+    /// Core's rules plus a provider's vocabulary: its restricted domains and its labels with
+    /// the type of their values (for AWS, `karpenter.k8s.aws` and the instance labels). Empty
+    /// domains are ignored: an empty domain would otherwise restrict every unprefixed key.
+    pub fn with_vocabulary<D, L, K>(restricted_domains: D, labels: L) -> Self
+    where
+        D: IntoIterator,
+        D::Item: AsRef<str>,
+        L: IntoIterator<Item = (K, LabelValueType)>,
+        K: AsRef<str>,
+    {
+        let labels: Vec<(K, LabelValueType)> = labels.into_iter().collect();
+        let mut policy = Self::with_provider(restricted_domains, labels.iter().map(|(k, _)| k));
+        policy.integer_labels = labels
+            .iter()
+            .filter(|(_, value_type)| *value_type == LabelValueType::Integer)
+            .map(|(key, _)| key.as_ref().into())
+            .collect();
+        policy.integer_labels.sort_unstable();
+        policy.integer_labels.dedup();
+        policy
+    }
+
+    /// Core's rules plus a provider's extra restricted domains and well-known labels, every
+    /// value a string (see [`with_vocabulary`](Self::with_vocabulary)). Empty domains are
     /// ignored: an empty domain would otherwise restrict every unprefixed key.
     pub fn with_provider<D, L>(restricted_domains: D, well_known_labels: L) -> Self
     where
@@ -324,7 +253,39 @@ impl LabelPolicy {
         Self {
             well_known,
             restricted_domains: domains,
+            integer_labels: Vec::new(),
         }
+    }
+
+    /// The type of a well-known label's values: integers for a provider label declared so,
+    /// strings for core's and the provider's others; `None` for any other key (users' own
+    /// labels, whose values core does not type).
+    pub fn value_type(&self, key: &str) -> Option<LabelValueType> {
+        if !self.is_well_known(key) {
+            return None;
+        }
+        let integer = self
+            .integer_labels
+            .binary_search_by(|known| (**known).cmp(key))
+            .is_ok();
+        Some(if integer {
+            LabelValueType::Integer
+        } else {
+            LabelValueType::String
+        })
+    }
+
+    /// The well-known label `key` is most likely a misspelling of: the closest one in the same
+    /// domain, at most a quarter of its length (and at least 2 edits) away. For messages only.
+    pub fn closest_well_known(&self, key: &str) -> Option<&str> {
+        let domain = label_domain(key);
+        let allowed = (key.len() / 4).max(2);
+        self.well_known_labels()
+            .filter(|known| label_domain(known) == domain)
+            .map(|known| (strsim::levenshtein(known, key), known))
+            .filter(|(distance, _)| *distance <= allowed)
+            .min()
+            .map(|(_, known)| known)
     }
 
     /// Whether Karpenter understands `key` and lets NodePools and pods narrow it.
@@ -397,6 +358,12 @@ impl LabelPolicy {
     fn error(&self, key: &str, reason: RestrictionReason) -> RestrictedLabelError {
         RestrictedLabelError {
             key: key.to_owned(),
+            did_you_mean: match reason {
+                RestrictionReason::RestrictedDomain(_) => {
+                    self.closest_well_known(key).map(str::to_owned)
+                }
+                _ => None,
+            },
             reason,
             well_known_labels: self.well_known_labels().map(str::to_owned).collect(),
             restricted_domains: self.restricted_domains().map(str::to_owned).collect(),
@@ -431,14 +398,17 @@ impl fmt::Display for RestrictionReason {
 /// upstream's `IsRestrictedLabel`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
-    "using label {key} is not allowed: {reason}; specify a well known label: {}, or a custom \
+    "using label {key} is not allowed: {reason}; {}specify a well known label: {}, or a custom \
      label that does not use a restricted domain: {}",
+    .did_you_mean.as_ref().map(|known| format!("did you mean {known}? ")).unwrap_or_default(),
     go_list(.well_known_labels),
     go_list(.restricted_domains)
 )]
 pub struct RestrictedLabelError {
     /// The refused key.
     pub key: String,
+    /// The well-known label the key is most likely a misspelling of, when one is close.
+    pub did_you_mean: Option<String>,
     /// Why it is refused.
     pub reason: RestrictionReason,
     /// The well-known labels of the policy that refused it, sorted.
@@ -457,8 +427,17 @@ fn go_list(items: &[String]) -> String {
 mod tests {
     use super::*;
 
-    fn aws_policy() -> LabelPolicy {
-        LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS)
+    /// A provider's vocabulary, shaped as AWS's is: its own domain, a label there, an integer
+    /// label, and a label in a domain it does not restrict.
+    fn provider_policy() -> LabelPolicy {
+        LabelPolicy::with_vocabulary(
+            ["example.cloud"],
+            [
+                ("example.cloud/instance-family", LabelValueType::String),
+                ("example.cloud/instance-cpu", LabelValueType::Integer),
+                ("topology.k8s.example/zone-id", LabelValueType::String),
+            ],
+        )
     }
 
     #[test]
@@ -509,15 +488,15 @@ mod tests {
     fn node_class_label_key_lowercases_the_kind() {
         assert_eq!(
             node_class_label_key("karpenter.k8s.aws", "EC2NodeClass"),
-            aws::LABEL_NODE_CLASS
+            "karpenter.k8s.aws/ec2nodeclass"
         );
     }
 
     #[test]
     fn is_restricted_label_follows_upstream_rules() {
         let core = LabelPolicy::core();
-        let aws = aws_policy();
-        // (key, allowed by core, allowed with AWS)
+        let provider = provider_policy();
+        // (key, allowed by core, allowed with the provider's vocabulary)
         let table = [
             ("topology.kubernetes.io/zone", true, true),
             ("karpenter.sh/capacity-type", true, true),
@@ -539,20 +518,20 @@ mod tests {
             ("notkubernetes.io/custom", true, true),
             ("example.com/team", true, true),
             ("team", true, true),
-            ("karpenter.k8s.aws/instance-family", true, true),
-            ("karpenter.k8s.aws/custom", true, false),
-            ("topology.k8s.aws/zone-id", true, true),
+            ("example.cloud/instance-family", true, true),
+            ("example.cloud/custom", true, false),
+            ("topology.k8s.example/zone-id", true, true),
         ];
-        for (key, core_allows, aws_allows) in table {
+        for (key, core_allows, provider_allows) in table {
             assert_eq!(
                 core.is_restricted_label(key).is_ok(),
                 core_allows,
                 "core {key}"
             );
             assert_eq!(
-                aws.is_restricted_label(key).is_ok(),
-                aws_allows,
-                "aws {key}"
+                provider.is_restricted_label(key).is_ok(),
+                provider_allows,
+                "provider {key}"
             );
         }
     }
@@ -586,17 +565,64 @@ mod tests {
             )
         );
 
-        let subdomain = aws_policy()
-            .is_restricted_label("sub.karpenter.k8s.aws/x")
+        let subdomain = provider_policy()
+            .is_restricted_label("sub.example.cloud/x")
             .unwrap_err();
         assert_eq!(
             subdomain.reason,
-            RestrictionReason::RestrictedDomain("karpenter.k8s.aws".into())
+            RestrictionReason::RestrictedDomain("example.cloud".into())
         );
         assert!(
             subdomain
                 .to_string()
-                .contains("[k8s.io karpenter.k8s.aws karpenter.sh kubernetes.io]")
+                .contains("[example.cloud k8s.io karpenter.sh kubernetes.io]")
+        );
+    }
+
+    #[test]
+    fn a_misspelt_key_of_a_restricted_domain_is_told_the_label_it_most_likely_means() {
+        let typo = provider_policy()
+            .is_restricted_label("example.cloud/instance-familly")
+            .unwrap_err();
+        assert_eq!(
+            typo.did_you_mean.as_deref(),
+            Some("example.cloud/instance-family")
+        );
+        assert!(
+            typo.to_string().contains(
+                "is restricted; did you mean example.cloud/instance-family? specify a well known"
+            ),
+            "{typo}"
+        );
+        // Nothing close: no guess.
+        let far = provider_policy()
+            .is_restricted_label("example.cloud/gpu-count")
+            .unwrap_err();
+        assert_eq!(far.did_you_mean, None);
+        assert!(!far.to_string().contains("did you mean"));
+        // Only a label of the key's own domain is suggested.
+        assert_eq!(
+            provider_policy().closest_well_known("other.cloud/instance-family"),
+            None
+        );
+    }
+
+    #[test]
+    fn value_types_come_from_the_vocabulary_and_only_well_known_labels_have_one() {
+        let policy = provider_policy();
+        assert_eq!(
+            policy.value_type("example.cloud/instance-cpu"),
+            Some(LabelValueType::Integer)
+        );
+        assert_eq!(
+            policy.value_type("example.cloud/instance-family"),
+            Some(LabelValueType::String)
+        );
+        assert_eq!(policy.value_type(LABEL_ARCH), Some(LabelValueType::String));
+        assert_eq!(policy.value_type("team"), None);
+        assert_eq!(
+            LabelPolicy::core().value_type("example.cloud/instance-cpu"),
+            None
         );
     }
 
@@ -630,8 +656,8 @@ mod tests {
         assert!(core.is_restricted_node_label("karpenter.sh/custom"));
         assert!(!core.is_restricted_node_label("example.com/team"));
         assert!(!core.is_restricted_node_label("node.kubernetes.io/custom"));
-        assert!(!core.is_restricted_node_label("karpenter.k8s.aws/instance-family"));
-        assert!(aws_policy().is_restricted_node_label("karpenter.k8s.aws/instance-family"));
+        assert!(!core.is_restricted_node_label("example.cloud/instance-family"));
+        assert!(provider_policy().is_restricted_node_label("example.cloud/instance-family"));
     }
 
     #[test]
@@ -653,8 +679,8 @@ mod tests {
         assert!(policy.is_restricted_label("team").is_ok());
         assert!(policy.is_restricted_label("example.com/size").is_ok());
         assert_eq!(LabelPolicy::default(), LabelPolicy::core());
-        assert!(!LabelPolicy::core().is_well_known(aws::LABEL_INSTANCE_FAMILY));
-        assert!(aws_policy().is_well_known(aws::LABEL_INSTANCE_FAMILY));
-        assert!(aws_policy().is_well_known(aws::LABEL_TOPOLOGY_ZONE_ID));
+        assert!(!LabelPolicy::core().is_well_known("example.cloud/instance-family"));
+        assert!(provider_policy().is_well_known("example.cloud/instance-family"));
+        assert!(provider_policy().is_well_known("topology.k8s.example/zone-id"));
     }
 }

@@ -394,13 +394,16 @@ impl State {
             o.reservation_capacity = Some(left);
             o.available = left > 0;
         }
-        let updated = Arc::new(InstanceType::new(
-            instance_type.name(),
-            instance_type.requirements().clone(),
-            offerings,
-            instance_type.capacity().clone(),
-            instance_type.overhead().clone(),
-        ));
+        let updated = Arc::new(
+            InstanceType::new(
+                instance_type.name(),
+                instance_type.requirements().clone(),
+                offerings,
+                instance_type.capacity().clone(),
+                instance_type.overhead().clone(),
+            )
+            .with_burstable_cpu(instance_type.is_cpu_burstable()),
+        );
         for t in &mut self.instance_types {
             if Arc::ptr_eq(t, instance_type) {
                 *t = updated.clone();

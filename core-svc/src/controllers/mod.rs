@@ -34,6 +34,7 @@ pub mod hash;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod nodeclass;
+pub mod nodepool;
 pub mod provisioning;
 pub mod termination;
 #[cfg(any(test, feature = "testing"))]

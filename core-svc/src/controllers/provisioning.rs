@@ -274,6 +274,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             snapshot,
             self.ctx.cloud.supported_node_classes(),
             self.options.require_ready_node_class,
+            &self.options.label_policy,
         );
         for (pool, why) in &unusable {
             tracing::debug!(node_pool = %name_of(*pool), reason = %why, "NodePool not used");

@@ -1,10 +1,17 @@
 //! The first conversation with a plugin: who it is, which optional RPCs it implements, which
-//! node class kinds it manages, whether it is ready. Every answer is validated.
+//! labels it sets (its vocabulary), which node class kinds it manages, whether it is ready.
+//! Every answer is validated.
 
+use std::collections::BTreeSet;
+
+use core_domain::labels::{
+    LabelPolicy, LabelValueType, RESTRICTED_LABEL_DOMAINS, WELL_KNOWN_LABELS, label_domain,
+};
+use karpenter_api::labels::check_qualified_name;
 use provider_sdk::v1::plugin_capability::{self, rpc};
 use provider_sdk::v1::{
-    GetPluginCapabilitiesRequest, GetPluginInfoRequest, GetSupportedNodeClassesRequest,
-    NodeClassKind, ProbeRequest,
+    GetPluginCapabilitiesRequest, GetPluginInfoRequest, GetPluginVocabularyRequest,
+    GetPluginVocabularyResponse, GetSupportedNodeClassesRequest, NodeClassKind, ProbeRequest,
 };
 use tonic::Code;
 
@@ -17,6 +24,8 @@ pub struct Handshake {
     pub info: PluginInfo,
     /// Which optional RPCs it implements.
     pub capabilities: Capabilities,
+    /// The labels it sets and the domains it owns.
+    pub vocabulary: Vocabulary,
     /// The node class kinds it manages; the first is the default.
     pub node_classes: Vec<NodeClassKind>,
     /// Whether it said it is ready, and if not, why.
@@ -24,6 +33,12 @@ pub struct Handshake {
 }
 
 impl Handshake {
+    /// Core's label policy with the plugin's vocabulary: what pods and NodePools may narrow,
+    /// and what a NodePool may not name.
+    pub fn label_policy(&self) -> LabelPolicy {
+        self.vocabulary.label_policy()
+    }
+
     /// The node class kinds in core's own type, the first the default.
     pub fn node_class_kinds(&self) -> Vec<crate::cloudprovider::NodeClassKind> {
         self.node_classes
@@ -46,6 +61,29 @@ pub struct PluginInfo {
     pub vendor_version: String,
     /// The API minor version it implements, e.g. `1.0`.
     pub api_version: String,
+}
+
+/// A plugin's label vocabulary, validated.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Vocabulary {
+    /// Its labels and the type of their values, sorted by key.
+    pub labels: Vec<(String, LabelValueType)>,
+    /// The label domains it owns, sorted.
+    pub restricted_domains: Vec<String>,
+    /// False when the plugin does not implement GetPluginVocabulary (then empty).
+    pub declared: bool,
+}
+
+impl Vocabulary {
+    /// Core's label policy with this vocabulary.
+    pub fn label_policy(&self) -> LabelPolicy {
+        LabelPolicy::with_vocabulary(
+            &self.restricted_domains,
+            self.labels
+                .iter()
+                .map(|(key, value_type)| (key, *value_type)),
+        )
+    }
 }
 
 /// The optional RPCs a plugin announced. An RPC not announced may still be called; its
@@ -113,6 +151,27 @@ pub async fn handshake(connection: &PluginConnection) -> Result<Handshake, Hands
         .into_inner();
     let capabilities = Capabilities::from_announced(&capabilities.capabilities);
 
+    let vocabulary = match identity
+        .get_plugin_vocabulary(with_deadline(GetPluginVocabularyRequest {}, deadline))
+        .await
+    {
+        Ok(answer) => validate_vocabulary(answer.into_inner())?,
+        Err(status) if status.code() == Code::Unimplemented => {
+            tracing::warn!(
+                plugin = %info.name,
+                "the plugin does not declare a label vocabulary (GetPluginVocabulary is \
+                 UNIMPLEMENTED): pods and NodePools that name its labels cannot be scheduled"
+            );
+            Vocabulary::default()
+        }
+        Err(status) => {
+            return Err(HandshakeError::Call {
+                rpc: "GetPluginVocabulary",
+                status,
+            });
+        }
+    };
+
     let node_classes = cloud_provider
         .get_supported_node_classes(with_deadline(GetSupportedNodeClassesRequest {}, deadline))
         .await
@@ -128,6 +187,7 @@ pub async fn handshake(connection: &PluginConnection) -> Result<Handshake, Hands
     Ok(Handshake {
         info,
         capabilities,
+        vocabulary,
         node_classes,
         ready,
     })
@@ -217,6 +277,106 @@ fn validate_info(
     })
 }
 
+/// Checks a vocabulary: every key a prefixed label key outside core's own labels and domains,
+/// declared once with a known value type; every domain a DNS subdomain that restricts none of
+/// core's. A plugin that broke these rules would silently change what users may write.
+fn validate_vocabulary(answer: GetPluginVocabularyResponse) -> Result<Vocabulary, HandshakeError> {
+    let invalid = |field, problem: String| HandshakeError::InvalidAnswer {
+        rpc: "GetPluginVocabulary",
+        field,
+        problem,
+    };
+    let core = LabelPolicy::core();
+    let mut seen = BTreeSet::new();
+    let mut labels = Vec::with_capacity(answer.labels.len());
+    for (i, label) in answer.labels.into_iter().enumerate() {
+        let key = &label.key;
+        if let Err(error) = check_qualified_name(key) {
+            return Err(invalid("labels", format!("[{i}].key: {error}")));
+        }
+        if label_domain(key).is_empty() {
+            return Err(invalid(
+                "labels",
+                format!("[{i}].key {key:?} has no prefix: a plugin's labels live in a domain"),
+            ));
+        }
+        if WELL_KNOWN_LABELS.contains(&key.as_str()) {
+            return Err(invalid(
+                "labels",
+                format!("[{i}].key {key:?} is one of core's well-known labels; leave it out"),
+            ));
+        }
+        if let Err(error) = core.is_restricted_label(key) {
+            return Err(invalid(
+                "labels",
+                format!(
+                    "[{i}].key {key:?} is in a domain core restricts: {}",
+                    error.reason
+                ),
+            ));
+        }
+        if !seen.insert(key.clone()) {
+            return Err(invalid(
+                "labels",
+                format!("[{i}].key {key:?} is listed twice"),
+            ));
+        }
+        let value_type = match provider_sdk::v1::LabelValueType::try_from(label.value_type) {
+            Ok(provider_sdk::v1::LabelValueType::String) => LabelValueType::String,
+            Ok(provider_sdk::v1::LabelValueType::Integer) => LabelValueType::Integer,
+            Ok(provider_sdk::v1::LabelValueType::Unspecified) | Err(_) => {
+                return Err(invalid(
+                    "labels",
+                    format!(
+                        "[{i}].value_type of {key:?} is {}: it must be \
+                         LABEL_VALUE_TYPE_STRING or LABEL_VALUE_TYPE_INTEGER",
+                        label.value_type
+                    ),
+                ));
+            }
+        };
+        labels.push((label.key, value_type));
+    }
+    labels.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut restricted_domains = Vec::with_capacity(answer.restricted_label_domains.len());
+    for (i, domain) in answer.restricted_label_domains.into_iter().enumerate() {
+        let subdomain = !domain.is_empty()
+            && domain.len() <= 253
+            && domain.split('.').all(|part| {
+                !part.is_empty()
+                    && part.len() <= 63
+                    && part
+                        .chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && !part.starts_with('-')
+                    && !part.ends_with('-')
+            });
+        if !subdomain {
+            return Err(invalid(
+                "restricted_label_domains",
+                format!("[{i}] {domain:?} is not a lowercase DNS subdomain"),
+            ));
+        }
+        if let Some(own) = RESTRICTED_LABEL_DOMAINS
+            .iter()
+            .find(|own| **own == domain || own.ends_with(&format!(".{domain}")))
+        {
+            return Err(invalid(
+                "restricted_label_domains",
+                format!("[{i}] {domain:?} would restrict core's own domain {own}"),
+            ));
+        }
+        restricted_domains.push(domain);
+    }
+    restricted_domains.sort();
+    restricted_domains.dedup();
+    Ok(Vocabulary {
+        labels,
+        restricted_domains,
+        declared: true,
+    })
+}
+
 fn is_plugin_name(name: &str) -> bool {
     let alphanumeric_ends = name
         .chars()
@@ -264,7 +424,7 @@ fn validate_node_classes(node_classes: &[NodeClassKind]) -> Result<(), Handshake
 
 #[cfg(test)]
 mod tests {
-    use provider_sdk::v1::{GetPluginInfoResponse, PluginCapability};
+    use provider_sdk::v1::{GetPluginInfoResponse, LabelDefinition, PluginCapability};
 
     use super::*;
 
@@ -326,6 +486,96 @@ mod tests {
             error.contains("node_classes: [1].group must not be empty"),
             "{error}"
         );
+    }
+
+    fn label(key: &str, value_type: provider_sdk::v1::LabelValueType) -> LabelDefinition {
+        LabelDefinition {
+            key: key.into(),
+            value_type: value_type as i32,
+            description: String::new(),
+        }
+    }
+
+    #[test]
+    fn a_vocabulary_becomes_core_s_label_policy() {
+        use provider_sdk::v1::LabelValueType as Pb;
+        let vocabulary = validate_vocabulary(GetPluginVocabularyResponse {
+            labels: vec![
+                label("example.cloud/instance-family", Pb::String),
+                label("example.cloud/instance-cpu", Pb::Integer),
+                label("topology.example.cloud/zone-id", Pb::String),
+            ],
+            restricted_label_domains: vec!["example.cloud".into()],
+        })
+        .unwrap();
+        let policy = vocabulary.label_policy();
+        assert!(policy.is_well_known("example.cloud/instance-family"));
+        assert_eq!(
+            policy.value_type("example.cloud/instance-cpu"),
+            Some(LabelValueType::Integer)
+        );
+        assert!(policy.is_restricted_label("example.cloud/other").is_err());
+        assert!(policy.is_restricted_label("team").is_ok());
+        assert_eq!(vocabulary.restricted_domains, ["example.cloud"]);
+    }
+
+    #[test]
+    fn a_vocabulary_may_not_redefine_core_s_labels_or_domains() {
+        use provider_sdk::v1::LabelValueType as Pb;
+        let answer = |labels: Vec<LabelDefinition>, domains: &[&str]| GetPluginVocabularyResponse {
+            labels,
+            restricted_label_domains: domains.iter().map(|d| (*d).to_owned()).collect(),
+        };
+        for (answer, expected) in [
+            (
+                answer(vec![label("instance-family", Pb::String)], &[]),
+                "labels: [0].key \"instance-family\" has no prefix",
+            ),
+            (
+                answer(vec![label("Example.cloud/x y", Pb::String)], &[]),
+                "labels: [0].key:",
+            ),
+            (
+                answer(vec![label("kubernetes.io/arch", Pb::String)], &[]),
+                "is one of core's well-known labels",
+            ),
+            (
+                answer(vec![label("karpenter.sh/size", Pb::String)], &[]),
+                "is in a domain core restricts",
+            ),
+            (
+                answer(
+                    vec![
+                        label("example.cloud/a", Pb::String),
+                        label("example.cloud/a", Pb::Integer),
+                    ],
+                    &[],
+                ),
+                "labels: [1].key \"example.cloud/a\" is listed twice",
+            ),
+            (
+                answer(vec![label("example.cloud/a", Pb::Unspecified)], &[]),
+                "[0].value_type of \"example.cloud/a\" is 0",
+            ),
+            (
+                answer(vec![], &[""]),
+                "restricted_label_domains: [0] \"\" is not a lowercase DNS subdomain",
+            ),
+            (
+                answer(vec![], &["io"]),
+                "would restrict core's own domain k8s.io",
+            ),
+            (
+                answer(vec![], &["karpenter.sh"]),
+                "would restrict core's own domain karpenter.sh",
+            ),
+        ] {
+            let error = validate_vocabulary(answer).unwrap_err().to_string();
+            assert!(
+                error.contains(expected),
+                "{error:?} should contain {expected:?}"
+            );
+        }
     }
 
     #[test]

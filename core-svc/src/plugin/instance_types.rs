@@ -64,13 +64,10 @@ pub fn from_proto(pb: &v1::InstanceType) -> Result<InstanceType, InvalidInstance
         },
         None => NodeOverhead::default(),
     };
-    Ok(InstanceType::new(
-        &pb.name,
-        requirements,
-        offerings,
-        capacity,
-        overhead,
-    ))
+    Ok(
+        InstanceType::new(&pb.name, requirements, offerings, capacity, overhead)
+            .with_burstable_cpu(pb.burstable_cpu),
+    )
 }
 
 /// Converts a whole catalogue; one invalid type refuses the whole answer, since a partial
@@ -218,6 +215,7 @@ mod tests {
                 system_reserved: HashMap::new(),
                 eviction_threshold: HashMap::from([("memory".into(), "100Mi".into())]),
             }),
+            burstable_cpu: false,
         }
     }
 
@@ -231,6 +229,12 @@ mod tests {
             t.cheapest_offering(&Requirements::new()).map(|o| o.price),
             Some(0.096)
         );
+        assert!(!t.is_cpu_burstable());
+        let burstable = v1::InstanceType {
+            burstable_cpu: true,
+            ..valid()
+        };
+        assert!(from_proto(&burstable).unwrap().is_cpu_burstable());
     }
 
     #[test]

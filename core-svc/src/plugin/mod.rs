@@ -7,7 +7,9 @@
 mod handshake;
 pub mod instance_types;
 
-pub use handshake::{Capabilities, Handshake, HandshakeError, PluginInfo, handshake, probe};
+pub use handshake::{
+    Capabilities, Handshake, HandshakeError, PluginInfo, Vocabulary, handshake, probe,
+};
 
 use std::time::Duration;
 

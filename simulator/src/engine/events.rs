@@ -44,7 +44,6 @@ impl Simulation {
                     &self.clock,
                     &self.outage,
                     &self.events,
-                    &self.label_policy,
                 )
                 .await?;
                 self.core = core;

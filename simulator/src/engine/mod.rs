@@ -23,7 +23,7 @@ use aws_plugin::identity::Identity;
 use aws_plugin::instance::tags::{instance_tags, launch_tags};
 use aws_plugin::node_class::ClusterIdentity;
 use aws_plugin::provider::{AwsCloudProvider, ProviderSettings};
-use core_domain::labels::{LabelPolicy, aws};
+use core_domain::labels::LabelPolicy;
 use core_domain::resources::ResourceList;
 use core_domain::scheduler::bound::lower_bound;
 use core_svc::cloudprovider::CloudProvider;
@@ -210,8 +210,9 @@ impl Simulation {
     pub async fn new(scenario: Scenario) -> Result<Self, EngineError> {
         let clock = VirtualClock::new(scenario.start);
         let cloud = SimCloud::new(&scenario.cloud, scenario.seed, scenario.start)?;
-        let label_policy =
-            LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS);
+        // What the in-memory API server admits; core's own policy comes from the plugin's
+        // vocabulary at handshake, as in a real cluster.
+        let label_policy = aws_plugin::labels::label_policy();
         let cluster = Arc::new(InMemoryCluster::with_label_policy(
             Arc::new(clock.core()),
             scenario.seed,
@@ -246,8 +247,7 @@ impl Simulation {
             scenario.cloud.registration_delay,
             label_policy.clone(),
         );
-        let (core, provider) =
-            start_core(&plugin, &cluster, &clock, &outage, &events, &label_policy).await?;
+        let (core, provider) = start_core(&plugin, &cluster, &clock, &outage, &events).await?;
         let mut simulation = Self {
             recorder: Recorder::new(&clock),
             scenario,
@@ -415,8 +415,12 @@ impl Simulation {
     /// past any simulated outage: measuring the run is not part of it.
     async fn cost_lower_bound(&self, snapshot: &Snapshot) -> Option<f64> {
         let provider = self.provider.inner();
-        let (usable, _) =
-            selection::usable_node_pools(snapshot, provider.supported_node_classes(), true);
+        let (usable, _) = selection::usable_node_pools(
+            snapshot,
+            provider.supported_node_classes(),
+            true,
+            &self.label_policy,
+        );
         let mut node_pools = Vec::with_capacity(usable.len());
         for pool in &usable {
             let name = pool.pool.metadata.name.as_deref().unwrap_or_default();
@@ -472,7 +476,6 @@ async fn start_core(
     clock: &VirtualClock,
     outage: &OutageSwitch,
     events: &Arc<MemoryEvents>,
-    label_policy: &LabelPolicy,
 ) -> Result<(Core, Arc<SimProvider>), EngineError> {
     let (_connection, handshake, grpc) = plugin.connect().await?;
     let provider = Arc::new(OutageProvider::new(grpc, outage.clone(), clock.core()));
@@ -485,7 +488,7 @@ async fn start_core(
     };
     let options = ManagerOptions {
         require_ready_node_class: handshake.capabilities.resolve_node_class,
-        label_policy: label_policy.clone(),
+        label_policy: handshake.label_policy(),
         metrics: None,
     };
     Ok((Manager::new(ctx, &options), provider))

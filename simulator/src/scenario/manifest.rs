@@ -5,7 +5,7 @@
 use std::fmt;
 
 use aws_plugin::apis::EC2NodeClass;
-use core_domain::labels::{LabelPolicy, aws};
+use core_domain::labels::LabelPolicy;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
@@ -18,7 +18,7 @@ use super::fields::{Fields, string, type_name};
 use super::{Kind, Manifest, ObjectKey, Result, ScenarioError};
 
 pub(super) fn label_policy() -> LabelPolicy {
-    LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS)
+    aws_plugin::labels::label_policy()
 }
 
 /// Deserializes `value` as `T`, naming the path of a field of the wrong shape.

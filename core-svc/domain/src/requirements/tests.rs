@@ -669,7 +669,7 @@ fn undefined_label_errors_name_the_likely_typo() {
 
 #[test]
 fn conflict_errors_name_key_and_both_value_sets() {
-    let family = crate::labels::aws::LABEL_INSTANCE_FAMILY;
+    let family = "karpenter.k8s.aws/instance-family";
     let existing = reqs([
         Requirement::in_values(family, ["m5", "c5"]),
         Requirement::in_values(LABEL_TOPOLOGY_ZONE, ["a"]),
@@ -781,7 +781,7 @@ fn labels_come_from_unrestricted_keys_only() {
         Requirement::in_values(LABEL_HOSTNAME, ["node-1"]),
         Requirement::in_values("karpenter.sh/custom", ["x"]),
         Requirement::in_values("kubernetes.io/custom", ["x"]),
-        Requirement::in_values(crate::labels::aws::LABEL_INSTANCE_FAMILY, ["m5"]),
+        Requirement::in_values("karpenter.k8s.aws/instance-family", ["m5"]),
     ]);
     let core = requirements.labels(&LabelPolicy::core());
     let expected: BTreeMap<String, String> = [
@@ -797,10 +797,8 @@ fn labels_come_from_unrestricted_keys_only() {
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
     assert_eq!(core, expected);
-    let aws = LabelPolicy::with_provider(
-        crate::labels::aws::RESTRICTED_LABEL_DOMAINS,
-        crate::labels::aws::WELL_KNOWN_LABELS,
-    );
+    let aws =
+        LabelPolicy::with_provider(["karpenter.k8s.aws"], ["karpenter.k8s.aws/instance-family"]);
     assert!(
         !requirements
             .labels(&aws)

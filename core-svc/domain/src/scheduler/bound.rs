@@ -44,13 +44,13 @@
 //!
 //! # Burstable types
 //!
-//! AWS's burstable families (category `t`: t1, t2, t3, t3a, t4g) sell nominal vCPUs that run
-//! at full speed only while credits last. Counted at their nominal cpu they would make the
-//! bound buy cpu a sustained workload does not get, so they are left out unless a NodePool
-//! asks for them explicitly: an `In` requirement on the instance type, family or category that
-//! lists the type's value. The bound is then a bound on plans without burstable types; a plan
-//! that buys them can come in under it. Types of other providers carry no such category and
-//! are never left out.
+//! Burstable types (the plugin marks them: for AWS the `t` families t1, t2, t3, t3a, t4g) sell
+//! nominal vCPUs that run at full speed only while credits last. Counted at their nominal cpu
+//! they would make the bound buy cpu a sustained workload does not get, so they are left out
+//! unless a NodePool asks for them explicitly: an `In` requirement that lists the type's value
+//! on its instance type or on a provider label of the type (for AWS its family or category).
+//! The bound is then a bound on plans without burstable types; a plan that buys them can come
+//! in under it. Types a plugin does not mark are never left out.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -59,7 +59,7 @@ use good_lp::{Expression, ProblemVariables, SolverModel, Variable, constraint, m
 
 use crate::instance_type::InstanceType;
 use crate::instance_type::Offering;
-use crate::labels::{LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE, LabelPolicy, aws};
+use crate::labels::{LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE, LabelPolicy, WELL_KNOWN_LABELS};
 use crate::quantity::Quantity;
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::{ResourceList, ResourceName};
@@ -71,9 +71,6 @@ use crate::scheduler::pool::{daemons_on, template_requirements};
 use crate::scheduler::solver::launchable_zones;
 use crate::scheduler::{LabelSelector, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::scheduler::{SchedulingInput, SchedulingResults};
-
-/// The instance categories whose cpu is burstable (see the module documentation).
-const BURSTABLE_CATEGORIES: [&str; 1] = ["t"];
 
 /// A resource counts as binding when the optimum's supply of it is within this fraction of
 /// the demand: the solver's answers are exact only to about this much.
@@ -521,32 +518,24 @@ fn solve(
     Ok(bound)
 }
 
-/// Whether the type's cpu is burstable: its category is one of [`BURSTABLE_CATEGORIES`].
+/// Whether the type's cpu is burstable, as its cloud provider says.
 pub(super) fn is_burstable(instance_type: &InstanceType) -> bool {
-    instance_type
-        .requirements()
-        .get(aws::LABEL_INSTANCE_CATEGORY)
-        .is_some_and(|category| {
-            category.operator() == Operator::In
-                && category.values().any(|v| BURSTABLE_CATEGORIES.contains(&v))
-        })
+    instance_type.is_cpu_burstable()
 }
 
-/// Whether `requirements` name the type explicitly: an `In` on its instance type, family or
-/// category that lists its value.
+/// Whether `requirements` name the type explicitly: an `In` that lists its value on its
+/// instance type, or on one of the provider's labels that describe the type itself (for AWS
+/// its family or category). Core's other well-known labels (zone, capacity type,
+/// architecture, ...) say where or how a node runs, not which type it is, and do not count.
 pub(super) fn asks_for(requirements: &Requirements, instance_type: &InstanceType) -> bool {
-    [
-        LABEL_INSTANCE_TYPE,
-        aws::LABEL_INSTANCE_FAMILY,
-        aws::LABEL_INSTANCE_CATEGORY,
-    ]
-    .into_iter()
-    .any(|key| {
-        let (Some(wanted), Some(own)) =
-            (requirements.get(key), instance_type.requirements().get(key))
-        else {
-            return false;
-        };
-        wanted.operator() == Operator::In && own.values().any(|v| wanted.has(v))
+    requirements.iter().any(|wanted| {
+        let key = wanted.key();
+        let names_types = key == LABEL_INSTANCE_TYPE || !WELL_KNOWN_LABELS.contains(&key);
+        names_types
+            && wanted.operator() == Operator::In
+            && instance_type
+                .requirements()
+                .get(key)
+                .is_some_and(|own| own.values().any(|v| wanted.has(v)))
     })
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use crate::instance_type::{InstanceType, Offering};
 use crate::labels::{
     LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_TOPOLOGY_ZONE,
-    LabelPolicy, aws,
+    LabelPolicy, LabelValueType,
 };
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{NodeOverhead, ResourceList, ResourceName};
@@ -36,6 +36,7 @@ pub(super) struct TypeSpec {
     pub(super) labels: Vec<(&'static str, String)>,
     pub(super) extended: Vec<(&'static str, i64)>,
     pub(super) pods: i64,
+    pub(super) burstable: bool,
 }
 
 impl TypeSpec {
@@ -48,9 +49,10 @@ impl TypeSpec {
             price,
             zones: ZONES.to_vec(),
             capacity_types: vec!["on-demand"],
-            labels: vec![("karpenter.k8s.aws/instance-family", family(name))],
+            labels: vec![(FAMILY, family(name))],
             extended: Vec::new(),
             pods: 110,
+            burstable: false,
         }
     }
 
@@ -72,6 +74,12 @@ impl TypeSpec {
     /// At most `pods` pods per node (110 unless set).
     pub(super) fn pods(mut self, pods: i64) -> Self {
         self.pods = pods;
+        self
+    }
+
+    /// Its cpu burstable, as the plugin says of AWS's `t` types.
+    pub(super) fn burstable(mut self) -> Self {
+        self.burstable = true;
         self
     }
 
@@ -117,13 +125,16 @@ impl TypeSpec {
         for (name, amount) in &self.extended {
             capacity = capacity.with(*name, *amount);
         }
-        Arc::new(InstanceType::new(
-            &self.name,
-            requirements,
-            offerings,
-            capacity,
-            NodeOverhead::default(),
-        ))
+        Arc::new(
+            InstanceType::new(
+                &self.name,
+                requirements,
+                offerings,
+                capacity,
+                NodeOverhead::default(),
+            )
+            .with_burstable_cpu(self.burstable),
+        )
     }
 }
 
@@ -156,9 +167,30 @@ pub(super) fn pod(name: &str, cpu_millis: i64) -> Pod {
     Pod::new("default", name).with_requests(resources(cpu_millis, 1))
 }
 
-/// The AWS label policy, so that AWS labels are well known.
-pub(super) fn aws_policy() -> LabelPolicy {
-    LabelPolicy::with_provider(aws::RESTRICTED_LABEL_DOMAINS, aws::WELL_KNOWN_LABELS)
+/// The instance family label of the test catalogue's provider, shaped as AWS's (test data:
+/// core knows no provider's labels).
+pub(super) const FAMILY: &str = "karpenter.k8s.aws/instance-family";
+/// Its instance category label.
+pub(super) const CATEGORY: &str = "karpenter.k8s.aws/instance-category";
+
+/// The label policy of a provider shaped as AWS, with the labels the tests use, as core builds
+/// it from the plugin's vocabulary.
+pub(super) fn provider_policy() -> LabelPolicy {
+    let integer = |key| (key, LabelValueType::Integer);
+    let string = |key| (key, LabelValueType::String);
+    LabelPolicy::with_vocabulary(
+        ["karpenter.k8s.aws"],
+        [
+            string(FAMILY),
+            string(CATEGORY),
+            string("karpenter.k8s.aws/instance-size"),
+            string("karpenter.k8s.aws/instance-hypervisor"),
+            string("karpenter.k8s.aws/instance-encryption-in-transit-supported"),
+            integer("karpenter.k8s.aws/instance-generation"),
+            integer("karpenter.k8s.aws/instance-cpu"),
+            integer("karpenter.k8s.aws/instance-memory"),
+        ],
+    )
 }
 
 /// An input with `pods` and `pools` under the AWS label policy.
@@ -166,7 +198,7 @@ pub(super) fn input(pods: Vec<Pod>, pools: Vec<NodePoolSpec>) -> SchedulingInput
     SchedulingInput {
         pods,
         node_pools: pools,
-        label_policy: aws_policy(),
+        label_policy: provider_policy(),
         ..SchedulingInput::default()
     }
 }

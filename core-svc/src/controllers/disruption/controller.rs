@@ -193,6 +193,7 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
             &snapshot,
             self.ctx.cloud.supported_node_classes(),
             self.options.require_ready_node_class,
+            &self.options.label_policy,
         );
         let Some(node_pools) = self.catalogues(&usable, now).await else {
             return Ok(requeue.min(Requeue::After(POLLING_PERIOD)));

@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::fmt;
 
 use k8s_openapi::api::core::v1::Pod;
-use karpenter_api::NodePool;
+use karpenter_api::{LabelPolicy, NodePool};
 use kube::core::DynamicObject;
 use serde_json::Value;
 
@@ -215,6 +215,12 @@ pub enum Unusable {
         /// The Ready condition's reason and message, or why there is none.
         reason: String,
     },
+    /// It fails validation under the plugin's label vocabulary (its `ValidationSucceeded`
+    /// condition says the same).
+    Invalid {
+        /// Every validation error, joined.
+        errors: String,
+    },
 }
 
 impl fmt::Display for Unusable {
@@ -232,6 +238,7 @@ impl fmt::Display for Unusable {
             Unusable::NodeClassNotReady { reason } => {
                 write!(f, "the node class is not ready: {reason}")
             }
+            Unusable::Invalid { errors } => write!(f, "the NodePool is not valid: {errors}"),
         }
     }
 }
@@ -247,7 +254,8 @@ pub struct UsableNodePool<'a> {
 }
 
 /// The NodePools that may provide capacity, highest weight first then by name, and why each
-/// other one may not. A NodePool needs a node class of a kind the provider manages (`supported`;
+/// other one may not. A NodePool must pass validation under `label_policy` (core's with the
+/// plugin's vocabulary), and needs a node class of a kind the provider manages (`supported`;
 /// empty means any) and, when `require_ready_node_class`, that node class to exist with
 /// `Ready=True` (it is false when the plugin does not implement ResolveNodeClass: then every
 /// node class counts as ready).
@@ -255,11 +263,18 @@ pub fn usable_node_pools<'a>(
     snapshot: &'a Snapshot,
     supported: &[NodeClassKind],
     require_ready_node_class: bool,
+    label_policy: &LabelPolicy,
 ) -> (Vec<UsableNodePool<'a>>, Vec<(&'a NodePool, Unusable)>) {
     let mut usable = Vec::new();
     let mut unusable = Vec::new();
     for pool in snapshot.node_pools() {
-        match usability(snapshot, pool, supported, require_ready_node_class) {
+        let usable_pool =
+            usability(snapshot, pool, supported, require_ready_node_class).and_then(|node_class| {
+                validation(pool, label_policy)
+                    .map(|()| node_class)
+                    .map_err(|errors| Unusable::Invalid { errors })
+            });
+        match usable_pool {
             Ok(node_class) => usable.push(UsableNodePool { pool, node_class }),
             Err(reason) => unusable.push((pool, reason)),
         }
@@ -308,6 +323,17 @@ fn usability<'a>(
     node_class_readiness(node_class)
         .map(|()| Some(node_class))
         .map_err(|reason| Unusable::NodeClassNotReady { reason })
+}
+
+/// Whether a NodePool is valid under `policy`: every validation error, joined, when it is not.
+pub fn validation(pool: &NodePool, policy: &LabelPolicy) -> Result<(), String> {
+    pool.validate(policy).map_err(|errors| {
+        errors
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ")
+    })
 }
 
 /// Whether a node class's `Ready` condition is True; otherwise its reason and message.
@@ -516,7 +542,7 @@ mod tests {
             ..Snapshot::default()
         };
         snapshot.sort();
-        let (usable, unusable) = usable_node_pools(&snapshot, &kinds(), true);
+        let (usable, unusable) = usable_node_pools(&snapshot, &kinds(), true, &LabelPolicy::core());
         let names: Vec<&str> = usable
             .iter()
             .filter_map(|u| u.pool.metadata.name.as_deref())
@@ -542,7 +568,7 @@ mod tests {
                 ("f-missing", "the node class does not exist".to_owned()),
             ]
         );
-        let (usable, _) = usable_node_pools(&snapshot, &kinds(), false);
+        let (usable, _) = usable_node_pools(&snapshot, &kinds(), false, &LabelPolicy::core());
         assert_eq!(
             usable.len(),
             4,

@@ -3,11 +3,13 @@
 use std::sync::Arc;
 
 use crate::instance_type::InstanceType;
-use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE, aws};
+use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{ResourceList, ResourceName};
 use crate::scheduler::bound::{BoundError, CostBound, lower_bound, plan_lower_bound};
-use crate::scheduler::testing::{TypeSpec, aws_policy, input, pod, resources, run, shared};
+use crate::scheduler::testing::{
+    CATEGORY, FAMILY, TypeSpec, input, pod, provider_policy, resources, run, shared,
+};
 use crate::scheduler::{NodePoolSpec, Pod, Taint, TaintEffect};
 
 const EPSILON: f64 = 1e-6;
@@ -23,7 +25,7 @@ fn pods(count: usize, requests: &ResourceList) -> Vec<Pod> {
 }
 
 fn bound(pods: &[Pod], pools: &[NodePoolSpec]) -> Result<CostBound, BoundError> {
-    lower_bound(pods, pools, &[], &aws_policy())
+    lower_bound(pods, pools, &[], &provider_policy())
 }
 
 fn per_hour(pods: &[Pod], pools: &[NodePoolSpec]) -> f64 {
@@ -82,8 +84,10 @@ fn given_no_pods_then_the_bound_is_zero_whatever_is_offered() {
 
 fn burstable_catalogue() -> Arc<[Arc<InstanceType>]> {
     types(&[
-        TypeSpec::new("t3.large", 2, 8, 0.05).label(aws::LABEL_INSTANCE_CATEGORY, "t"),
-        TypeSpec::new("m5.large", 2, 8, 0.10).label(aws::LABEL_INSTANCE_CATEGORY, "m"),
+        TypeSpec::new("t3.large", 2, 8, 0.05)
+            .label(CATEGORY, "t")
+            .burstable(),
+        TypeSpec::new("m5.large", 2, 8, 0.10).label(CATEGORY, "m"),
     ])
 }
 
@@ -93,16 +97,16 @@ fn given_a_cheaper_burstable_type_when_the_nodepool_does_not_name_it_then_it_is_
     let pods = pods(4, &resources(1000, 1));
     let any = NodePoolSpec::new("default", burstable_catalogue());
     assert_close(per_hour(&pods, std::slice::from_ref(&any)), 0.20);
-    let not_c5 = any.clone().with_requirements(
-        &[Requirement::not_in(aws::LABEL_INSTANCE_FAMILY, ["c5"])]
-            .into_iter()
-            .collect(),
-    );
+    let not_c5 = any
+        .clone()
+        .with_requirements(&[Requirement::not_in(FAMILY, ["c5"])].into_iter().collect());
     assert_close(per_hour(&pods, &[not_c5]), 0.20);
 
     let only_t3 = NodePoolSpec::new(
         "default",
-        types(&[TypeSpec::new("t3.large", 2, 8, 0.05).label(aws::LABEL_INSTANCE_CATEGORY, "t")]),
+        types(&[TypeSpec::new("t3.large", 2, 8, 0.05)
+            .label(CATEGORY, "t")
+            .burstable()]),
     );
     assert_eq!(
         bound(&pods, &[only_t3]),
@@ -118,8 +122,8 @@ fn given_a_nodepool_that_names_a_burstable_family_category_or_type_then_it_is_us
     let pods = pods(4, &resources(1000, 1));
     let any = NodePoolSpec::new("default", burstable_catalogue());
     for (key, values) in [
-        (aws::LABEL_INSTANCE_FAMILY, &["t3", "m5"][..]),
-        (aws::LABEL_INSTANCE_CATEGORY, &["t", "m"][..]),
+        (FAMILY, &["t3", "m5"][..]),
+        (CATEGORY, &["t", "m"][..]),
         (crate::labels::LABEL_INSTANCE_TYPE, &["t3.large"][..]),
     ] {
         let pool = requiring(any.clone(), key, values);
@@ -178,12 +182,12 @@ fn given_a_daemonset_then_its_overhead_is_taken_from_every_node() {
         &pods,
         std::slice::from_ref(&pool),
         std::slice::from_ref(&agent),
-        &aws_policy(),
+        &provider_policy(),
     );
     assert_close(with_agent.unwrap().per_hour, 0.40);
 
     let tainted = pool.with_taint(Taint::new("dedicated", "batch", TaintEffect::NoSchedule));
-    let without_agent = lower_bound(&pods, &[tainted], &[agent], &aws_policy());
+    let without_agent = lower_bound(&pods, &[tainted], &[agent], &provider_policy());
     assert_close(without_agent.unwrap().per_hour, 0.20);
 }
 

@@ -11,7 +11,7 @@ use crate::labels::{
 };
 use crate::requirements::{Requirement, Requirements};
 use crate::resources::{NodeOverhead, ResourceList, ResourceName};
-use crate::scheduler::testing::{aws_policy, run};
+use crate::scheduler::testing::{provider_policy, run};
 use crate::scheduler::{
     LabelSelector, NodePoolSpec, Pod, PodAffinityTerm, SchedulingInput, TopologySpreadConstraint,
 };
@@ -178,7 +178,7 @@ fn input(pods: Vec<Pod>) -> SchedulingInput {
     SchedulingInput {
         pods,
         node_pools: vec![NodePoolSpec::new("default", catalogue())],
-        label_policy: aws_policy(),
+        label_policy: provider_policy(),
         ..SchedulingInput::default()
     }
 }
