@@ -518,14 +518,14 @@ mod tests {
         let types = provider.instance_types(None).await.unwrap();
         let m5 = find(&types, "m5.large");
         let on_demand = offering(m5, "us-east-1a", "on-demand");
-        assert_eq!(on_demand.price, 0.096);
-        assert!(on_demand.available);
+        assert_eq!(on_demand.price, Some(0.096));
+        assert!(on_demand.is_available());
         let spot = offering(m5, "us-east-1a", "spot");
-        assert_eq!(spot.price, 0.0421);
-        assert!(spot.available);
+        assert_eq!(spot.price, Some(0.0421));
+        assert!(spot.is_available());
         // Elsewhere the memory EC2's default spot price.
         let spot_b = offering(m5, "us-east-1b", "spot");
-        assert_eq!(spot_b.price, 0.0288);
+        assert_eq!(spot_b.price, Some(0.0288));
         // Every offering in a zone that offers m5.large is available; the other zones' are
         // present but unavailable.
         let catalogue = crate::catalogue::embedded("us-east-1").unwrap();
@@ -536,7 +536,7 @@ mod tests {
             .unwrap()
             .zones;
         for o in &m5.offerings {
-            assert_eq!(o.available, zones.contains(&o.zone), "{o:?}");
+            assert_eq!(o.is_available(), zones.contains(&o.zone), "{o:?}");
         }
         assert_eq!(m5.offerings.len(), 2 * catalogue.zones().len());
     }
@@ -548,19 +548,19 @@ mod tests {
         assert!(provider.is_unavailable("m5.large", "us-east-1a", "spot"));
         let types = provider.instance_types(None).await.unwrap();
         let m5 = find(&types, "m5.large");
-        assert!(!offering(m5, "us-east-1a", "spot").available);
-        assert!(offering(m5, "us-east-1a", "on-demand").available);
-        assert!(offering(m5, "us-east-1b", "spot").available);
+        assert!(!offering(m5, "us-east-1a", "spot").is_available());
+        assert!(offering(m5, "us-east-1a", "on-demand").is_available());
+        assert!(offering(m5, "us-east-1b", "spot").is_available());
         assert_eq!(types.len(), 1243, "marked, not omitted");
 
         clock.advance(DEFAULT_UNAVAILABLE_TTL - Duration::from_secs(1));
         let types = provider.instance_types(None).await.unwrap();
-        assert!(!offering(find(&types, "m5.large"), "us-east-1a", "spot").available);
+        assert!(!offering(find(&types, "m5.large"), "us-east-1a", "spot").is_available());
 
         clock.advance(Duration::from_secs(1));
         assert!(!provider.is_unavailable("m5.large", "us-east-1a", "spot"));
         let types = provider.instance_types(None).await.unwrap();
-        assert!(offering(find(&types, "m5.large"), "us-east-1a", "spot").available);
+        assert!(offering(find(&types, "m5.large"), "us-east-1a", "spot").is_available());
     }
 
     #[tokio::test]
@@ -586,7 +586,7 @@ mod tests {
         assert_eq!(calls(), [1, 1, 1]);
         assert_eq!(
             offering(find(&types, "m5.large"), "us-east-1a", "spot").price,
-            0.0288,
+            Some(0.0288),
             "the cached price"
         );
 
@@ -595,7 +595,7 @@ mod tests {
         assert_eq!(calls(), [2, 2, 2]);
         assert_eq!(
             offering(find(&types, "m5.large"), "us-east-1a", "spot").price,
-            0.05
+            Some(0.05)
         );
     }
 

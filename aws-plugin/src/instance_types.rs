@@ -15,7 +15,7 @@ use core_domain::labels::{
     ARCHITECTURE_AMD64, ARCHITECTURE_ARM64, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
     LABEL_OS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, LABEL_WINDOWS_BUILD,
 };
-use provider_sdk::v1::{InstanceType, Offering, Operator, Overhead, Requirement};
+use provider_sdk::v1::{Availability, InstanceType, Offering, Operator, Overhead, Requirement};
 
 use crate::catalogue::InstanceTypeInfo;
 
@@ -58,6 +58,9 @@ pub struct Prices {
     /// Spot, per zone, per hour.
     pub spot: HashMap<String, f64>,
 }
+
+/// The currency AWS prices in.
+pub const CURRENCY: &str = "USD";
 
 /// The instance type `info`, offered in `zones` at `prices`. An offering is available when the
 /// type is offered in the zone, has a price, and `is_unavailable` (recent insufficient-capacity
@@ -113,11 +116,14 @@ fn offerings(
             let available = offered
                 && price.is_some()
                 && !is_unavailable(&info.instance_type, &zone.name, capacity_type);
+            // No price: EC2 does not sell it here now. The price is then left unset, never
+            // reported as 0 (core would take a free offering for the cheapest).
             offerings.push(Offering {
                 zone: zone.name.clone(),
                 capacity_type: capacity_type.to_owned(),
-                price: price.unwrap_or(0.0),
-                available,
+                price,
+                currency: price.map(|_| CURRENCY.to_owned()).unwrap_or_default(),
+                availability: Availability::from_bool(available) as i32,
                 requirements: zone
                     .id
                     .iter()
@@ -160,7 +166,7 @@ fn does_not_exist(key: &str) -> Requirement {
 /// Upstream `computeRequirements`: every well-known label defined, `DoesNotExist` where the
 /// type has no value.
 fn requirements(info: &InstanceTypeInfo, region: &str, offerings: &[Offering]) -> Vec<Requirement> {
-    let available = || offerings.iter().filter(|o| o.available);
+    let available = || offerings.iter().filter(|o| o.is_available());
     let mut labels: Vec<(&str, Option<String>)> = vec![
         (
             LABEL_INSTANCE_CPU,
@@ -587,7 +593,7 @@ mod tests {
         let offerings: Vec<(&str, &str, bool)> = t
             .offerings
             .iter()
-            .map(|o| (o.zone.as_str(), o.capacity_type.as_str(), o.available))
+            .map(|o| (o.zone.as_str(), o.capacity_type.as_str(), o.is_available()))
             .collect();
         assert_eq!(
             offerings,
@@ -651,7 +657,7 @@ mod tests {
         );
         assert_eq!(g4dn.capacity["nvidia.com/gpu"], "1");
         assert!(
-            g4dn.offerings.iter().all(|o| !o.available),
+            g4dn.offerings.iter().all(|o| !o.is_available()),
             "not offered in any zone given: all unavailable, none omitted"
         );
         assert_eq!(

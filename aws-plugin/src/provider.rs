@@ -579,7 +579,7 @@ mod tests {
         // The fixture's subnets are in us-east-1a and us-east-1b only.
         for offering in &m5.offerings {
             let launchable = matches!(offering.zone.as_str(), "us-east-1a" | "us-east-1b");
-            assert_eq!(offering.available, launchable, "{offering:?}");
+            assert_eq!(offering.is_available(), launchable, "{offering:?}");
         }
         // Without a node class every zone is shown.
         let all = get(&provider(&f), None).await.unwrap();
@@ -587,7 +587,7 @@ mod tests {
         assert!(
             m5.offerings
                 .iter()
-                .any(|o| o.zone == "us-east-1c" && o.available)
+                .any(|o| o.zone == "us-east-1c" && o.is_available())
         );
     }
 

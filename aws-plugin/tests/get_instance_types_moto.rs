@@ -59,7 +59,7 @@ async fn get_instance_types_returns_moto_s_catalogue() {
     let zones: Vec<&str> = m5
         .offerings
         .iter()
-        .filter(|o| o.available)
+        .filter(|o| o.is_available())
         .map(|o| o.zone.as_str())
         .collect();
     assert!(!zones.is_empty(), "{:?}", m5.offerings);
@@ -72,9 +72,16 @@ async fn get_instance_types_returns_moto_s_catalogue() {
     let on_demand = m5
         .offerings
         .iter()
-        .find(|o| o.capacity_type == "on-demand" && o.available)
+        .find(|o| o.capacity_type == "on-demand" && o.is_available())
         .expect("an available on-demand offering");
-    assert_eq!(on_demand.price, 0.096, "from the embedded table");
+    assert_eq!(on_demand.price, Some(0.096), "from the embedded table");
+    assert_eq!(on_demand.currency, "USD");
+    // No offering is priced at 0: one EC2 does not sell now has no price at all.
+    for t in &types {
+        for o in &t.offerings {
+            assert_ne!(o.price, Some(0.0), "{} {o:?}", t.name);
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -634,8 +634,9 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
         .iter()
         .find(|o| o.zone == "us-east-1a" && o.capacity_type == "on-demand")
         .unwrap_or_else(|| panic!("no on-demand offering in us-east-1a: {:?}", m5.offerings));
-    assert!(offering.available, "{offering:?}");
-    assert!(offering.price > 0.0, "{offering:?}");
+    assert!(offering.is_available(), "{offering:?}");
+    assert!(offering.price.is_some_and(|p| p > 0.0), "{offering:?}");
+    assert_eq!(offering.currency, "USD");
 
     // 3. Create: one m5.large, on demand, in the one subnet, from the one image.
     let create = || CreateRequest {

@@ -316,14 +316,13 @@ fn instance_type(name: &str) -> v1::InstanceType {
             values: vec![name.into()],
             min_values: None,
         }],
-        offerings: vec![v1::Offering {
-            zone: "zone-a".into(),
-            capacity_type: "on-demand".into(),
-            price: 0.1,
-            available: true,
-            requirements: vec![],
-            reservation_capacity: None,
-        }],
+        offerings: vec![v1::Offering::priced(
+            "zone-a",
+            "on-demand",
+            0.1,
+            "USD",
+            true,
+        )],
         capacity: HashMap::from([("cpu".into(), "2".into()), ("pods".into(), "29".into())]),
         overhead: None,
         burstable_cpu: false,
@@ -824,7 +823,7 @@ async fn the_catalogue_is_all_chunks_or_nothing() {
             Ok(v1::GetInstanceTypesResponse {
                 instance_types: vec![v1::InstanceType {
                     offerings: vec![v1::Offering {
-                        price: -1.0,
+                        price: Some(-1.0),
                         ..instance_type("bad.large").offerings[0].clone()
                     }],
                     ..instance_type("bad.large")

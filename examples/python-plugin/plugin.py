@@ -94,7 +94,13 @@ def instance_type(name):
             requirement(LABEL_CPU, cpu),
         ],
         offerings=[
-            types_pb2.Offering(zone=zone, capacity_type="on-demand", price=price, available=True)
+            types_pb2.Offering(
+                zone=zone,
+                capacity_type="on-demand",
+                price=price,
+                currency="USD",
+                availability=types_pb2.AVAILABILITY_AVAILABLE,
+            )
             for zone in ZONES
         ],
         capacity={"cpu": cpu, "memory": memory, "pods": "110"},

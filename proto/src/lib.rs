@@ -49,6 +49,43 @@ impl v1::Requirement {
     }
 }
 
+impl v1::Offering {
+    /// An offering in `zone` of `capacity_type` at `price` per hour in `currency`, available
+    /// or not.
+    pub fn priced(
+        zone: &str,
+        capacity_type: &str,
+        price: f64,
+        currency: &str,
+        available: bool,
+    ) -> Self {
+        Self {
+            zone: zone.to_owned(),
+            capacity_type: capacity_type.to_owned(),
+            price: Some(price),
+            currency: currency.to_owned(),
+            availability: v1::Availability::from_bool(available) as i32,
+            ..Self::default()
+        }
+    }
+
+    /// Whether it says it can be launched now.
+    pub fn is_available(&self) -> bool {
+        self.availability() == v1::Availability::Available
+    }
+}
+
+impl v1::Availability {
+    /// `Available` or `Unavailable`.
+    pub fn from_bool(available: bool) -> Self {
+        if available {
+            Self::Available
+        } else {
+            Self::Unavailable
+        }
+    }
+}
+
 impl v1::Operator {
     /// The operator Kubernetes spells `name` (`In`, `NotIn`, `Exists`, `DoesNotExist`, `Gt`,
     /// `Lt`, and Karpenter's `Gte`, `Lte`); `None` for any other.

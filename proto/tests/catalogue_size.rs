@@ -118,8 +118,9 @@ fn instance_type(i: usize) -> InstanceType {
                 .map(move |capacity_type| Offering {
                     zone: (*zone).to_owned(),
                     capacity_type: capacity_type.to_owned(),
-                    price: 0.1234567 * (i + z + 1) as f64,
-                    available: true,
+                    price: Some(0.1234567 * (i + z + 1) as f64),
+                    currency: "USD".to_owned(),
+                    availability: provider_sdk::v1::Availability::Available as i32,
                     requirements: vec![requirement(
                         "topology.k8s.aws/zone-id",
                         &[&format!("use1-az{}", z + 1)],

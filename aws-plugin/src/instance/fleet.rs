@@ -457,13 +457,15 @@ pub fn instance_type(pb: &v1::InstanceType) -> Result<InstanceType, FieldError> 
         .offerings
         .iter()
         .enumerate()
-        .map(|(i, o)| {
+        // An offering without a price is one EC2 does not sell now: nothing to launch on.
+        .filter_map(|(i, o)| o.price.map(|price| (i, o, price)))
+        .map(|(i, o, price)| {
             let extra = requirements(&o.requirements, &format!("offerings[{i}].requirements"))?;
             Ok(Offering::new(
                 &o.zone,
                 &o.capacity_type,
-                o.price,
-                o.available,
+                price,
+                o.is_available(),
                 extra,
             ))
         })
@@ -505,21 +507,9 @@ mod tests {
     fn it(name: &str, arch: &str, od: f64, spot: Option<f64>) -> InstanceType {
         let mut offerings = Vec::new();
         for zone in ["us-east-1a", "us-east-1b"] {
-            offerings.push(v1::Offering {
-                zone: zone.to_owned(),
-                capacity_type: "on-demand".to_owned(),
-                price: od,
-                available: true,
-                ..v1::Offering::default()
-            });
+            offerings.push(v1::Offering::priced(zone, "on-demand", od, "USD", true));
             if let Some(spot) = spot {
-                offerings.push(v1::Offering {
-                    zone: zone.to_owned(),
-                    capacity_type: "spot".to_owned(),
-                    price: spot,
-                    available: true,
-                    ..v1::Offering::default()
-                });
+                offerings.push(v1::Offering::priced(zone, "spot", spot, "USD", true));
             }
         }
         let size = name.split_once('.').map_or("", |(_, s)| s);

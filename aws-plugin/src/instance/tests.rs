@@ -381,7 +381,7 @@ async fn at_most_sixty_overrides_cheapest_first() {
                     .iter()
                     .find(|o| o.zone == zone && o.capacity_type == "on-demand")
             })
-            .map(|o| o.price)
+            .and_then(|o| o.price)
             .unwrap()
     };
     let prices: Vec<f64> = overrides

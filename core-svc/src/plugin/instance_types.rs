@@ -50,7 +50,9 @@ pub fn from_proto(pb: &v1::InstanceType) -> Result<InstanceType, InvalidInstance
     }
     let mut offerings = Vec::with_capacity(pb.offerings.len());
     for (i, offering) in pb.offerings.iter().enumerate() {
-        offerings.push(self::offering(offering, i).map_err(|(f, p)| invalid(f, p))?);
+        if let Some(offering) = self::offering(offering, i).map_err(|(f, p)| invalid(f, p))? {
+            offerings.push(offering);
+        }
     }
     let capacity = resource_list(&pb.capacity, "capacity").map_err(|(f, p)| invalid(f, p))?;
     let overhead = match &pb.overhead {
@@ -76,6 +78,8 @@ pub fn catalogue_from_proto(
     pb: &[v1::InstanceType],
 ) -> Result<Vec<Arc<InstanceType>>, InvalidInstanceType> {
     let mut seen = std::collections::HashSet::with_capacity(pb.len());
+    // Prices are compared across the whole catalogue: one currency for all of it.
+    let mut currency: Option<&str> = None;
     pb.iter()
         .map(|t| {
             if !seen.insert(t.name.as_str()) {
@@ -85,6 +89,26 @@ pub fn catalogue_from_proto(
                     problem: "appears twice in the catalogue".into(),
                 });
             }
+            for (i, offering) in t.offerings.iter().enumerate() {
+                if offering.price.is_none() {
+                    continue;
+                }
+                match currency {
+                    Some(first) if first != offering.currency => {
+                        return Err(InvalidInstanceType {
+                            instance_type: t.name.clone(),
+                            field: format!("offerings[{i}].currency"),
+                            problem: format!(
+                                "{:?} differs from the catalogue's {first:?}: prices in one \
+                                 catalogue share a currency",
+                                offering.currency
+                            ),
+                        });
+                    }
+                    Some(_) => {}
+                    None => currency = Some(&offering.currency),
+                }
+            }
             from_proto(t).map(Arc::new)
         })
         .collect()
@@ -92,7 +116,8 @@ pub fn catalogue_from_proto(
 
 type FieldError = (String, String);
 
-fn offering(pb: &v1::Offering, index: usize) -> Result<Offering, FieldError> {
+/// One offering; `None` for an unavailable one without a price.
+fn offering(pb: &v1::Offering, index: usize) -> Result<Option<Offering>, FieldError> {
     let field = |name: &str| format!("offerings[{index}].{name}");
     if pb.zone.is_empty() {
         return Err((field("zone"), "must not be empty".into()));
@@ -107,21 +132,56 @@ fn offering(pb: &v1::Offering, index: usize) -> Result<Offering, FieldError> {
             ),
         ));
     }
-    if !pb.price.is_finite() || pb.price < 0.0 {
+    let available = match v1::Availability::try_from(pb.availability) {
+        Ok(v1::Availability::Available) => true,
+        Ok(v1::Availability::Unavailable) => false,
+        Ok(v1::Availability::Unspecified) | Err(_) => {
+            return Err((
+                field("availability"),
+                format!(
+                    "{} is neither AVAILABILITY_AVAILABLE nor AVAILABILITY_UNAVAILABLE",
+                    pb.availability
+                ),
+            ));
+        }
+    };
+    let Some(price) = pb.price else {
+        if available {
+            return Err((
+                field("price"),
+                "missing: an available offering must have a price".into(),
+            ));
+        }
+        // Unavailable and unpriced: the cloud does not sell it now; with no price it cannot
+        // be compared, so it is left out (the caller skips it).
+        return Ok(None);
+    };
+    if !price.is_finite() || price < 0.0 {
         return Err((
             field("price"),
-            format!("{} is not a finite, non-negative price", pb.price),
+            format!("{price} is not a finite, non-negative price"),
+        ));
+    }
+    if !is_currency_code(&pb.currency) {
+        return Err((
+            field("currency"),
+            format!("{:?} is not an ISO 4217 code such as USD", pb.currency),
         ));
     }
     let extra = requirements(&pb.requirements, &field("requirements"))?;
-    let mut offering = Offering::new(&pb.zone, &pb.capacity_type, pb.price, pb.available, extra);
+    let mut offering = Offering::new(&pb.zone, &pb.capacity_type, price, available, extra);
     offering.reservation_capacity = match pb.reservation_capacity {
         Some(n) if n < 0 => {
             return Err((field("reservation_capacity"), format!("{n} is negative")));
         }
         n => n.map(|n| n.unsigned_abs()),
     };
-    Ok(offering)
+    Ok(Some(offering))
+}
+
+/// Three uppercase ASCII letters, the shape of an ISO 4217 code.
+fn is_currency_code(code: &str) -> bool {
+    code.len() == 3 && code.bytes().all(|b| b.is_ascii_uppercase())
 }
 
 fn requirements(pb: &[v1::Requirement], field: &str) -> Result<Requirements, FieldError> {
@@ -194,14 +254,13 @@ mod tests {
                 LABEL_INSTANCE_TYPE,
                 ["m5.large"],
             )],
-            offerings: vec![v1::Offering {
-                zone: "us-east-1a".into(),
-                capacity_type: "on-demand".into(),
-                price: 0.096,
-                available: true,
-                requirements: vec![],
-                reservation_capacity: None,
-            }],
+            offerings: vec![v1::Offering::priced(
+                "us-east-1a",
+                "on-demand",
+                0.096,
+                "USD",
+                true,
+            )],
             capacity: HashMap::from([
                 ("cpu".into(), "2".into()),
                 ("memory".into(), "7577Mi".into()),
@@ -238,6 +297,32 @@ mod tests {
     }
 
     #[test]
+    fn an_unavailable_offering_without_a_price_is_left_out_and_currencies_must_agree() {
+        let mut t = valid();
+        t.offerings.push(v1::Offering {
+            price: None,
+            currency: String::new(),
+            ..v1::Offering::priced("us-east-1b", "on-demand", 0.0, "", false)
+        });
+        assert_eq!(from_proto(&t).unwrap().offerings().len(), 1);
+
+        let mut euro = valid();
+        euro.name = "m5.xlarge".into();
+        euro.requirements = vec![v1::Requirement::in_values(
+            LABEL_INSTANCE_TYPE,
+            ["m5.xlarge"],
+        )];
+        euro.offerings[0].currency = "EUR".into();
+        let error = catalogue_from_proto(&[valid(), euro])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("offerings[0].currency: \"EUR\" differs from the catalogue's \"USD\""),
+            "{error}"
+        );
+    }
+
+    #[test]
     fn each_kind_of_nonsense_is_refused_naming_the_field() {
         type Mutation = Box<dyn Fn(&mut v1::InstanceType)>;
         let cases: Vec<(Mutation, &str)> = vec![
@@ -262,11 +347,23 @@ mod tests {
                 "offerings[0].capacity_type: \"cheap\" is none of",
             ),
             (
-                Box::new(|t| t.offerings[0].price = -1.0),
+                Box::new(|t| t.offerings[0].price = Some(-1.0)),
                 "offerings[0].price: -1 is not a finite, non-negative price",
             ),
             (
-                Box::new(|t| t.offerings[0].price = f64::NAN),
+                Box::new(|t| t.offerings[0].price = None),
+                "offerings[0].price: missing: an available offering must have a price",
+            ),
+            (
+                Box::new(|t| t.offerings[0].availability = 0),
+                "offerings[0].availability: 0 is neither AVAILABILITY_AVAILABLE nor",
+            ),
+            (
+                Box::new(|t| t.offerings[0].currency.clear()),
+                "offerings[0].currency: \"\" is not an ISO 4217 code",
+            ),
+            (
+                Box::new(|t| t.offerings[0].price = Some(f64::NAN)),
                 "offerings[0].price: NaN",
             ),
             (

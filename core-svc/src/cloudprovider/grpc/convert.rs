@@ -283,10 +283,10 @@ pub(super) fn repair_policy_from_proto(
         .toleration_duration
         .ok_or_else(|| format!("{field}.toleration_duration: missing"))
         .and_then(|d| {
+            // Zero is allowed: repair as soon as the condition is seen (a node the plugin knows
+            // is broken for good, say); negative durations are refused.
             Duration::try_from(d)
-                .ok()
-                .filter(|d| !d.is_zero())
-                .ok_or_else(|| format!("{field}.toleration_duration: {d} is not positive"))
+                .map_err(|_| format!("{field}.toleration_duration: {d} is negative"))
         })?;
     Ok(RepairPolicy {
         condition_type: policy.condition_type,

@@ -406,7 +406,7 @@ fn condition_reasons_follow_the_crd_pattern() {
 }
 
 #[test]
-fn repair_policies_need_a_status_and_a_positive_duration() {
+fn repair_policies_need_a_status_and_a_duration_that_is_not_negative() {
     let policy = |status: v1::ConditionStatus, seconds: Option<i64>| v1::RepairPolicy {
         condition_type: "Ready".into(),
         condition_status: status.into(),
@@ -430,10 +430,17 @@ fn repair_policies_need_a_status_and_a_positive_duration() {
             .unwrap_err()
             .contains("toleration_duration: missing")
     );
-    assert!(
+    assert_eq!(
         repair_policy_from_proto(policy(v1::ConditionStatus::False, Some(0)), 0)
+            .unwrap()
+            .toleration_duration,
+        Duration::ZERO,
+        "zero: repair as soon as the condition is seen"
+    );
+    assert!(
+        repair_policy_from_proto(policy(v1::ConditionStatus::False, Some(-5)), 0)
             .unwrap_err()
-            .contains("is not positive")
+            .contains("toleration_duration: -5s is negative")
     );
 }
 
