@@ -18,12 +18,13 @@ use std::time::Duration;
 use provider_sdk::InstanceTypeStream;
 use provider_sdk::chunk::{RECOMMENDED_CHUNK_BYTES, chunk_instance_types};
 use provider_sdk::json::{json_to_struct, struct_to_json};
+use provider_sdk::status;
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService;
 use provider_sdk::v1::{
     self, ConditionStatus, CreateRequest, CreateResponse, DeleteRequest, DeleteResponse,
     GetInstanceTypesRequest, GetRepairPoliciesRequest, GetRepairPoliciesResponse, GetRequest,
     GetResponse, GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse, IsDriftedRequest,
-    IsDriftedResponse, ListRequest, ListResponse, NodeClassKind, RepairPolicy,
+    IsDriftedResponse, LaunchState, ListRequest, ListResponse, NodeClassKind, RepairPolicy,
     ResolveNodeClassRequest, ResolveNodeClassResponse,
 };
 use tonic::{Request, Response, Status};
@@ -166,9 +167,13 @@ impl AwsCloudProvider {
         node_class: Option<prost_types::Struct>,
     ) -> Result<(Arc<serde_json::Value>, Arc<ResolvedNodeClass>), Status> {
         let node_class = node_class.ok_or_else(|| {
-            Status::invalid_argument("node_class: missing; send the EC2NodeClass object as JSON")
+            status::invalid_field(
+                "node_class",
+                "missing; send the EC2NodeClass object as JSON",
+            )
         })?;
         let json = self.recent_node_classes.json_of(node_class);
+        check_node_class_kind(&json)?;
         let resolved = self.node_classes.resolve(&json).await.map_err(|e| {
             tracing::warn!(error = %e, "node class resolution failed");
             resolve_status(&e)
@@ -200,8 +205,9 @@ impl AwsCloudProvider {
             .map(|s| s.provider_id.as_str())
             .filter(|p| !p.is_empty())
             .ok_or_else(|| {
-                Status::invalid_argument(
-                    "node_claim.status.provider_id: missing; IsDrifted needs a launched NodeClaim",
+                status::invalid_field(
+                    "node_claim.status.provider_id",
+                    "missing; IsDrifted needs a launched NodeClaim",
                 )
             })?;
         let instance = self
@@ -209,7 +215,13 @@ impl AwsCloudProvider {
             .instance(provider_id)
             .await
             .map_err(|e| e.to_status())?
-            .ok_or_else(|| Status::not_found(format!("instance {provider_id} is gone")))?;
+            .ok_or_else(|| {
+                status::instance_not_found(
+                    "provider_id",
+                    provider_id,
+                    format!("instance {provider_id} is gone"),
+                )
+            })?;
         let image_id = node_claim
             .status
             .as_ref()
@@ -249,32 +261,100 @@ impl AwsCloudProvider {
                     .find(|r| r.key == "kubernetes.io/arch")
                     .and_then(|r| r.values.first().cloned())
             })
-            .ok_or_else(|| Status::internal(format!("instance type {instance_type} is not in the catalogue; cannot tell its architecture")))
+            .ok_or_else(|| {
+                status::plugin_internal(
+                    tonic::Code::Internal,
+                    format!(
+                        "instance type {instance_type} is not in the catalogue; cannot tell its \
+                         architecture"
+                    ),
+                )
+            })
     }
+}
+
+/// Refuses a Create the proto does not allow before anything is launched: a name, and an `In`
+/// requirement on the instance type with at least one value (without it every type would be a
+/// candidate, which core never asks for).
+fn check_create_request(node_claim: &v1::NodeClaim) -> Result<(), Status> {
+    if node_claim.name.is_empty() {
+        return Err(status::invalid_field(
+            "node_claim.name",
+            "must not be empty",
+        ));
+    }
+    let spec = node_claim.spec.as_ref();
+    let names_types = spec.is_some_and(|spec| {
+        spec.requirements.iter().any(|r| {
+            r.key == "node.kubernetes.io/instance-type"
+                && r.operator == v1::Operator::In as i32
+                && !r.values.is_empty()
+        })
+    });
+    if !names_types {
+        return Err(status::invalid_field(
+            "node_claim.spec.requirements",
+            "an In requirement on node.kubernetes.io/instance-type with at least one value is \
+             required",
+        ));
+    }
+    Ok(())
 }
 
 /// The status of a failed node class resolution.
 fn resolve_status(error: &ResolveError) -> Status {
     match error {
-        ResolveError::Invalid(_) => Status::invalid_argument(error.to_string()),
+        ResolveError::Invalid(invalid) => {
+            status::invalid_field(&format!("node_class.{}", invalid.field), &invalid.message)
+        }
         ResolveError::Aws(aws) => aws_status(aws, error.to_string()),
     }
 }
 
-/// The status of an AWS error, per the proto's tables.
+/// The status of an AWS error, per the proto's tables, with AWS's code in its ErrorInfo.
 pub(crate) fn aws_status(error: &AwsError, message: String) -> Status {
-    match error {
-        AwsError::Throttled { .. } | AwsError::Transport { .. } => Status::unavailable(message),
-        AwsError::Unauthorized { .. } => Status::permission_denied(message),
-        _ => Status::internal(message),
+    let code = match error {
+        AwsError::Throttled { .. } | AwsError::Transport { .. } => tonic::Code::Unavailable,
+        AwsError::Unauthorized { .. } => tonic::Code::PermissionDenied,
+        _ => tonic::Code::Internal,
+    };
+    status::cloud_api_error(code, Some(error.code()), message)
+}
+
+/// Refuses a node class of another kind than EC2NodeClass (`karpenter.k8s.aws/v1`): a foreign
+/// object would otherwise be read as an EC2NodeClass with every field missing.
+fn check_node_class_kind(node_class: &serde_json::Value) -> Result<(), Status> {
+    let text = |pointer: &str| {
+        node_class
+            .pointer(pointer)
+            .and_then(serde_json::Value::as_str)
+    };
+    let api_version = text("/apiVersion").unwrap_or_default();
+    let kind = text("/kind").unwrap_or_default();
+    let group = api_version.split_once('/').map_or("", |(group, _)| group);
+    if group == crate::apis::GROUP && kind == "EC2NodeClass" {
+        return Ok(());
     }
+    let found = format!("{group}/{kind}");
+    Err(status::node_class_kind_unsupported(
+        &found,
+        format!(
+            "node_class: {found:?} (apiVersion {api_version:?}) is not a kind this plugin \
+             manages; it manages {}/EC2NodeClass",
+            crate::apis::GROUP
+        ),
+    ))
 }
 
 /// The status of a failed GetInstanceTypes.
 fn instance_types_status(error: &InstanceTypeError) -> Status {
     match error {
-        InstanceTypeError::InvalidNodeClass { .. } => Status::invalid_argument(error.to_string()),
-        InstanceTypeError::NoPriceTable(_) => Status::failed_precondition(error.to_string()),
+        InstanceTypeError::InvalidNodeClass { field, message } => {
+            status::invalid_field(&format!("node_class.{field}"), message)
+        }
+        InstanceTypeError::NoPriceTable(_) => {
+            status::plugin_internal(tonic::Code::FailedPrecondition, error.to_string())
+        }
         InstanceTypeError::Ec2(ec2) => aws_status(ec2, error.to_string()),
     }
 }
@@ -397,7 +477,8 @@ impl CloudProviderService for AwsCloudProvider {
         let request = request.into_inner();
         let node_claim = request
             .node_claim
-            .ok_or_else(|| Status::invalid_argument("node_claim: missing"))?;
+            .ok_or_else(|| status::invalid_field("node_claim", "missing"))?;
+        check_create_request(&node_claim)?;
         let (json, resolved) = self.resolve(request.node_class).await?;
         let launched = self
             .instances
@@ -413,8 +494,11 @@ impl CloudProviderService for AwsCloudProvider {
             instance_type = launched.labels.get("node.kubernetes.io/instance-type").map_or("", String::as_str),
             "launched"
         );
+        // EC2 launches synchronously (CreateFleet instant): never PENDING.
         Ok(Response::new(CreateResponse {
             node_claim: Some(launched),
+            state: LaunchState::Launched as i32,
+            ..CreateResponse::default()
         }))
     }
 
@@ -439,7 +523,11 @@ impl CloudProviderService for AwsCloudProvider {
             Ok(Some(node_claim)) => Ok(Response::new(GetResponse {
                 node_claim: Some(node_claim),
             })),
-            Ok(None) => Err(Status::not_found(format!("no instance {provider_id}"))),
+            Ok(None) => Err(status::instance_not_found(
+                "provider_id",
+                &provider_id,
+                format!("no instance {provider_id}"),
+            )),
             Err(e) => Err(e.to_status()),
         }
     }
@@ -466,13 +554,14 @@ impl CloudProviderService for AwsCloudProvider {
             (Some(node_claim), _) => node_claim,
             (None, Some(object)) => {
                 let object = provider_sdk::json::try_struct_to_json(object, "node_claim_object")
-                    .map_err(Status::invalid_argument)?;
+                    .map_err(|e| status::invalid_field("node_claim_object", e))?;
                 crate::kube_object::node_claim_from_object(serde_json::Value::Object(object))
-                    .map_err(Status::invalid_argument)?
+                    .map_err(|e| status::invalid_field("node_claim_object", e))?
             }
             (None, None) => {
-                return Err(Status::invalid_argument(
-                    "node_claim: missing (or node_claim_object, the NodeClaim as kubectl prints it)",
+                return Err(status::invalid_field(
+                    "node_claim",
+                    "missing (or node_claim_object, the NodeClaim as kubectl prints it)",
                 ));
             }
         };
@@ -670,6 +759,62 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), tonic::Code::InvalidArgument);
         assert!(err.message().contains("requirements"), "{err:?}");
+        assert_eq!(
+            provider_sdk::status::error_reason(&err),
+            Some(v1::ErrorReason::InvalidField)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_create_without_an_instance_type_requirement_launches_nothing() {
+        let f = Fixture::new();
+        let zone_only = v1::NodeClaim {
+            name: "default-abcde".to_owned(),
+            spec: Some(v1::NodeClaimSpec {
+                requirements: vec![v1::Requirement::in_values(
+                    "topology.kubernetes.io/zone",
+                    ["us-east-1a"],
+                )],
+                ..v1::NodeClaimSpec::default()
+            }),
+            ..v1::NodeClaim::default()
+        };
+        let err = provider(&f)
+            .create(Request::new(CreateRequest {
+                node_claim: Some(zone_only),
+                node_class: json_to_struct(&node_class()),
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert!(
+            err.message()
+                .starts_with("node_claim.spec.requirements: an In requirement on node.kubernetes.io/instance-type"),
+            "{err:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_node_class_of_another_kind_is_refused_with_its_kind() {
+        let f = Fixture::new();
+        let mut foreign = node_class();
+        foreign["apiVersion"] = json!("example.dev/v1");
+        foreign["kind"] = json!("ExampleNodeClass");
+        let err = provider(&f)
+            .resolve_node_class(Request::new(ResolveNodeClassRequest {
+                node_class: json_to_struct(&foreign),
+            }))
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            provider_sdk::status::error_reason(&err),
+            Some(v1::ErrorReason::NodeClassKindUnsupported)
+        );
+        assert!(
+            err.message().contains("example.dev/ExampleNodeClass"),
+            "{err:?}"
+        );
     }
 
     #[test]

@@ -194,7 +194,9 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                 .with_nominations(nominations.clone())
                 .with_catalogues(Arc::clone(catalogues)),
             )),
-            ControllerKind::Lifecycle => Self::Lifecycle(LifecycleController::new(ctx.clone())),
+            ControllerKind::Lifecycle => Self::Lifecycle(
+                LifecycleController::new(ctx.clone()).with_catalogues(Arc::clone(catalogues)),
+            ),
             ControllerKind::Drift => Self::Drift(DriftController::new(ctx.clone())),
             ControllerKind::Expiration => Self::Expiration(ExpirationController::new(ctx.clone())),
             ControllerKind::Termination => {

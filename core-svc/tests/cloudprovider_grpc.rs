@@ -362,6 +362,21 @@ async fn create_follows_its_status_table() {
     h.plugin.script().create = VecDeque::from([
         Ok(v1::CreateResponse {
             node_claim: Some(launched_claim("example:///zone-a/i-1")),
+            state: v1::LaunchState::Launched as i32,
+            ..v1::CreateResponse::default()
+        }),
+        Ok(v1::CreateResponse {
+            state: v1::LaunchState::Pending as i32,
+            retry_after: Some(prost_types::Duration {
+                seconds: 20,
+                nanos: 0,
+            }),
+            message: "waiting for the bare-metal host".into(),
+            ..v1::CreateResponse::default()
+        }),
+        Ok(v1::CreateResponse {
+            node_claim: Some(launched_claim("example:///zone-a/i-1")),
+            ..v1::CreateResponse::default()
         }),
         Err(ice()),
         Err(not_ready()),
@@ -380,6 +395,14 @@ async fn create_follows_its_status_table() {
     assert_eq!(launched.allocatable.values().next().unwrap().millis(), 1930);
 
     let expected = [
+        CloudProviderError::LaunchPending {
+            message: "waiting for the bare-metal host".into(),
+            retry_after: Some(Duration::from_secs(20)),
+        },
+        CloudProviderError::InvalidResponse(
+            "Create answer: state: 0 is neither LAUNCH_STATE_LAUNCHED nor LAUNCH_STATE_PENDING"
+                .into(),
+        ),
         CloudProviderError::InsufficientCapacity(
             "InsufficientInstanceCapacity for m5.large in zone-a".into(),
         ),
@@ -408,7 +431,7 @@ async fn create_follows_its_status_table() {
             want
         );
     }
-    assert_eq!(h.plugin.calls("Create"), 8, "none of those is retried");
+    assert_eq!(h.plugin.calls("Create"), 10, "none of those is retried");
     assert!(h.timer.sleeps().is_empty());
 
     // What went over the wire: the NodeClaim, the node class as a Struct, and a deadline.
@@ -434,6 +457,8 @@ async fn create_retries_unavailable_and_aborted_with_backoff_and_succeeds() {
         )),
         Ok(v1::CreateResponse {
             node_claim: Some(launched_claim("example:///zone-a/i-1")),
+            state: v1::LaunchState::Launched as i32,
+            ..v1::CreateResponse::default()
         }),
     ]);
     let launched = h.provider.create(&claim(), &node_class()).await.unwrap();

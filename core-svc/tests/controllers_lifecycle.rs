@@ -517,3 +517,53 @@ async fn given_a_deleted_node_claim_whose_create_answer_was_lost_then_its_instan
             .all(|call| matches!(call, Call::Delete { provider_id, node_claim_name } if provider_id.is_empty() && node_claim_name == NAME))
     );
 }
+
+/// Insufficient capacity drops the NodePool's cached catalogue: the provisioner's next pass
+/// asks the plugin, which now reports those offerings unavailable, instead of planning the
+/// same launch again on a catalogue cached for minutes.
+#[tokio::test]
+async fn given_insufficient_capacity_then_the_node_pools_cached_catalogue_is_dropped() {
+    use core_svc::apis::NodePool;
+    use core_svc::controllers::provisioning::catalogue::CatalogueCache;
+    use core_svc::controllers::provisioning::selection::UsableNodePool;
+
+    let harness = Harness::new();
+    let catalogues = std::sync::Arc::new(CatalogueCache::new(Duration::from_secs(180)));
+    let world = World {
+        controller: LifecycleController::new(harness.context())
+            .with_catalogues(std::sync::Arc::clone(&catalogues)),
+        harness,
+    };
+    world.create_node_class().await;
+    let pool: NodePool = serde_json::from_value(json!({
+        "apiVersion": "karpenter.sh/v1",
+        "kind": "NodePool",
+        "metadata": { "name": "default", "uid": "pool-uid", "generation": 1 },
+        "spec": { "template": { "spec": {
+            "nodeClassRef": { "group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default" },
+            "requirements": [],
+        } } },
+    }))
+    .unwrap();
+    let usable = UsableNodePool {
+        pool: &pool,
+        node_class: None,
+    };
+    catalogues
+        .get(&*world.cloud, &usable, jiff::Timestamp::UNIX_EPOCH)
+        .await
+        .unwrap();
+    assert!(catalogues.all().contains_key("default"));
+
+    world.create_node_claim(json!({})).await;
+    world.cloud.fail_next(
+        Rpc::Create,
+        CloudProviderError::InsufficientCapacity("no default-instance-type left".into()),
+    );
+    world.reconcile().await;
+
+    assert!(
+        !catalogues.all().contains_key("default"),
+        "the next pass fetches the plugin's fresh catalogue"
+    );
+}

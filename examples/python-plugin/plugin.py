@@ -167,7 +167,9 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
         with self.lock:
             # Idempotent by name: a retried Create returns what the first one launched.
             if claim.name in self.instances:
-                return cp_pb2.CreateResponse(node_claim=self.instances[claim.name])
+                return cp_pb2.CreateResponse(
+                    node_claim=self.instances[claim.name], state=cp_pb2.LAUNCH_STATE_LAUNCHED
+                )
             choices = [t for t in allowed[0].values if t in CATALOGUE]
             if not choices:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no instance type of {list(allowed[0].values)} exists")
@@ -191,7 +193,7 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
                 ),
             )
             self.instances[claim.name] = launched
-            return cp_pb2.CreateResponse(node_claim=launched)
+            return cp_pb2.CreateResponse(node_claim=launched, state=cp_pb2.LAUNCH_STATE_LAUNCHED)
 
     def Delete(self, request, context):
         if not request.node_claim_name:

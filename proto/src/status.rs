@@ -1,9 +1,12 @@
 //! The API's machine-readable errors: a gRPC status with a `google.rpc.ErrorInfo` whose reason
 //! is an [`ErrorReason`] name and whose domain is [`ERROR_DOMAIN`].
 //!
-//! Plugins build them with [`insufficient_capacity`] and [`node_class_not_ready`]; core reads
-//! them with [`error_reason`]. A RESOURCE_EXHAUSTED without the reason is *not* insufficient
-//! capacity (gRPC itself uses that code for oversized messages).
+//! The API asks for an ErrorInfo on every error; plugins build each status with one of the
+//! builders here ([`invalid_field`], [`node_class_kind_unsupported`], [`instance_not_found`],
+//! [`cloud_api_error`], [`create_in_progress`], [`plugin_internal`],
+//! [`insufficient_capacity`], [`node_class_not_ready`]); core reads them with
+//! [`error_reason`]. A RESOURCE_EXHAUSTED without the reason is *not* insufficient capacity
+//! (gRPC itself uses that code for oversized messages).
 
 use std::collections::HashMap;
 
@@ -37,6 +40,75 @@ pub fn node_class_not_ready(node_class: &str, message: impl Into<String>) -> Sta
         ErrorReason::NodeClassNotReady,
         metadata,
     )
+}
+
+/// INVALID_ARGUMENT with reason `ERROR_REASON_INVALID_FIELD`: `field` (its path in the
+/// request, for example `node_claim.spec.requirements`) is missing or malformed. The message
+/// is `<field>: <problem>`.
+pub fn invalid_field(field: &str, problem: impl std::fmt::Display) -> Status {
+    with_reason(
+        Code::InvalidArgument,
+        format!("{field}: {problem}"),
+        ErrorReason::InvalidField,
+        HashMap::from([("field".to_owned(), field.to_owned())]),
+    )
+}
+
+/// INVALID_ARGUMENT with reason `ERROR_REASON_NODE_CLASS_KIND_UNSUPPORTED`: the node class is
+/// of `kind` (`group/Kind`), which the plugin does not manage.
+pub fn node_class_kind_unsupported(kind: &str, message: impl Into<String>) -> Status {
+    with_reason(
+        Code::InvalidArgument,
+        message,
+        ErrorReason::NodeClassKindUnsupported,
+        HashMap::from([("kind".to_owned(), kind.to_owned())]),
+    )
+}
+
+/// NOT_FOUND with reason `ERROR_REASON_INSTANCE_NOT_FOUND`. `key` is `provider_id` or
+/// `node_claim` (the name, when the request named no provider ID), `value` what it was.
+pub fn instance_not_found(key: &str, value: &str, message: impl Into<String>) -> Status {
+    with_reason(
+        Code::NotFound,
+        message,
+        ErrorReason::InstanceNotFound,
+        HashMap::from([(key.to_owned(), value.to_owned())]),
+    )
+}
+
+/// `code` (UNAVAILABLE, PERMISSION_DENIED, RESOURCE_EXHAUSTED or INTERNAL) with reason
+/// `ERROR_REASON_CLOUD_API_ERROR`: the cloud's API failed, with its own error code when it
+/// gave one.
+pub fn cloud_api_error(code: Code, cloud_code: Option<&str>, message: impl Into<String>) -> Status {
+    let metadata = cloud_code
+        .filter(|c| !c.is_empty())
+        .map(|c| HashMap::from([("cloud_code".to_owned(), c.to_owned())]))
+        .unwrap_or_default();
+    with_reason(code, message, ErrorReason::CloudApiError, metadata)
+}
+
+/// ABORTED with reason `ERROR_REASON_CREATE_IN_PROGRESS`: another Create for `node_claim` is
+/// running.
+pub fn create_in_progress(node_claim: &str) -> Status {
+    with_reason(
+        Code::Aborted,
+        format!("a Create for NodeClaim {node_claim} is already in progress"),
+        ErrorReason::CreateInProgress,
+        HashMap::from([("node_claim".to_owned(), node_claim.to_owned())]),
+    )
+}
+
+/// `code` (INTERNAL, or FAILED_PRECONDITION for a plugin that is misconfigured) with reason
+/// `ERROR_REASON_PLUGIN_INTERNAL`: a failure of the plugin itself.
+pub fn plugin_internal(code: Code, message: impl Into<String>) -> Status {
+    with_reason(code, message, ErrorReason::PluginInternal, HashMap::new())
+}
+
+/// Whether `status` carries an ErrorInfo of this API's domain, as the API asks of every error.
+pub fn has_error_info(status: &Status) -> bool {
+    status
+        .get_details_error_info()
+        .is_some_and(|info| info.domain == ERROR_DOMAIN && !info.reason.is_empty())
 }
 
 /// A status of `code` carrying an ErrorInfo with `reason` in this API's domain.
@@ -90,6 +162,56 @@ mod tests {
         let status = node_class_not_ready("default", "no subnet matches subnetSelectorTerms");
         assert_eq!(status.code(), Code::FailedPrecondition);
         assert_eq!(error_reason(&status), Some(ErrorReason::NodeClassNotReady));
+    }
+
+    #[test]
+    fn every_builder_attaches_its_reason_and_metadata() {
+        let cases = [
+            (
+                invalid_field("node_claim.name", "must not be empty"),
+                Code::InvalidArgument,
+                ErrorReason::InvalidField,
+                ("field", "node_claim.name"),
+            ),
+            (
+                node_class_kind_unsupported("example.com/Other", "not mine"),
+                Code::InvalidArgument,
+                ErrorReason::NodeClassKindUnsupported,
+                ("kind", "example.com/Other"),
+            ),
+            (
+                instance_not_found("provider_id", "aws:///a/i-1", "gone"),
+                Code::NotFound,
+                ErrorReason::InstanceNotFound,
+                ("provider_id", "aws:///a/i-1"),
+            ),
+            (
+                cloud_api_error(Code::Unavailable, Some("RequestLimitExceeded"), "slow down"),
+                Code::Unavailable,
+                ErrorReason::CloudApiError,
+                ("cloud_code", "RequestLimitExceeded"),
+            ),
+            (
+                create_in_progress("default-abc"),
+                Code::Aborted,
+                ErrorReason::CreateInProgress,
+                ("node_claim", "default-abc"),
+            ),
+        ];
+        for (status, code, reason, (key, value)) in cases {
+            assert_eq!(status.code(), code);
+            assert_eq!(error_reason(&status), Some(reason));
+            assert!(has_error_info(&status));
+            let info = status.get_details_error_info().unwrap();
+            assert_eq!(info.metadata[key], value, "{reason:?}");
+        }
+        let internal = plugin_internal(Code::Internal, "bug");
+        assert_eq!(error_reason(&internal), Some(ErrorReason::PluginInternal));
+        assert!(!has_error_info(&Status::internal("bare")));
+        assert_eq!(
+            invalid_field("node_claim.name", "must not be empty").message(),
+            "node_claim.name: must not be empty"
+        );
     }
 
     #[test]

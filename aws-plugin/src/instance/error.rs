@@ -55,30 +55,23 @@ impl InstanceError {
     /// errors UNAVAILABLE (throttled, unreachable), PERMISSION_DENIED (unauthorized), otherwise
     /// INTERNAL, always with AWS's error code in the message.
     pub fn to_status(&self) -> tonic::Status {
+        use provider_sdk::status;
         let message = self.to_string();
         match self {
-            Self::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
-            Self::InsufficientCapacity(_) => {
-                provider_sdk::status::insufficient_capacity(message, HashMap::new())
-            }
+            Self::InvalidArgument { field, message } => status::invalid_field(field, message),
+            Self::InsufficientCapacity(_) => status::insufficient_capacity(message, HashMap::new()),
             Self::NodeClassNotReady {
                 node_class,
                 message,
-            } => provider_sdk::status::node_class_not_ready(node_class, message.clone()),
-            Self::InProgress(_) => tonic::Status::aborted(message),
+            } => status::node_class_not_ready(node_class, message.clone()),
+            Self::InProgress(name) => status::create_in_progress(name),
             Self::NotManaged(_) | Self::Misconfigured(_) => {
-                tonic::Status::failed_precondition(message)
+                status::plugin_internal(tonic::Code::FailedPrecondition, message)
             }
-            Self::Aws(aws) => match aws {
-                AwsError::Throttled { .. } | AwsError::Transport { .. } => {
-                    tonic::Status::unavailable(message)
-                }
-                AwsError::Unauthorized { .. } => tonic::Status::permission_denied(message),
-                AwsError::InsufficientCapacity { .. } => {
-                    provider_sdk::status::insufficient_capacity(message, HashMap::new())
-                }
-                _ => tonic::Status::internal(message),
-            },
+            Self::Aws(AwsError::InsufficientCapacity { .. }) => {
+                status::insufficient_capacity(message, HashMap::new())
+            }
+            Self::Aws(aws) => crate::provider::aws_status(aws, message),
         }
     }
 }

@@ -123,6 +123,15 @@ pub enum CloudProviderError {
     /// The node class is not ready (not resolved, or it selects nothing usable).
     #[error("node class not ready: {0}")]
     NodeClassNotReady(String),
+    /// Create only: the launch started and has not finished (the plugin answered PENDING).
+    /// Not a failure: call Create again with the same name, after `retry_after` when set.
+    #[error("launch in progress: {message}")]
+    LaunchPending {
+        /// What the launch waits for, for people.
+        message: String,
+        /// How soon the plugin asked to be called again.
+        retry_after: Option<std::time::Duration>,
+    },
     /// The request was malformed (INVALID_ARGUMENT); the message names the field. Do not send
     /// the same request again soon.
     #[error("invalid request: {0}")]

@@ -339,7 +339,22 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             )
             .await
             .map_err(|e| classify(rpc, &e))?;
-        launched_from_proto(answer.node_claim, &request.name)
+        match v1::LaunchState::try_from(answer.state) {
+            Ok(v1::LaunchState::Launched) => launched_from_proto(answer.node_claim, &request.name),
+            Ok(v1::LaunchState::Pending) => Err(CloudProviderError::LaunchPending {
+                message: answer.message,
+                retry_after: answer
+                    .retry_after
+                    .and_then(|after| std::time::Duration::try_from(after).ok()),
+            }),
+            Ok(v1::LaunchState::Unspecified) | Err(_) => Err(invalid(
+                rpc,
+                format!(
+                    "state: {} is neither LAUNCH_STATE_LAUNCHED nor LAUNCH_STATE_PENDING",
+                    answer.state
+                ),
+            )),
+        }
     }
 
     async fn delete(

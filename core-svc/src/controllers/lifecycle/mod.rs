@@ -22,6 +22,7 @@
 mod plan;
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use core_domain::labels::{
@@ -34,7 +35,8 @@ use karpenter_api::{ConditionStatus, NodeClaim, NodeClaimStatus};
 use serde_json::json;
 
 pub use self::plan::*;
-use super::nodeclaim::{provider_id_of, request_of};
+use super::nodeclaim::{node_pool_of, provider_id_of, request_of};
+use super::provisioning::catalogue::CatalogueCache;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot, TERMINATION_FINALIZER};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion, LaunchedNodeClaim};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions};
@@ -44,6 +46,9 @@ use crate::events::{EventType, ObjectRef, Reason};
 #[derive(Debug, Clone)]
 pub struct LifecycleController<C, P> {
     ctx: Context<C, P>,
+    /// The instance type cache the provisioner plans on, when the manager shares one: an
+    /// insufficient-capacity answer drops the NodePool's entry.
+    catalogues: Option<Arc<CatalogueCache>>,
 }
 
 /// What applying one NodeClaim's steps asks of the pass.
@@ -56,7 +61,20 @@ struct Outcome {
 impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
     /// A controller on `ctx`.
     pub fn new(ctx: Context<C, P>) -> Self {
-        Self { ctx }
+        Self {
+            ctx,
+            catalogues: None,
+        }
+    }
+
+    /// The same controller, dropping a NodePool's entry from `catalogues` when a launch for it
+    /// meets insufficient capacity: the plugin then reports those offerings unavailable, and
+    /// the provisioner's next pass plans on the plugin's fresh word instead of retrying them
+    /// on a cached catalogue until it expires.
+    #[must_use]
+    pub fn with_catalogues(mut self, catalogues: Arc<CatalogueCache>) -> Self {
+        self.catalogues = Some(catalogues);
+        self
     }
 
     fn node_claim_ref(name: &str) -> ObjectRef {
@@ -120,7 +138,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                 node_claim,
                 "NodeClassNotFound",
                 &message,
-                Reason::NodeClassNotFound,
+                Some(Reason::NodeClassNotFound),
             )
             .await?;
             return Ok(());
@@ -139,7 +157,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     node_claim,
                     REASON_INVALID_REQUEST,
                     &error.to_string(),
-                    Reason::LaunchFailed,
+                    Some(Reason::LaunchFailed),
                 )
                 .await?;
                 return Ok(());
@@ -150,6 +168,12 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
             Err(error) => match launch_failure(&error) {
                 LaunchFailure::Delete { reason, message } => {
                     tracing::info!(node_claim = name, reason, %message, "launch failed, deleting the NodeClaim");
+                    if matches!(error, CloudProviderError::InsufficientCapacity(_))
+                        && let (Some(catalogues), Some(pool)) =
+                            (&self.catalogues, node_pool_of(node_claim))
+                    {
+                        catalogues.forget(pool);
+                    }
                     self.ctx.event(
                         Self::node_claim_ref(name),
                         EventType::Warning,
@@ -168,7 +192,21 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     if retry {
                         outcome.requeue = Some(LAUNCH_RETRY);
                     }
-                    self.mark_launch_unknown(node_claim, reason, &message, Reason::LaunchFailed)
+                    self.mark_launch_unknown(
+                        node_claim,
+                        reason,
+                        &message,
+                        Some(Reason::LaunchFailed),
+                    )
+                    .await
+                }
+                LaunchFailure::Pending {
+                    message,
+                    retry_after,
+                } => {
+                    tracing::info!(node_claim = name, %message, ?retry_after, "launch in progress");
+                    outcome.requeue = Some(retry_after);
+                    self.mark_launch_unknown(node_claim, REASON_LAUNCHING, &message, None)
                         .await
                 }
                 LaunchFailure::PluginUnavailable => {
@@ -181,15 +219,15 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
         }
     }
 
-    /// Sets `Launched=Unknown`; the Warning event `event_reason` goes out only when the
-    /// condition changes, so a NodeClaim waiting on the same problem does not repeat it every
-    /// pass.
+    /// Sets `Launched=Unknown`; the Warning event `event_reason` (none for a launch that is
+    /// merely under way) goes out only when the condition changes, so a NodeClaim waiting on
+    /// the same problem does not repeat it every pass.
     async fn mark_launch_unknown(
         &self,
         node_claim: &NodeClaim,
         reason: &str,
         message: &str,
-        event_reason: Reason,
+        event_reason: Option<Reason>,
     ) -> Result<(), ClusterError> {
         let mut updated = node_claim.clone();
         let status = updated.status.get_or_insert_with(NodeClaimStatus::default);
@@ -204,6 +242,9 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
             return Ok(());
         }
         self.ctx.cluster.replace_status(&updated).await?;
+        let Some(event_reason) = event_reason else {
+            return Ok(());
+        };
         let name = node_claim.metadata.name.as_deref().unwrap_or_default();
         self.ctx.event(
             Self::node_claim_ref(name),

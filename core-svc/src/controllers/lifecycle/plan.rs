@@ -264,7 +264,19 @@ pub enum LaunchFailure {
     },
     /// The plugin could not be reached or answered nonsense: change nothing, try again.
     PluginUnavailable,
+    /// The launch is under way: set `Launched=Unknown` (reason [`REASON_LAUNCHING`]) and call
+    /// Create again after `retry_after`.
+    Pending {
+        /// The plugin's message, truncated.
+        message: String,
+        /// How soon to call Create again: the plugin's wish within 1 s to 1 min, by default
+        /// 5 seconds (the launch retry interval).
+        retry_after: Duration,
+    },
 }
+
+/// The `Launched=Unknown` reason while the plugin reports the launch pending.
+pub const REASON_LAUNCHING: &str = "Launching";
 
 /// How core reacts to a failed Create (the port's contract). Pure.
 pub fn launch_failure(error: &CloudProviderError) -> LaunchFailure {
@@ -285,6 +297,17 @@ pub fn launch_failure(error: &CloudProviderError) -> LaunchFailure {
         CloudProviderError::Unavailable(_) | CloudProviderError::InvalidResponse(_) => {
             LaunchFailure::PluginUnavailable
         }
+        CloudProviderError::LaunchPending {
+            message,
+            retry_after,
+        } => LaunchFailure::Pending {
+            message: truncated(message),
+            // Bounded: a plugin asking for less than a second would spin the controller, one
+            // asking for more than a minute would sleep past most of the launch timeout.
+            retry_after: retry_after
+                .unwrap_or(LAUNCH_RETRY)
+                .clamp(Duration::from_secs(1), Duration::from_secs(60)),
+        },
         CloudProviderError::NotFound(_)
         | CloudProviderError::Unsupported { .. }
         | CloudProviderError::Other { .. } => LaunchFailure::Unknown {

@@ -199,6 +199,28 @@ fn launch_failures_map_to_the_port_contract() {
 }
 
 #[test]
+fn a_pending_launch_is_asked_again_when_the_plugin_says_within_bounds() {
+    let pending = |retry_after: Option<u64>| {
+        launch_failure(&CloudProviderError::LaunchPending {
+            message: "host booting".into(),
+            retry_after: retry_after.map(std::time::Duration::from_secs),
+        })
+    };
+    let retry = |failure: LaunchFailure| match failure {
+        LaunchFailure::Pending { retry_after, .. } => retry_after.as_secs(),
+        other => panic!("expected Pending, got {other:?}"),
+    };
+    assert_eq!(retry(pending(Some(20))), 20);
+    assert_eq!(retry(pending(None)), LAUNCH_RETRY.as_secs());
+    assert_eq!(retry(pending(Some(0))), 1, "never a busy loop");
+    assert_eq!(
+        retry(pending(Some(3600))),
+        60,
+        "never past the launch timeout"
+    );
+}
+
+#[test]
 fn the_node_claims_own_labels_win_over_the_launchs() {
     let launched = LaunchedNodeClaim {
         provider_id: "fake:///z/i-1".into(),

@@ -114,6 +114,11 @@ impl CatalogueCache {
         self.lock().retain(|name, _| keep(name));
     }
 
+    /// Forgets `node_pool`'s catalogue, so that the next [`get`](Self::get) of it fetches.
+    pub fn forget(&self, node_pool: &str) {
+        self.lock().remove(node_pool);
+    }
+
     /// Forgets everything, so that the next [`get`](Self::get) of each NodePool fetches.
     pub fn clear(&self) {
         self.lock().clear();
