@@ -5,7 +5,8 @@ proto/karpenter/cloudprovider/v1, grpcio, and the standard health and reflection
 Its "cloud" is a dictionary in memory with three instance types in two zones, so it can run
 anywhere; a real plugin would call its cloud's API where this one touches `self.instances`.
 
-Run it (grpcio, grpcio-tools, grpcio-health-checking and grpcio-reflection from PyPI):
+Run it (grpcio, grpcio-tools, grpcio-health-checking, grpcio-reflection and grpcio-status from
+PyPI):
 
     python plugin.py --endpoint unix:///tmp/python-plugin.sock
 
@@ -28,7 +29,10 @@ from concurrent import futures
 from pathlib import Path
 
 import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_status import rpc_status
 from grpc_reflection.v1alpha import reflection
 from grpc_tools import protoc
 
@@ -67,6 +71,12 @@ types_pb2 = pb["types_pb2"]
 cp_pb2, cp_grpc = pb["cloudprovider_pb2"], pb["cloudprovider_pb2_grpc"]
 
 ZONES = ["example-zone-a", "example-zone-b"]
+ARCH = "amd64"
+CAPACITY_TYPE = "on-demand"
+NODE_CLASS = ("example.dev", "ExampleNodeClass")
+ERROR_DOMAIN = "cloudprovider.karpenter.v1"
+# What the node keeps for itself: allocatable = capacity - overhead.
+OVERHEAD = {"cpu": "100m", "memory": "256Mi"}
 # The label domain this provider owns, and its labels: declared to core by GetPluginVocabulary,
 # set on every instance type through its requirements.
 DOMAIN = "example.dev"
@@ -80,23 +90,67 @@ def requirement(key, *values):
     return types_pb2.Requirement(key=key, operator=types_pb2.OPERATOR_IN, values=list(values))
 
 
+def abort(context, code, reason, message, **metadata):
+    """Ends the call with `code` and the ErrorInfo the API asks for on every error."""
+    info = error_details_pb2.ErrorInfo(reason=reason, domain=ERROR_DOMAIN, metadata=metadata)
+    detail = any_pb2.Any()
+    detail.Pack(info)
+    status = status_pb2.Status(code=code.value[0], message=message, details=[detail])
+    context.abort_with_status(rpc_status.to_status(status))
+
+
+def allows(requirements, key, value):
+    """Whether every requirement on `key` admits `value` (In, NotIn, Exists, DoesNotExist)."""
+    for r in requirements:
+        if r.key != key:
+            continue
+        if r.operator == types_pb2.OPERATOR_IN and value not in r.values:
+            return False
+        if r.operator == types_pb2.OPERATOR_NOT_IN and value in r.values:
+            return False
+        if r.operator == types_pb2.OPERATOR_DOES_NOT_EXIST:
+            return False
+    return True
+
+
+def check_node_class(context, node_class):
+    """Refuses a node class of another kind than ours (an absent one is allowed)."""
+    if not node_class.fields:
+        return
+    api_version = node_class.fields["apiVersion"].string_value if "apiVersion" in node_class.fields else ""
+    kind = node_class.fields["kind"].string_value if "kind" in node_class.fields else ""
+    group = api_version.split("/")[0] if "/" in api_version else ""
+    if (group, kind) != NODE_CLASS:
+        found = f"{group}/{kind}"
+        abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_NODE_CLASS_KIND_UNSUPPORTED",
+              f"node_class: {found} is not a kind this plugin manages; it manages {NODE_CLASS[0]}/{NODE_CLASS[1]}",
+              kind=found)
+
+
+def allocatable(cpu, memory):
+    """Capacity less the overhead, in Kubernetes quantities."""
+    cpu_millis = int(cpu) * 1000 - int(OVERHEAD["cpu"].rstrip("m"))
+    memory_mi = int(memory.rstrip("Gi")) * 1024 - int(OVERHEAD["memory"].rstrip("Mi"))
+    return {"cpu": f"{cpu_millis}m", "memory": f"{memory_mi}Mi", "pods": "110"}
+
+
 def instance_type(name):
     cpu, memory, price = CATALOGUE[name]
     return types_pb2.InstanceType(
         name=name,
         requirements=[
             requirement("node.kubernetes.io/instance-type", name),
-            requirement("kubernetes.io/arch", "amd64"),
+            requirement("kubernetes.io/arch", ARCH),
             requirement("kubernetes.io/os", "linux"),
             requirement("topology.kubernetes.io/zone", *ZONES),
-            requirement("karpenter.sh/capacity-type", "on-demand"),
+            requirement("karpenter.sh/capacity-type", CAPACITY_TYPE),
             requirement(LABEL_SIZE, name),
             requirement(LABEL_CPU, cpu),
         ],
         offerings=[
             types_pb2.Offering(
                 zone=zone,
-                capacity_type="on-demand",
+                capacity_type=CAPACITY_TYPE,
                 price=price,
                 currency="USD",
                 availability=types_pb2.AVAILABILITY_AVAILABLE,
@@ -104,7 +158,7 @@ def instance_type(name):
             for zone in ZONES
         ],
         capacity={"cpu": cpu, "memory": memory, "pods": "110"},
-        overhead=types_pb2.Overhead(kube_reserved={"cpu": "100m", "memory": "256Mi"}),
+        overhead=types_pb2.Overhead(kube_reserved=OVERHEAD),
     )
 
 
@@ -150,6 +204,7 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
         )
 
     def GetInstanceTypes(self, request, context):
+        check_node_class(context, request.node_class)
         # One chunk per type, only to show the streaming: real plugins fill chunks up to ~1 MiB.
         for name in CATALOGUE:
             yield cp_pb2.GetInstanceTypesResponse(instance_types=[instance_type(name)])
@@ -157,38 +212,49 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
     def Create(self, request, context):
         claim = request.node_claim
         if not claim.name:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_claim.name is required")
-        allowed = [r for r in claim.spec.requirements if r.key == "node.kubernetes.io/instance-type"]
-        if not allowed or allowed[0].operator != types_pb2.OPERATOR_IN:
-            context.abort(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "node_claim.spec.requirements: an In requirement on node.kubernetes.io/instance-type is required",
-            )
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_FIELD",
+                  "node_claim.name: must not be empty", field="node_claim.name")
+        check_node_class(context, request.node_class)
+        requirements = list(claim.spec.requirements)
+        allowed = [r for r in requirements if r.key == "node.kubernetes.io/instance-type"]
+        if not allowed or allowed[0].operator != types_pb2.OPERATOR_IN or not allowed[0].values:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_FIELD",
+                  "node_claim.spec.requirements: an In requirement on node.kubernetes.io/instance-type is required",
+                  field="node_claim.spec.requirements")
         with self.lock:
             # Idempotent by name: a retried Create returns what the first one launched.
             if claim.name in self.instances:
                 return cp_pb2.CreateResponse(
                     node_claim=self.instances[claim.name], state=cp_pb2.LAUNCH_STATE_LAUNCHED
                 )
-            choices = [t for t in allowed[0].values if t in CATALOGUE]
-            if not choices:
-                context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"no instance type of {list(allowed[0].values)} exists")
+            # Every requirement is honoured: types, zones, capacity type, architecture.
+            choices = [t for t in allowed[0].values if t in CATALOGUE and allows(requirements, "kubernetes.io/arch", ARCH)
+                       and allows(requirements, "karpenter.sh/capacity-type", CAPACITY_TYPE)]
+            zones = [z for z in ZONES if allows(requirements, "topology.kubernetes.io/zone", z)]
+            if not choices or not zones:
+                abort(context, grpc.StatusCode.RESOURCE_EXHAUSTED, "ERROR_REASON_INSUFFICIENT_CAPACITY",
+                      f"no offering the NodeClaim allows exists: types [{' '.join(allowed[0].values)}], "
+                      f"zones [{' '.join(zones)}], capacity types [{CAPACITY_TYPE}] on {ARCH}",
+                      instance_types=",".join(allowed[0].values), zones=",".join(zones), capacity_types=CAPACITY_TYPE)
             cheapest = min(choices, key=lambda t: CATALOGUE[t][2])
             cpu, memory, _ = CATALOGUE[cheapest]
-            zone = ZONES[len(self.instances) % len(ZONES)]
+            zone = zones[len(self.instances) % len(zones)]
             launched = types_pb2.NodeClaim(
                 name=claim.name,
                 uid=claim.uid,
                 labels={
                     "node.kubernetes.io/instance-type": cheapest,
                     "topology.kubernetes.io/zone": zone,
-                    "karpenter.sh/capacity-type": "on-demand",
+                    "karpenter.sh/capacity-type": CAPACITY_TYPE,
+                    "kubernetes.io/arch": ARCH,
+                    LABEL_SIZE: cheapest,
+                    LABEL_CPU: cpu,
                 },
                 status=types_pb2.NodeClaimStatus(
                     provider_id=f"example://{zone}/{uuid.uuid4()}",
                     image_id="example-image-1",
                     capacity={"cpu": cpu, "memory": memory, "pods": "110"},
-                    allocatable={"cpu": cpu, "memory": memory, "pods": "110"},
+                    allocatable=allocatable(cpu, memory),
                     instance_state=types_pb2.INSTANCE_STATE_RUNNING,
                 ),
             )
@@ -197,15 +263,14 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
 
     def Delete(self, request, context):
         if not request.node_claim_name:
-            context.abort(grpc.StatusCode.INVALID_ARGUMENT, "node_claim_name is required")
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_FIELD",
+                  "node_claim_name: must not be empty", field="node_claim_name")
         with self.lock:
             name = request.node_claim_name
             known = self.instances.get(name)
             if known is not None and request.provider_id and known.status.provider_id != request.provider_id:
-                context.abort(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    f"provider_id {request.provider_id} is not the instance of {name}",
-                )
+                abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_FIELD",
+                      f"provider_id: {request.provider_id} is not the instance of {name}", field="provider_id")
             # This cloud terminates instantly; a real one answers TERMINATING until gone.
             self.instances.pop(name, None)
         return cp_pb2.DeleteResponse(state=cp_pb2.DELETION_STATE_GONE)
@@ -215,9 +280,22 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):
             for claim in self.instances.values():
                 if claim.status.provider_id == request.provider_id:
                     return cp_pb2.GetResponse(node_claim=claim)
-        context.abort(grpc.StatusCode.NOT_FOUND, f"no instance {request.provider_id}")
+        abort(context, grpc.StatusCode.NOT_FOUND, "ERROR_REASON_INSTANCE_NOT_FOUND",
+              f"no instance {request.provider_id}", provider_id=request.provider_id)
 
     def IsDrifted(self, request, context):
+        provider_id = request.node_claim.status.provider_id
+        if not provider_id:
+            abort(context, grpc.StatusCode.INVALID_ARGUMENT, "ERROR_REASON_INVALID_FIELD",
+                  "node_claim.status.provider_id: missing; IsDrifted needs a launched NodeClaim",
+                  field="node_claim.status.provider_id")
+        with self.lock:
+            known = any(c.status.provider_id == provider_id for c in self.instances.values())
+        if not known:
+            # An instance this plugin does not know is gone, never "not drifted".
+            abort(context, grpc.StatusCode.NOT_FOUND, "ERROR_REASON_INSTANCE_NOT_FOUND",
+                  f"no instance {provider_id}", provider_id=provider_id)
+        # This cloud has one image that never changes: a known instance never drifts.
         return cp_pb2.IsDriftedResponse()
 
 
