@@ -31,7 +31,7 @@ use serde_json::json;
 
 use super::nodeclaim::kube_quantities;
 use super::provisioning::input::usage_by_node_pool;
-use super::provisioning::selection::{node_class_readiness, validation};
+use super::provisioning::selection::validation;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::Cluster;
@@ -90,14 +90,14 @@ fn node_class_ready(node_class: Option<&DynamicObject>, require_ready: bool) -> 
             .unwrap_or_default()
             .to_owned()
     };
-    match node_class_readiness(node_class) {
-        Ok(()) => ok,
-        Err(_) if field("status") == "Unknown" => (
+    match field("status").as_str() {
+        "True" => ok,
+        "Unknown" => (
             ConditionStatus::Unknown,
             REASON_NODE_CLASS_READINESS_UNKNOWN.to_owned(),
             field("message"),
         ),
-        Err(_) => (
+        _ => (
             ConditionStatus::False,
             match field("reason") {
                 reason if reason.is_empty() => "NodeClassNotReady".to_owned(),
