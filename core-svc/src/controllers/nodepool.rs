@@ -27,7 +27,7 @@ use karpenter_api::condition::{self, CONDITION_READY};
 use karpenter_api::nodepool::{CONDITION_NODE_CLASS_READY, CONDITION_VALIDATION_SUCCEEDED};
 use karpenter_api::{ConditionStatus, LabelPolicy, NodePool, NodePoolStatus};
 use kube::core::DynamicObject;
-use serde_json::json;
+use serde_json::{Map, Value, json};
 
 use super::nodeclaim::kube_quantities;
 use super::provisioning::input::usage_by_node_pool;
@@ -158,6 +158,30 @@ pub fn desired_status(
     status
 }
 
+/// The merge patch that turns `existing` into `desired`. A merge patch merges maps key by key
+/// and leaves out what it does not name, so every resource `existing` counts and `desired`
+/// does not (the last GPU node gone, the NodePool scaled to zero) is deleted explicitly:
+/// otherwise the stale count would stay and every pass would write again. Conditions are a
+/// list, which a merge patch replaces whole. Pure.
+pub fn status_patch(existing: Option<&NodePoolStatus>, desired: &NodePoolStatus) -> Value {
+    let mut resources: Map<String, Value> = desired
+        .resources
+        .iter()
+        .map(|(name, quantity)| (name.clone(), Value::String(quantity.0.clone())))
+        .collect();
+    for name in existing
+        .into_iter()
+        .flat_map(|status| status.resources.keys())
+    {
+        resources.entry(name.clone()).or_insert(Value::Null);
+    }
+    json!({ "status": {
+        "conditions": desired.conditions,
+        "nodes": desired.nodes,
+        "resources": resources,
+    } })
+}
+
 /// The resource name the limits count nodes under.
 const NODES: &str = karpenter_api::nodepool::LIMIT_NODES;
 
@@ -183,7 +207,9 @@ impl<C: Cluster, P: CloudProvider> NodePoolStatusController<C, P> {
         }
     }
 
-    fn statuses(&self, snapshot: &Snapshot, now: Time) -> Vec<(String, NodePoolStatus)> {
+    /// Each NodePool whose status should change: its name, the new status, and the merge
+    /// patch that writes it.
+    fn statuses(&self, snapshot: &Snapshot, now: Time) -> Vec<(String, NodePoolStatus, Value)> {
         let usage = usage_by_node_pool(snapshot, &HashMap::new());
         snapshot
             .node_pools()
@@ -197,7 +223,10 @@ impl<C: Cluster, P: CloudProvider> NodePoolStatusController<C, P> {
                     usage.get(&name),
                     now.clone(),
                 );
-                (pool.status.as_ref() != Some(&desired)).then_some((name, desired))
+                (pool.status.as_ref() != Some(&desired)).then(|| {
+                    let patch = status_patch(pool.status.as_ref(), &desired);
+                    (name, desired, patch)
+                })
             })
             .collect()
     }
@@ -211,7 +240,7 @@ impl<C: Cluster, P: CloudProvider> Controller for NodePoolStatusController<C, P>
     async fn reconcile(&self) -> Result<Requeue, ControllerError> {
         let snapshot = self.ctx.cluster.snapshot().await?;
         let now = Time(self.ctx.clock.now());
-        for (name, status) in self.statuses(&snapshot, now) {
+        for (name, status, patch) in self.statuses(&snapshot, now) {
             if let Some(failed) =
                 condition::find(&status.conditions, CONDITION_VALIDATION_SUCCEEDED)
                     .filter(|c| c.status == ConditionStatus::False)
@@ -225,7 +254,7 @@ impl<C: Cluster, P: CloudProvider> Controller for NodePoolStatusController<C, P>
             }
             self.ctx
                 .cluster
-                .merge_patch_status::<NodePool>(None, &name, &json!({ "status": status }))
+                .merge_patch_status::<NodePool>(None, &name, &patch)
                 .await?;
         }
         Ok(Requeue::OnChange)
@@ -354,6 +383,61 @@ mod tests {
         let validated =
             condition::find(&failed.conditions, CONDITION_VALIDATION_SUCCEEDED).unwrap();
         assert_eq!(validated.last_transition_time, at(99));
+    }
+
+    /// RFC 7386 JSON merge patch, as the API server applies it: `null` deletes a key.
+    fn merge_patch(target: &mut Value, patch: &Value) {
+        let Value::Object(patch) = patch else {
+            *target = patch.clone();
+            return;
+        };
+        if !target.is_object() {
+            *target = json!({});
+        }
+        let Value::Object(object) = target else {
+            return;
+        };
+        for (key, value) in patch {
+            if value.is_null() {
+                object.remove(key);
+            } else {
+                merge_patch(object.entry(key.clone()).or_insert(Value::Null), value);
+            }
+        }
+    }
+
+    #[test]
+    fn the_patch_deletes_resources_no_longer_counted_and_applies_to_the_desired_status() {
+        let gpu = ResourceList::new()
+            .with(ResourceName::CPU, 4000)
+            .with(ResourceName::new("nvidia.com/gpu"), 1)
+            .with(ResourceName::new(NODES), 1);
+        let before = desired_status(
+            None,
+            Ok(()),
+            node_class_ready(None, false),
+            Some(&gpu),
+            at(1),
+        );
+        let after = desired_status(
+            Some(&before),
+            Ok(()),
+            node_class_ready(None, false),
+            None,
+            at(2),
+        );
+        let patch = status_patch(Some(&before), &after);
+        assert_eq!(patch["status"]["nodes"], json!(0));
+        assert_eq!(
+            patch["status"]["resources"],
+            json!({ "cpu": null, "nodes": null, "nvidia.com/gpu": null })
+        );
+        // Applied as the API server applies a merge patch, it gives exactly `after`: the next
+        // pass finds nothing to write.
+        let mut object = json!({ "status": serde_json::to_value(&before).unwrap() });
+        merge_patch(&mut object, &patch);
+        let applied: NodePoolStatus = serde_json::from_value(object["status"].clone()).unwrap();
+        assert_eq!(applied, after);
     }
 
     #[test]
