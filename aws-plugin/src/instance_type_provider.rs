@@ -16,11 +16,12 @@
 //! Time is read from a [`Clock`] the caller passes in, so tests advance a fake clock instead
 //! of sleeping.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
-use provider_sdk::v1::InstanceType;
+use core_domain::labels::LABEL_ARCH;
+use provider_sdk::v1::{Availability, InstanceType};
 use serde::de::DeserializeOwned;
 
 use crate::apis::ec2nodeclass::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy};
@@ -28,6 +29,33 @@ use crate::apis::kubelet::KubeletConfiguration;
 use crate::catalogue::CatalogueError;
 use crate::ec2::{AwsError, Ec2, InstanceTypeInfo};
 use crate::instance_types::{NodeSettings, Prices, Zone, instance_type};
+
+/// What a node class can launch: the zones it has subnets in and the architectures it has
+/// images for.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Launchable {
+    /// Zone names.
+    pub zones: BTreeSet<String>,
+    /// Kubernetes architectures (`amd64`, `arm64`).
+    pub architectures: BTreeSet<String>,
+}
+
+impl Launchable {
+    /// Marks every offering of `instance_type` unavailable when its architecture has no image.
+    fn mark_imageless(&self, instance_type: &mut InstanceType) {
+        let arch = instance_type
+            .requirements
+            .iter()
+            .find(|r| r.key == LABEL_ARCH);
+        let has_image =
+            arch.is_none_or(|r| r.values.iter().any(|a| self.architectures.contains(a)));
+        if !has_image {
+            for offering in &mut instance_type.offerings {
+                offering.availability = Availability::Unavailable as i32;
+            }
+        }
+    }
+}
 
 /// How long the EC2 answers are reused before they are fetched again (upstream refreshes
 /// instance types and offerings on a similar period).
@@ -224,18 +252,20 @@ impl InstanceTypeProvider {
         &self,
         node_class: Option<&serde_json::Value>,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
-        self.instance_types_in_zones(node_class, None).await
+        self.launchable_instance_types(node_class, None).await
     }
 
-    /// The catalogue with every offering outside `zones` (the zones where the node class has
-    /// a subnet) marked unavailable, as upstream: capacity the node class cannot launch into
-    /// must not be planned (the provisioner would create NodeClaims that can only fail).
-    /// `None`: every zone counts.
-    pub async fn instance_types_in_zones(
+    /// The catalogue with every offering the node class cannot launch marked unavailable:
+    /// outside `launchable`'s zones (where the node class has a subnet), as upstream, or of an
+    /// architecture it has no image for. Capacity the node class cannot launch must not be
+    /// planned (the provisioner would create NodeClaims that can only fail) nor announced as
+    /// available (the API's promise). `None`: everything counts.
+    pub async fn launchable_instance_types(
         &self,
         node_class: Option<&serde_json::Value>,
-        zones: Option<&std::collections::BTreeSet<String>>,
+        launchable: Option<&Launchable>,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        let zones = launchable.map(|l| &l.zones);
         // The node class first: a bad one is the caller's error whatever EC2 says.
         let settings = node_settings(node_class)?;
         let on_demand_prices = self
@@ -268,7 +298,7 @@ impl InstanceTypeProvider {
                     on_demand: on_demand_prices.get(name).copied(),
                     spot: snapshot.spot.get(name).cloned().unwrap_or_default(),
                 };
-                instance_type(
+                let mut instance_type = instance_type(
                     info,
                     &self.region,
                     &snapshot.zones,
@@ -276,7 +306,11 @@ impl InstanceTypeProvider {
                     &prices,
                     &settings,
                     &is_unavailable,
-                )
+                );
+                if let Some(launchable) = launchable {
+                    launchable.mark_imageless(&mut instance_type);
+                }
+                instance_type
             })
             .collect())
     }

@@ -35,7 +35,7 @@ use crate::drift;
 use crate::ec2::Ec2;
 use crate::iam::Iam;
 use crate::instance::InstanceProvider;
-use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider};
+use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, Launchable};
 use crate::node_class::{
     ClusterIdentity, NodeClassResolver, RESOLVE_AGAIN_AFTER, ResolveError, ResolvedNodeClass,
 };
@@ -432,9 +432,10 @@ impl CloudProviderService for AwsCloudProvider {
             .node_class
             .map(struct_to_json)
             .filter(|json| json.as_object().is_some_and(|o| !o.is_empty()));
-        // With a node class, only the zones it has subnets in are launchable; without one
-        // (someone browsing the catalogue with grpcurl) every zone is shown.
-        let zones = match &node_class {
+        // With a node class, only the zones it has subnets in and the architectures it has
+        // images for are launchable; without one (someone browsing the catalogue with grpcurl)
+        // everything is shown.
+        let launchable = match &node_class {
             Some(json) => {
                 let resolved = self.node_classes.resolve(json).await.map_err(|e| {
                     tracing::warn!(error = %e, "GetInstanceTypes: node class resolution failed");
@@ -446,19 +447,20 @@ impl CloudProviderService for AwsCloudProvider {
                         resolved.not_ready_message().unwrap_or_default(),
                     ));
                 }
-                Some(
-                    resolved
-                        .subnets
+                Some(Launchable {
+                    zones: resolved.subnets.iter().map(|s| s.zone.clone()).collect(),
+                    architectures: resolved
+                        .images
                         .iter()
-                        .map(|s| s.zone.clone())
-                        .collect::<std::collections::BTreeSet<_>>(),
-                )
+                        .map(|i| i.architecture.clone())
+                        .collect(),
+                })
             }
             None => None,
         };
         let types = self
             .instance_types
-            .instance_types_in_zones(node_class.as_ref(), zones.as_ref())
+            .launchable_instance_types(node_class.as_ref(), launchable.as_ref())
             .await
             .map_err(|e| {
                 tracing::warn!(error = %e, "GetInstanceTypes failed");
@@ -507,6 +509,14 @@ impl CloudProviderService for AwsCloudProvider {
         request: Request<DeleteRequest>,
     ) -> Result<Response<DeleteResponse>, Status> {
         let request = request.into_inner();
+        // Required by the API: it names what to terminate when Create never answered, and
+        // the log line of every termination.
+        if request.node_claim_name.is_empty() {
+            return Err(status::invalid_field(
+                "node_claim_name",
+                "must not be empty",
+            ));
+        }
         let state = self
             .instances
             .delete(&request.provider_id, &request.node_claim_name)
@@ -678,6 +688,30 @@ mod tests {
                 .iter()
                 .any(|o| o.zone == "us-east-1c" && o.is_available())
         );
+    }
+
+    #[tokio::test]
+    async fn offerings_of_an_architecture_without_an_image_are_unavailable() {
+        let f = Fixture::new();
+        let arm_available = |types: &[v1::InstanceType]| {
+            let m6g = types.iter().find(|t| t.name == "m6g.large").unwrap();
+            m6g.offerings.iter().any(v1::Offering::is_available)
+        };
+        let both = get(&provider(&f), with_kubelet(json!({}))).await.unwrap();
+        assert!(arm_available(&both), "the fixture has images for both");
+        // Only an x86_64 image selected: Create could never launch an arm64 type, so the
+        // catalogue must not call one available.
+        let image = f
+            .cloud
+            .ec2
+            .add_image("only-x86", "x86_64", "2026-01-01T00:00:00Z", vec![]);
+        let mut class = node_class();
+        class["spec"]["amiFamily"] = json!("AL2023");
+        class["spec"]["amiSelectorTerms"] = json!([{"id": image.id}]);
+        let amd64_only = get(&provider(&f), json_to_struct(&class)).await.unwrap();
+        assert!(!arm_available(&amd64_only));
+        let m5 = amd64_only.iter().find(|t| t.name == "m5.large").unwrap();
+        assert!(m5.offerings.iter().any(v1::Offering::is_available));
     }
 
     #[tokio::test]

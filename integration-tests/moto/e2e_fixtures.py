@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
-"""The AWS side of the end-to-end test (integration-tests/tests/e2e_aws_moto.rs), with boto3
-against the moto server at --endpoint. Every command prints one JSON object on stdout.
+"""The AWS side of the end-to-end tests (integration-tests/tests/e2e_aws_moto.rs and
+conformance.rs), with boto3 against the moto server at --endpoint. Every command prints one
+JSON object on stdout.
 
     e2e_fixtures.py --endpoint URL setup --discovery VALUE --role ROLE --image-name NAME
+                    [--arm64-image-name NAME]
         A VPC with one subnet in each of us-east-1a and us-east-1b and a security group, all
         tagged karpenter.sh/discovery=VALUE; the IAM role ROLE (aws-plugin creates the instance
-        profile for it); an x86_64 image NAME of this account.
+        profile for it); an x86_64 image NAME of this account, and an arm64 one if asked.
         -> {"subnets": {ZONE: ID}, "securityGroup": ID, "image": ID, "imageCreationDate": DATE}
 
     e2e_fixtures.py --endpoint URL publish-image --name NAME --after DATE
@@ -62,12 +64,12 @@ def tags(resource_type, discovery):
     ]
 
 
-def register_image(ec2, name):
-    """An x86_64 Linux image of this account. moto's RegisterImage leaves the architecture
-    out (no node runs such an image), CopyImage keeps the source's: so copy one of the
-    images moto ships."""
+def register_image(ec2, name, architecture="x86_64"):
+    """A Linux image of this account for ARCHITECTURE. moto's RegisterImage leaves the
+    architecture out (no node runs such an image), CopyImage keeps the source's: so copy one
+    of the images moto ships."""
     shipped = ec2.describe_images(
-        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": ["x86_64"]}]
+        Owners=["amazon"], Filters=[{"Name": "architecture", "Values": [architecture]}]
     )["Images"]
     source = min(i["ImageId"] for i in shipped if not i.get("Platform"))
     return ec2.copy_image(SourceImageId=source, SourceRegion=REGION, Name=name)["ImageId"]
@@ -98,6 +100,8 @@ def setup(args):
     )["GroupId"]
     iam.create_role(RoleName=args.role, AssumeRolePolicyDocument=ASSUME_ROLE_POLICY)
     image = register_image(ec2, args.image_name)
+    if args.arm64_image_name:
+        register_image(ec2, args.arm64_image_name, "arm64")
     return {
         "subnets": subnets,
         "securityGroup": group,
@@ -156,6 +160,7 @@ def main():
     p.add_argument("--discovery", required=True)
     p.add_argument("--role", required=True)
     p.add_argument("--image-name", required=True)
+    p.add_argument("--arm64-image-name", help="also an arm64 image of this name")
     p.set_defaults(run=setup)
     p = commands.add_parser("publish-image")
     p.add_argument("--name", required=True)

@@ -16,8 +16,13 @@ pub enum InstanceError {
         message: String,
     },
     /// No offering the NodeClaim allows could be launched.
-    #[error("insufficient capacity: {0}")]
-    InsufficientCapacity(String),
+    #[error("insufficient capacity: {why}")]
+    InsufficientCapacity {
+        /// Which step left nothing, or what CreateFleet said.
+        why: String,
+        /// The offerings that were wanted or tried.
+        tried: Tried,
+    },
     /// The node class is not ready.
     #[error("{message}")]
     NodeClassNotReady {
@@ -59,7 +64,9 @@ impl InstanceError {
         let message = self.to_string();
         match self {
             Self::InvalidArgument { field, message } => status::invalid_field(field, message),
-            Self::InsufficientCapacity(_) => status::insufficient_capacity(message, HashMap::new()),
+            Self::InsufficientCapacity { tried, .. } => {
+                status::insufficient_capacity(message, tried.metadata())
+            }
             Self::NodeClassNotReady {
                 node_class,
                 message,
@@ -68,11 +75,72 @@ impl InstanceError {
             Self::NotManaged(_) | Self::Misconfigured(_) => {
                 status::plugin_internal(tonic::Code::FailedPrecondition, message)
             }
+            // A capacity error outside a fleet (none today): nothing known to name.
             Self::Aws(AwsError::InsufficientCapacity { .. }) => {
                 status::insufficient_capacity(message, HashMap::new())
             }
             Self::Aws(aws) => crate::provider::aws_status(aws, message),
         }
+    }
+}
+
+/// The offerings an insufficient-capacity answer names, as the API's ErrorInfo metadata
+/// `instance_types`, `zones` and `capacity_types` (comma-separated; an empty set is left out).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tried {
+    /// Instance type names.
+    pub instance_types: BTreeSet<String>,
+    /// Zone names.
+    pub zones: BTreeSet<String>,
+    /// `on-demand`, `spot`, `reserved`.
+    pub capacity_types: BTreeSet<String>,
+}
+
+impl Tried {
+    /// What a launch plan tried: its options' types and zones, and its capacity type.
+    pub(super) fn plan(plan: &Plan) -> Self {
+        Tried {
+            instance_types: plan
+                .options
+                .iter()
+                .map(|o| o.instance_type.clone())
+                .collect(),
+            zones: plan.options.iter().map(|o| o.zone.clone()).collect(),
+            capacity_types: BTreeSet::from([plan.capacity_type.as_str().to_owned()]),
+        }
+    }
+
+    /// What a NodeClaim asked for: the values of its `In` requirements on the instance type,
+    /// the zone and the capacity type.
+    pub(super) fn asked(requirements: &core_domain::requirements::Requirements) -> Self {
+        let values = |key: &str| -> BTreeSet<String> {
+            requirements
+                .get(key)
+                .filter(|r| r.operator() == core_domain::requirements::Operator::In)
+                .map(|r| r.values().map(str::to_owned).collect())
+                .unwrap_or_default()
+        };
+        Tried {
+            instance_types: values(LABEL_INSTANCE_TYPE),
+            zones: values(LABEL_TOPOLOGY_ZONE),
+            capacity_types: values(LABEL_CAPACITY_TYPE),
+        }
+    }
+
+    /// The ErrorInfo metadata.
+    pub fn metadata(&self) -> HashMap<String, String> {
+        [
+            ("instance_types", &self.instance_types),
+            ("zones", &self.zones),
+            ("capacity_types", &self.capacity_types),
+        ]
+        .into_iter()
+        .filter(|(_, values)| !values.is_empty())
+        .map(|(key, values)| {
+            let joined: Vec<&str> = values.iter().map(String::as_str).collect();
+            (key.to_owned(), joined.join(","))
+        })
+        .collect()
     }
 }
 

@@ -51,8 +51,8 @@ use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
 use fleet::{Constraints, Plan, PlanError};
 use launch_template::{LaunchConfig, LaunchTemplates};
 
-pub use error::InstanceError;
 use error::bootstrap_error;
+pub use error::{InstanceError, Tried};
 use provider_id::is_instance_id;
 pub use provider_id::{parse_provider_id, provider_id};
 
@@ -317,7 +317,10 @@ impl InstanceProvider {
             },
         )
         .map_err(|e| match e {
-            PlanError::NoCapacity(why) => InstanceError::InsufficientCapacity(why),
+            PlanError::NoCapacity(why) => InstanceError::InsufficientCapacity {
+                why,
+                tried: Tried::asked(&request.requirements),
+            },
             PlanError::MinValues(_) => {
                 InstanceError::invalid("node_claim.spec.requirements", e.to_string())
             }
@@ -349,7 +352,7 @@ impl InstanceProvider {
         let result = self.create_fleet(&fleet_request, &groups).await?;
         self.mark_unavailable(&result, &plan);
         let Some(instance) = result.instances.first() else {
-            return Err(fleet_failure(&result));
+            return Err(fleet_failure(&result, &plan));
         };
         let option = plan.options.iter().find(|o| {
             o.instance_type == instance.instance_type
@@ -684,7 +687,7 @@ fn zone_id_of(resolved: &ResolvedNodeClass, subnet_id: Option<&str>) -> Option<S
 /// The error of a fleet that launched nothing: insufficient capacity when every override
 /// failed for capacity (upstream's rule), otherwise the first other AWS error with every
 /// distinct failure in the message.
-fn fleet_failure(result: &FleetResult) -> InstanceError {
+fn fleet_failure(result: &FleetResult, plan: &Plan) -> InstanceError {
     let distinct: BTreeSet<String> = result
         .errors
         .iter()
@@ -696,10 +699,13 @@ fn fleet_failure(result: &FleetResult) -> InstanceError {
         .iter()
         .find(|e| !e.error.is_insufficient_capacity())
     {
-        None if !result.errors.is_empty() => InstanceError::InsufficientCapacity(format!(
-            "CreateFleet launched none of the {} offerings tried: {summary}",
-            result.errors.len()
-        )),
+        None if !result.errors.is_empty() => InstanceError::InsufficientCapacity {
+            why: format!(
+                "CreateFleet launched none of the {} offerings tried: {summary}",
+                result.errors.len()
+            ),
+            tried: Tried::plan(plan),
+        },
         None => InstanceError::Aws(AwsError::from_code(
             "NoInstanceLaunched",
             "CreateFleet launched no instance and reported no error",

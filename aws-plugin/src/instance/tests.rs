@@ -439,7 +439,7 @@ async fn every_offering_failing_is_resource_exhausted_with_the_reason() {
     }
     let err = h.create(&m5_on_demand("claim-1")).await.unwrap_err();
     assert!(
-        matches!(err, InstanceError::InsufficientCapacity(_)),
+        matches!(err, InstanceError::InsufficientCapacity { .. }),
         "{err:?}"
     );
     let status = err.to_status();
@@ -452,6 +452,11 @@ async fn every_offering_failing_is_resource_exhausted_with_the_reason() {
         status.message().contains("InsufficientInstanceCapacity"),
         "{status:?}"
     );
+    // The ErrorInfo names what CreateFleet tried, for tools and for people.
+    let info = tonic_types::StatusExt::get_details_error_info(&status).unwrap();
+    assert_eq!(info.metadata["instance_types"], "m5.large,m5.xlarge");
+    assert_eq!(info.metadata["zones"], "us-east-1a,us-east-1b");
+    assert_eq!(info.metadata["capacity_types"], "on-demand");
     assert!(
         h.types
             .is_unavailable("m5.xlarge", "us-east-1b", "on-demand")
@@ -461,7 +466,7 @@ async fn every_offering_failing_is_resource_exhausted_with_the_reason() {
     // be out of capacity.
     let err = h.create(&m5_on_demand("claim-1")).await.unwrap_err();
     assert!(
-        matches!(err, InstanceError::InsufficientCapacity(_)),
+        matches!(err, InstanceError::InsufficientCapacity { .. }),
         "{err:?}"
     );
     assert!(
@@ -469,6 +474,10 @@ async fn every_offering_failing_is_resource_exhausted_with_the_reason() {
             .contains("in the node class's zones [us-east-1a, us-east-1b] is available"),
         "{err}"
     );
+    // Nothing tried this time: the ErrorInfo names what the NodeClaim asked for.
+    let status = err.to_status();
+    let info = tonic_types::StatusExt::get_details_error_info(&status).unwrap();
+    assert!(info.metadata.contains_key("instance_types"), "{info:?}");
     assert_eq!(h.ec2().calls("CreateFleet"), 1);
 }
 

@@ -240,7 +240,8 @@ impl Capabilities {
     }
 }
 
-fn validate_info(
+/// Checks a GetPluginInfo answer: a domain-form name, a version and an API version `1.x`.
+pub fn validate_info(
     info: provider_sdk::v1::GetPluginInfoResponse,
 ) -> Result<PluginInfo, HandshakeError> {
     let invalid = |field, problem: String| HandshakeError::InvalidAnswer {
@@ -280,7 +281,9 @@ fn validate_info(
 /// Checks a vocabulary: every key a prefixed label key outside core's own labels and domains,
 /// declared once with a known value type; every domain a DNS subdomain that restricts none of
 /// core's. A plugin that broke these rules would silently change what users may write.
-fn validate_vocabulary(answer: GetPluginVocabularyResponse) -> Result<Vocabulary, HandshakeError> {
+pub fn validate_vocabulary(
+    answer: GetPluginVocabularyResponse,
+) -> Result<Vocabulary, HandshakeError> {
     let invalid = |field, problem: String| HandshakeError::InvalidAnswer {
         rpc: "GetPluginVocabulary",
         field,
@@ -393,7 +396,9 @@ fn is_plugin_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | '_'))
 }
 
-fn validate_node_classes(node_classes: &[NodeClassKind]) -> Result<(), HandshakeError> {
+/// Checks a GetSupportedNodeClasses answer: at least one kind, each with a group, a version
+/// and a kind, none twice.
+pub fn validate_node_classes(node_classes: &[NodeClassKind]) -> Result<(), HandshakeError> {
     let invalid = |field, problem: String| HandshakeError::InvalidAnswer {
         rpc: "GetSupportedNodeClasses",
         field,
@@ -417,6 +422,15 @@ fn validate_node_classes(node_classes: &[NodeClassKind]) -> Result<(), Handshake
                     format!("[{i}].{field} must not be empty"),
                 ));
             }
+        }
+        if node_classes[..i]
+            .iter()
+            .any(|earlier| earlier.group == kind.group && earlier.kind == kind.kind)
+        {
+            return Err(invalid(
+                "node_classes",
+                format!("[{i}]: {}/{} appears twice", kind.group, kind.kind),
+            ));
         }
     }
     Ok(())
@@ -484,6 +498,13 @@ mod tests {
             .to_string();
         assert!(
             error.contains("node_classes: [1].group must not be empty"),
+            "{error}"
+        );
+        let error = validate_node_classes(&[kind("karpenter.k8s.aws"), kind("karpenter.k8s.aws")])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.contains("[1]: karpenter.k8s.aws/EC2NodeClass appears twice"),
             "{error}"
         );
     }

@@ -9,6 +9,7 @@ pub mod instance_types;
 
 pub use handshake::{
     Capabilities, Handshake, HandshakeError, PluginInfo, Vocabulary, handshake, probe,
+    validate_info, validate_node_classes, validate_vocabulary,
 };
 
 use std::time::Duration;

@@ -9,6 +9,7 @@
 //! UNAVAILABLE whatever its code: tonic turns a missing Unix socket into NOT_FOUND, which must
 //! never reach Delete or Get as "the instance is gone".
 
+pub mod answers;
 mod convert;
 mod metrics;
 
