@@ -29,7 +29,7 @@ fn core_svc_handshakes_with_a_python_plugin() {
     );
     assert_eq!(
         answer.trim(),
-        "plugin example.python.plugin 0.1.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: Get, IsDrifted; labels: 2 in domains [example.dev]; ready: yes"
+        "plugin example.python.plugin 0.2.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies; labels: 2 in domains [example.dev]; ready: yes"
     );
 }
 
@@ -64,7 +64,7 @@ async fn the_rust_client_drives_a_python_plugin_through_its_lifecycle() {
     while let Some(chunk) = stream.next().await {
         names.extend(chunk.unwrap().instance_types.into_iter().map(|t| t.name));
     }
-    assert_eq!(names, ["small", "medium", "large"]);
+    assert_eq!(names, ["small", "medium", "medium-arm", "large"]);
 
     let create = || CreateRequest {
         node_claim: Some(node_claim("default-abcde", &["large", "medium"])),
@@ -120,15 +120,12 @@ async fn the_rust_client_drives_a_python_plugin_through_its_lifecycle() {
     }
 }
 
-/// What the API asks of every plugin, asked of the Python one: requirements honoured, an
-/// overhead between capacity and allocatable, foreign node classes refused, an unknown
-/// instance NOT_FOUND (never "not drifted"), and an ErrorInfo on every error.
+/// The grpcurl recipe's request shape: IsDrifted of the NodeClaim as kubectl prints it
+/// (`node_claim_object`), with the node class now selecting another image. (Every promise of
+/// the API is checked by the conformance suite, `tests/conformance.rs`.)
 #[tokio::test]
-async fn the_python_plugin_keeps_the_api_s_promises() {
-    use provider_sdk::status::{error_reason, has_error_info};
-    use provider_sdk::v1::{
-        ErrorReason, IsDriftedRequest, NodeClaimStatus, Operator, ResolveNodeClassRequest,
-    };
+async fn the_python_plugin_explains_drift_of_a_node_claim_as_kubectl_prints_it() {
+    use provider_sdk::v1::IsDriftedRequest;
 
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("python.sock");
@@ -136,128 +133,47 @@ async fn the_python_plugin_keeps_the_api_s_promises() {
     let channel = provider_sdk::connect::connect(&Endpoint::Unix(socket), None).unwrap();
     let mut cloud = CloudProviderServiceClient::new(channel);
 
-    // Zone: only zone b allowed.
-    let mut zoned = node_claim("default-zoned", &["small"]);
-    zoned
-        .spec
-        .as_mut()
-        .unwrap()
-        .requirements
-        .push(Requirement::in_values(
-            "topology.kubernetes.io/zone",
-            ["example-zone-b"],
-        ));
+    let node_class = |image: &str| {
+        provider_sdk::json::json_to_struct(&serde_json::json!({
+            "apiVersion": "example.dev/v1", "kind": "ExampleNodeClass",
+            "metadata": {"name": "default"}, "spec": {"image": image},
+        }))
+    };
     let launched = cloud
         .create(CreateRequest {
-            node_claim: Some(zoned),
-            node_class: None,
+            node_claim: Some(node_claim("default-drift", &["small"])),
+            node_class: node_class("example-image-1"),
         })
         .await
         .unwrap()
-        .into_inner();
-    assert_eq!(launched.state(), provider_sdk::v1::LaunchState::Launched);
-    let launched = launched.node_claim.unwrap();
-    assert_eq!(
-        launched.labels["topology.kubernetes.io/zone"],
-        "example-zone-b"
-    );
-    let status = launched.status.clone().unwrap();
-    assert_eq!(status.capacity["cpu"], "2");
-    assert_eq!(
-        status.allocatable["cpu"], "1900m",
-        "capacity less the overhead"
-    );
-
-    // Capacity type and architecture the cloud does not have: insufficient capacity.
-    for (key, value) in [
-        ("karpenter.sh/capacity-type", "spot"),
-        ("kubernetes.io/arch", "arm64"),
-    ] {
-        let mut claim = node_claim("default-spot", &["small"]);
-        claim
-            .spec
-            .as_mut()
-            .unwrap()
-            .requirements
-            .push(Requirement::in_values(key, [value]));
-        let error = cloud
-            .create(CreateRequest {
-                node_claim: Some(claim),
-                node_class: None,
-            })
-            .await
-            .unwrap_err();
-        assert_eq!(error.code(), tonic::Code::ResourceExhausted, "{key}");
-        assert_eq!(
-            error_reason(&error),
-            Some(ErrorReason::InsufficientCapacity),
-            "{key}"
-        );
-    }
-
-    // No instance-type requirement: refused, naming the field.
-    let mut untyped = node_claim("default-untyped", &["small"]);
-    untyped.spec.as_mut().unwrap().requirements[0].operator = Operator::Exists as i32;
-    let error = cloud
-        .create(CreateRequest {
-            node_claim: Some(untyped),
-            node_class: None,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(error.code(), tonic::Code::InvalidArgument);
-    assert_eq!(error_reason(&error), Some(ErrorReason::InvalidField));
-
-    // A node class of another kind.
-    let foreign = provider_sdk::json::json_to_struct(&serde_json::json!({
-        "apiVersion": "karpenter.k8s.aws/v1", "kind": "EC2NodeClass", "metadata": { "name": "x" },
-    }));
-    let error = cloud
-        .create(CreateRequest {
-            node_claim: Some(node_claim("default-foreign", &["small"])),
-            node_class: foreign,
-        })
-        .await
-        .unwrap_err();
-    assert_eq!(
-        error_reason(&error),
-        Some(ErrorReason::NodeClassKindUnsupported)
-    );
-
-    // IsDrifted: the launched instance is not drifted; an unknown one is NOT_FOUND.
-    let drifted = cloud
-        .is_drifted(IsDriftedRequest {
-            node_claim: Some(launched),
-            ..IsDriftedRequest::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    assert_eq!(drifted.reason, "");
-    let unknown = NodeClaim {
-        name: "someone-else".into(),
-        status: Some(NodeClaimStatus {
-            provider_id: "example://example-zone-a/unknown".into(),
-            ..NodeClaimStatus::default()
-        }),
-        ..NodeClaim::default()
+        .into_inner()
+        .node_claim
+        .unwrap();
+    let provider_id = launched.status.unwrap().provider_id;
+    let as_kubectl_prints_it = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1", "kind": "NodeClaim",
+        "metadata": {"name": "default-drift"},
+        "status": {"providerID": provider_id},
+    });
+    let ask = |image: &str| IsDriftedRequest {
+        node_claim: None,
+        node_class: node_class(image),
+        node_claim_object: provider_sdk::json::json_to_struct(&as_kubectl_prints_it),
     };
-    let error = cloud
-        .is_drifted(IsDriftedRequest {
-            node_claim: Some(unknown),
-            ..IsDriftedRequest::default()
-        })
+    let same = cloud
+        .is_drifted(ask("example-image-1"))
         .await
-        .unwrap_err();
-    assert_eq!(error.code(), tonic::Code::NotFound);
-    assert_eq!(error_reason(&error), Some(ErrorReason::InstanceNotFound));
-
-    // An RPC the plugin leaves out answers UNIMPLEMENTED (the SDK-less default), which is
-    // not an error core needs details for; every other error above carried an ErrorInfo.
-    let unimplemented = cloud
-        .resolve_node_class(ResolveNodeClassRequest::default())
+        .unwrap()
+        .into_inner();
+    assert_eq!(same.reason, "");
+    let drifted = cloud
+        .is_drifted(ask("example-image-2"))
         .await
-        .unwrap_err();
-    assert_eq!(unimplemented.code(), tonic::Code::Unimplemented);
-    assert!(!has_error_info(&unimplemented));
+        .unwrap()
+        .into_inner();
+    assert_eq!(drifted.reason, "ImageDrift");
+    assert_eq!(
+        drifted.message,
+        "instance runs example-image-1; the node class now selects example-image-2"
+    );
 }
