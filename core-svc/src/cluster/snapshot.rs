@@ -135,6 +135,13 @@ impl Snapshot {
         find(&self.nodes, "", name)
     }
 
+    /// Where the Node called `name` is in [`Snapshot::nodes`].
+    pub fn node_position(&self, name: &str) -> Option<usize> {
+        self.nodes
+            .binary_search_by(|node| sort_key(node.as_ref()).cmp(&("", name)))
+            .ok()
+    }
+
     /// The Pod `namespace/name`.
     pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
         find(&self.pods, namespace, name)

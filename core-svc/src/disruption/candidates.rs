@@ -39,6 +39,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
+use std::sync::OnceLock;
 
 use core_domain::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL};
 use jiff::Timestamp;
@@ -268,7 +269,8 @@ fn node_provider_id(node: &Node) -> &str {
 /// The NodeClaims by provider ID (the first one in the snapshot's order, should two share one);
 /// a NodeClaim not launched yet has none and is left out.
 pub fn node_claims_by_provider_id(snapshot: &Snapshot) -> HashMap<&str, &NodeClaim> {
-    let mut by_id = HashMap::new();
+    // Sized for every NodeClaim at once: growing would hash every key again.
+    let mut by_id = HashMap::with_capacity(snapshot.node_claims.len());
     for claim in snapshot.node_claims() {
         let id = claim
             .status
@@ -292,6 +294,18 @@ pub fn node_claim_of<'a>(
         return None;
     }
     claims.get(id).copied()
+}
+
+/// The graceful class's verdict from the eventual one: the same, except that a pod block the
+/// eventual class ignores (for a NodeClaim with `terminationGracePeriod`) holds the node back.
+fn graceful<'a>(eventual: &Result<Candidate<'a>, Blocked>) -> Result<Candidate<'a>, Blocked> {
+    match eventual {
+        Ok(candidate) => match &candidate.ignored_pod_block {
+            Some(block) => Err(block.clone()),
+            None => Ok(candidate.clone()),
+        },
+        Err(blocked) => Err(blocked.clone()),
+    }
 }
 
 /// Where `pod` lives: the identity of a snapshot's pod object, which the snapshot's pods keep
@@ -390,7 +404,8 @@ struct PreparedPdb {
 
 /// Decides which nodes are candidates, over one snapshot at one instant. Building it indexes
 /// the snapshot once (NodeClaims by provider ID, pods by node, every budget's allowance), so
-/// asking about many nodes costs little.
+/// asking about many nodes costs little; each node's verdict is worked out once, on the first
+/// question, whichever class it is for (its private `verdicts` field says why).
 #[derive(Debug)]
 pub struct CandidateSelector<'a> {
     snapshot: &'a Snapshot,
@@ -402,6 +417,12 @@ pub struct CandidateSelector<'a> {
     /// The positions in `pdbs` of the budgets that select each pod of the snapshot, by the
     /// pod's address in the snapshot (see [`address`]).
     pdbs_of_pod: HashMap<usize, Vec<usize>>,
+    /// Each Node's verdict for the eventual class, by its position in the snapshot's Nodes,
+    /// once asked for. A pass asks about every node for each class its methods use, and
+    /// explains the ones left out with the same question again: a verdict depends on nothing
+    /// that changes while the selector lives (its snapshot, instant and nominations are
+    /// fixed), and the graceful verdict follows from the eventual one ([`graceful`]).
+    verdicts: Vec<OnceLock<Result<Candidate<'a>, Blocked>>>,
 }
 
 impl<'a> CandidateSelector<'a> {
@@ -464,6 +485,7 @@ impl<'a> CandidateSelector<'a> {
             pods_by_node: snapshot.pods_by_node(),
             pdbs,
             pdbs_of_pod,
+            verdicts: snapshot.nodes.iter().map(|_| OnceLock::new()).collect(),
         }
     }
 
@@ -515,7 +537,38 @@ impl<'a> CandidateSelector<'a> {
         node_name: &str,
         class: DisruptionClass,
     ) -> Result<Candidate<'a>, Blocked> {
-        let node = self.snapshot.node(node_name).ok_or(Blocked::NodeNotFound)?;
+        let position = self
+            .snapshot
+            .node_position(node_name)
+            .ok_or(Blocked::NodeNotFound)?;
+        self.verdict_at(position, class)
+    }
+
+    /// [`Self::candidate`] for the Node at `position` in the snapshot's Nodes, from the
+    /// eventual verdict worked out on the first question about it.
+    fn verdict_at(
+        &self,
+        position: usize,
+        class: DisruptionClass,
+    ) -> Result<Candidate<'a>, Blocked> {
+        let (Some(node), Some(slot)) = (
+            self.snapshot.nodes.get(position),
+            self.verdicts.get(position),
+        ) else {
+            return Err(Blocked::NodeNotFound);
+        };
+        let eventual = slot.get_or_init(|| self.evaluate(node));
+        match class {
+            DisruptionClass::Eventual => eventual.clone(),
+            DisruptionClass::Graceful => graceful(eventual),
+        }
+    }
+
+    /// Whether `node` is a candidate for the eventual class, or the first reason it is not: a
+    /// pod block is ignored (and kept on the candidate) only when the NodeClaim has a
+    /// `terminationGracePeriod`.
+    fn evaluate(&self, node: &'a Node) -> Result<Candidate<'a>, Blocked> {
+        let node_name = node_name(node);
         let node_claim = self.node_claim(node).ok_or(Blocked::Unmanaged)?;
         if !is_initialized(node, node_claim) {
             return Err(Blocked::NotInitialized);
@@ -543,12 +596,10 @@ impl<'a> CandidateSelector<'a> {
                 .ok_or_else(|| Blocked::NodePoolMissing {
                     node_pool: pool_name.to_owned(),
                 })?;
-        let name = node.metadata.name.as_deref().unwrap_or_default();
-        let pods = self.pods_on(name).to_vec();
+        let pods = self.pods_on(node_name).to_vec();
         let mut ignored_pod_block = None;
         if let Some(block) = self.pod_block(&pods) {
-            let grace = node_claim.spec.termination_grace_period.is_some();
-            if class == DisruptionClass::Eventual && grace {
+            if node_claim.spec.termination_grace_period.is_some() {
                 ignored_pod_block = Some(block);
             } else {
                 return Err(block);
@@ -568,7 +619,7 @@ impl<'a> CandidateSelector<'a> {
         let reschedule_disruption_cost =
             cost::reschedule_disruption_cost(reschedulable_pods.iter().copied(), self.snapshot);
         Ok(Candidate {
-            name,
+            name: node_name,
             node,
             node_claim,
             node_pool,
@@ -655,12 +706,11 @@ impl<'a> CandidateSelector<'a> {
         &self,
         class: DisruptionClass,
     ) -> Vec<(&'a str, Result<Candidate<'a>, Blocked>)> {
-        self.snapshot
-            .nodes()
-            .map(|node| {
-                let name = node_name(node);
-                (name, self.candidate(name, class))
-            })
+        let nodes: &'a [std::sync::Arc<Node>] = &self.snapshot.nodes;
+        nodes
+            .iter()
+            .enumerate()
+            .map(|(position, node)| (node_name(node), self.verdict_at(position, class)))
             .collect()
     }
 

@@ -28,16 +28,7 @@ pub fn due_nodes(
     acted_on: &BTreeSet<String>,
 ) -> Vec<(String, String, Option<DisruptionReason>)> {
     let claims = crate::disruption::candidates::node_claims_by_provider_id(snapshot);
-    let involved: HashSet<&str> = in_flight
-        .iter()
-        .flat_map(|command| {
-            command
-                .candidates
-                .iter()
-                .map(String::as_str)
-                .chain(command.replacements.iter().map(|r| r.name.as_str()))
-        })
-        .collect();
+    let involved: HashSet<&str> = in_flight.iter().flat_map(InFlight::node_claims).collect();
     let mut due = Vec::new();
     for node in snapshot.nodes() {
         let Some(claim) = crate::disruption::candidates::node_claim_of(&claims, node) else {

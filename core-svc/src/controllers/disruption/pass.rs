@@ -3,7 +3,7 @@
 //! from the controller so that the benchmark (`benches/disruption.rs`) and the tests run it on
 //! a snapshot, without any port.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 use jiff::Timestamp;
 use karpenter_api::{DisruptionReason, NodePool};
@@ -77,9 +77,11 @@ struct Prepared<'a> {
 }
 
 impl<'a> Prepared<'a> {
-    fn new(
+    /// `selector` may outlive the pass's own borrows (`leaving`): its candidates are taken for
+    /// the shorter of the two.
+    fn new<'s: 'a>(
         inputs: PassInputs<'a>,
-        selector: &CandidateSelector<'a>,
+        selector: &CandidateSelector<'s>,
         leaving: &'a BTreeSet<String>,
         classes: &[DisruptionClass],
     ) -> Self {
@@ -106,6 +108,9 @@ impl<'a> Prepared<'a> {
             })
             .map(|observation| observation.node.as_str())
             .collect();
+        // Every NodeClaim a command in flight involves ([`InFlight::involves`]), gathered once:
+        // each candidate of each class is checked against all of them.
+        let involved: HashSet<&str> = in_flight.iter().flat_map(InFlight::node_claims).collect();
         let mut candidates = BTreeMap::new();
         for &class in classes {
             if candidates.contains_key(&class) {
@@ -113,8 +118,7 @@ impl<'a> Prepared<'a> {
             }
             let mut list = selector.candidates(class);
             list.retain(|candidate| {
-                let claim = candidate.node_claim_name();
-                !in_flight.iter().any(|command| command.involves(claim))
+                !involved.contains(candidate.node_claim_name())
                     && !held_back.contains(candidate.name)
             });
             candidates.insert(class, list);

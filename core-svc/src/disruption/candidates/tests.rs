@@ -653,3 +653,90 @@ fn given_several_candidates_then_they_come_cheapest_first_ties_by_name() {
     let all = selector.evaluate_all(DisruptionClass::Graceful);
     assert_eq!(all.len(), 3);
 }
+
+/// What a verdict says, comparable: the candidate's name, pods and costs, or the block.
+fn summary(verdict: Result<Candidate<'_>, Blocked>) -> Result<String, Blocked> {
+    verdict.map(|candidate| {
+        let pods: Vec<&str> = candidate
+            .pods
+            .iter()
+            .filter_map(|pod| pod.metadata.name.as_deref())
+            .collect();
+        format!(
+            "{} {pods:?} {} {} {:?}",
+            candidate.name,
+            candidate.disruption_cost,
+            candidate.reschedule_disruption_cost,
+            candidate.ignored_pod_block
+        )
+    })
+}
+
+#[test]
+fn given_a_selector_then_each_verdict_is_worked_out_once_and_a_new_snapshot_is_judged_afresh() {
+    let mut snapshot = snapshot();
+    snapshot.node_claims[1] = Arc::new(node_claim(
+        "b",
+        "default",
+        json!({"terminationGracePeriod": "1h"}),
+    ));
+    set_annotation(
+        pod_mut(&mut snapshot, "db-1"),
+        ANNOTATION_DO_NOT_DISRUPT,
+        "true",
+    );
+    snapshot.sort();
+    let nominated = BTreeSet::new();
+    let classes = [DisruptionClass::Graceful, DisruptionClass::Eventual];
+    let fresh = |snapshot: &Snapshot, node: &str, class| {
+        summary(CandidateSelector::new(snapshot, now(), &nominated).candidate(node, class))
+    };
+    // Whichever class is asked first, and however often, one selector answers as fresh ones.
+    for first in classes {
+        let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+        for class in [
+            first,
+            first,
+            DisruptionClass::Graceful,
+            DisruptionClass::Eventual,
+        ] {
+            for node in ["a", "b", "missing"] {
+                assert_eq!(
+                    summary(selector.candidate(node, class)),
+                    fresh(&snapshot, node, class),
+                    "{node} for {class:?} after {first:?}"
+                );
+            }
+        }
+        let listed: Vec<_> = selector
+            .evaluate_all(DisruptionClass::Graceful)
+            .into_iter()
+            .map(|(name, verdict)| (name, summary(verdict)))
+            .collect();
+        assert_eq!(
+            listed,
+            [
+                ("a", fresh(&snapshot, "a", DisruptionClass::Graceful)),
+                ("b", fresh(&snapshot, "b", DisruptionClass::Graceful)),
+            ]
+        );
+    }
+    assert!(fresh(&snapshot, "a", DisruptionClass::Graceful).is_ok());
+
+    // A new snapshot is a new selector: the verdicts of the old one do not carry over.
+    let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+    assert!(selector.candidate("a", DisruptionClass::Graceful).is_ok());
+    let mut tainted = snapshot.clone();
+    Arc::make_mut(&mut tainted.nodes[0])
+        .spec
+        .get_or_insert_with(Default::default)
+        .taints
+        .get_or_insert_with(Vec::new)
+        .push(crate::objects::disrupted_taint());
+    let after = CandidateSelector::new(&tainted, now(), &nominated);
+    assert_eq!(
+        summary(after.candidate("a", DisruptionClass::Graceful)),
+        Err(Blocked::AlreadyDisrupting(Disrupting::Tainted))
+    );
+    assert!(selector.candidate("a", DisruptionClass::Graceful).is_ok());
+}

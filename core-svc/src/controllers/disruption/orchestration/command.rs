@@ -75,8 +75,15 @@ pub struct InFlight {
 impl InFlight {
     /// Whether `node_claim` is one of its candidates or replacements.
     pub fn involves(&self, node_claim: &str) -> bool {
-        self.candidates.iter().any(|name| name == node_claim)
-            || self.replacements.iter().any(|r| r.name == node_claim)
+        self.node_claims().any(|name| name == node_claim)
+    }
+
+    /// The NodeClaims it involves: its candidates, then its replacements.
+    pub fn node_claims(&self) -> impl Iterator<Item = &str> + '_ {
+        self.candidates
+            .iter()
+            .map(String::as_str)
+            .chain(self.replacements.iter().map(|r| r.name.as_str()))
     }
 
     /// Its candidates that still exist and are not being deleted.
