@@ -268,9 +268,12 @@ impl Quantity {
         }
 
         let multiplier = interpret_suffix(suffix).map_err(err)?;
-        let mut digits = String::with_capacity(int_digits.len() + frac_digits.len());
-        digits.push_str(int_digits);
-        digits.push_str(frac_digits);
+        // The digits without the point; most quantities have no fraction, and need no copy.
+        let digits: std::borrow::Cow<'_, str> = if frac_digits.is_empty() {
+            std::borrow::Cow::Borrowed(int_digits)
+        } else {
+            std::borrow::Cow::Owned([int_digits, frac_digits].concat())
+        };
         let frac_len = i64::try_from(frac_digits.len()).unwrap_or(i64::MAX);
         let shifted = |exponent: i64| exponent.saturating_sub(frac_len);
 

@@ -293,10 +293,10 @@ pub fn quantities(
 ) -> Result<Quantities, InvalidField> {
     list.iter()
         .map(|(name, value)| {
-            Ok((
-                ResourceName::new(name),
-                quantity(&format!("{path}.{name}"), value)?,
-            ))
+            // The field's path is spelled only for an error: lists are read on every pass.
+            let parsed = Quantity::parse(&value.0)
+                .map_err(|error| InvalidField::new(format!("{path}.{name}"), error))?;
+            Ok((ResourceName::new(name), parsed))
         })
         .collect()
 }
