@@ -216,6 +216,8 @@ fn earliest(current: Option<Timestamp>, candidate: Timestamp) -> Option<Timestam
 pub fn plan(snapshot: &Snapshot, now: Timestamp, seen: &HashMap<String, SeenPods>) -> Plan {
     let pods_by_node = snapshot.pods_by_node();
     let mut plan = Plan::default();
+    // Sized for every NodeClaim at once: growing would hash every key again.
+    plan.seen.reserve(snapshot.node_claims.len());
     for node_claim in snapshot.node_claims() {
         if node_claim.metadata.deletion_timestamp.is_some() {
             continue;

@@ -187,7 +187,9 @@ pub fn nodes_of<'a>(snapshot: &'a Snapshot, node_claim: &NodeClaim) -> Vec<&'a N
 /// The Nodes of the snapshot by provider ID, for a caller that asks [`nodes_of`] of many
 /// NodeClaims (each ask is a scan of every Node).
 pub fn nodes_by_provider_id(snapshot: &Snapshot) -> HashMap<&str, Vec<&Node>> {
-    let mut by_provider_id: HashMap<&str, Vec<&Node>> = HashMap::new();
+    // Sized for every Node at once: growing would hash every key again.
+    let mut by_provider_id: HashMap<&str, Vec<&Node>> =
+        HashMap::with_capacity(snapshot.nodes.len());
     for node in snapshot.nodes() {
         let provider_id = node_provider_id(node);
         if !provider_id.is_empty() {

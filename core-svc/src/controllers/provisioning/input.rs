@@ -175,8 +175,10 @@ fn existing_capacity(
         .node_claims()
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .collect();
-    let mut claim_of_node: HashMap<&str, &NodeClaim> = HashMap::new();
-    let mut claim_of_provider_id: HashMap<&str, &NodeClaim> = HashMap::new();
+    // The maps are sized for the whole snapshot at once: growing would hash every key again.
+    let claims = snapshot.node_claims.len();
+    let mut claim_of_node: HashMap<&str, &NodeClaim> = HashMap::with_capacity(claims);
+    let mut claim_of_provider_id: HashMap<&str, &NodeClaim> = HashMap::with_capacity(claims);
     for claim in snapshot.node_claims() {
         if let Some(status) = &claim.status {
             if !status.node_name.is_empty() {
@@ -189,8 +191,8 @@ fn existing_capacity(
     }
     let by_node = snapshot.pods_by_node();
     let mut nodes: BTreeMap<String, Arc<ExistingNode>> = BTreeMap::new();
-    let mut targets = HashMap::new();
-    let mut registered_claims = HashSet::new();
+    let mut targets = HashMap::with_capacity(snapshot.nodes.len() + claims);
+    let mut registered_claims = HashSet::with_capacity(snapshot.nodes.len());
     for node in snapshot.nodes() {
         let name = node.metadata.name.as_deref().unwrap_or_default();
         let provider_id = node
