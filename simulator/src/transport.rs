@@ -98,8 +98,9 @@ impl InProcessPlugin {
         let connection = PluginConnection {
             endpoint: PluginEndpoint::Unix(ENDPOINT_PATH.into()),
             identity: IdentityServiceClient::new(channel.clone()),
-            cloud_provider: CloudProviderServiceClient::new(channel)
+            cloud_provider: CloudProviderServiceClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            channel,
             deadlines: Deadlines::DEFAULT,
         };
         let handshake = handshake(&connection).await?;

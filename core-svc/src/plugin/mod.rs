@@ -53,6 +53,9 @@ pub struct PluginConnection {
     pub identity: IdentityServiceClient<Channel>,
     /// The CloudProvider service, accepting messages up to the API's limit.
     pub cloud_provider: CloudProviderServiceClient<Channel>,
+    /// The channel both clients use, for calls that send a request encoded ahead
+    /// ([`GrpcCloudProvider`](crate::cloudprovider::GrpcCloudProvider)'s IsDrifted).
+    pub channel: Channel,
     /// The deadlines to put on calls.
     pub deadlines: Deadlines,
 }
@@ -68,8 +71,9 @@ impl PluginConnection {
         Ok(PluginConnection {
             endpoint,
             identity: IdentityServiceClient::new(channel.clone()),
-            cloud_provider: CloudProviderServiceClient::new(channel)
+            cloud_provider: CloudProviderServiceClient::new(channel.clone())
                 .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            channel,
             deadlines,
         })
     }

@@ -11,6 +11,7 @@
 
 pub mod answers;
 mod convert;
+mod encoded;
 mod metrics;
 
 use std::collections::BTreeMap;
@@ -25,6 +26,7 @@ use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 use self::convert::*;
+use self::encoded::{EncodedCodec, EncodedNodeClasses, is_drifted_request};
 use super::retry::{Decision, RetryPolicy, Timer, TokioTimer};
 use super::{
     CloudInstance, CloudProvider, CloudProviderError, Deletion, DriftReason, FailureKind,
@@ -32,6 +34,7 @@ use super::{
 };
 use crate::plugin::instance_types::catalogue_from_proto;
 use crate::plugin::{Deadlines, Handshake, PluginConnection, with_deadline};
+use provider_sdk::serve::MAX_MESSAGE_BYTES;
 
 pub use self::metrics::{AttemptCount, CallMetrics, DurationLabels};
 
@@ -40,10 +43,19 @@ const MAX_LIST_PAGES: usize = 10_000;
 
 type Client = CloudProviderServiceClient<Channel>;
 
+/// The CloudProvider service's path for IsDrifted, which is called with its request encoded
+/// ahead ([`encoded`]).
+const IS_DRIFTED_PATH: &str = "/karpenter.cloudprovider.v1.CloudProviderService/IsDrifted";
+
 /// The cloud provider plugin, reached over gRPC, as a [`CloudProvider`].
 #[derive(Debug, Clone)]
 pub struct GrpcCloudProvider<C = TokioTimer> {
     client: Client,
+    /// The client's channel, for a request encoded ahead (IsDrifted), with the same limit on
+    /// answers.
+    raw: tonic::client::Grpc<Channel>,
+    /// The node classes IsDrifted sent lately, encoded.
+    encoded_node_classes: Arc<EncodedNodeClasses>,
     deadlines: Deadlines,
     name: String,
     node_classes: Vec<NodeClassKind>,
@@ -58,6 +70,9 @@ impl GrpcCloudProvider<TokioTimer> {
     pub fn new(connection: &PluginConnection, handshake: &Handshake) -> Self {
         GrpcCloudProvider {
             client: connection.cloud_provider.clone(),
+            raw: tonic::client::Grpc::new(connection.channel.clone())
+                .max_decoding_message_size(MAX_MESSAGE_BYTES),
+            encoded_node_classes: Arc::default(),
             deadlines: connection.deadlines,
             name: handshake.info.name.clone(),
             node_classes: handshake.node_class_kinds(),
@@ -74,6 +89,8 @@ impl<C: Timer> GrpcCloudProvider<C> {
     pub fn with_timer<D: Timer>(self, timer: D) -> GrpcCloudProvider<D> {
         GrpcCloudProvider {
             client: self.client,
+            raw: self.raw,
+            encoded_node_classes: self.encoded_node_classes,
             deadlines: self.deadlines,
             name: self.name,
             node_classes: self.node_classes,
@@ -513,21 +530,32 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
         node_class: &serde_json::Value,
     ) -> Result<Option<DriftReason>, CloudProviderError> {
         let rpc = Rpc::IsDrifted;
-        let request = v1::IsDriftedRequest {
-            node_claim: Some(node_claim_to_proto(node_claim, Some(launched))?),
-            node_class: Some(json_to_struct(node_class, "node_class")?),
-            node_claim_object: None,
-        };
+        // Encoded once: an attempt shares the bytes (see `encoded`).
+        let request = is_drifted_request(
+            node_claim_to_proto(node_claim, Some(launched))?,
+            &self.encoded_node_classes.field_of(node_class)?,
+        );
         let answer = self
-            .call(
-                rpc,
-                self.deadlines.default,
-                &node_claim.name,
-                |mut client, left| {
-                    let request = with_deadline(request.clone(), left);
-                    async move { Ok(client.is_drifted(request).await?.into_inner()) }
-                },
-            )
+            .call(rpc, self.deadlines.default, &node_claim.name, |_, left| {
+                let mut raw = self.raw.clone();
+                let mut request = with_deadline(request.clone(), left);
+                // As the generated client's `is_drifted`, with the request as it is.
+                request.extensions_mut().insert(tonic::GrpcMethod::new(
+                    "karpenter.cloudprovider.v1.CloudProviderService",
+                    "IsDrifted",
+                ));
+                async move {
+                    raw.ready().await.map_err(|error| {
+                        Status::unknown(format!("Service was not ready: {error}"))
+                    })?;
+                    let path = http::uri::PathAndQuery::from_static(IS_DRIFTED_PATH);
+                    let answer: v1::IsDriftedResponse = raw
+                        .unary(request, path, EncodedCodec::default())
+                        .await?
+                        .into_inner();
+                    Ok(answer)
+                }
+            })
             .await
             .map_err(|e| classify(rpc, &e))?;
         if answer.reason.is_empty() {
