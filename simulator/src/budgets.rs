@@ -56,7 +56,9 @@ pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 
 /// Whether `pdb` covers `pod`: same namespace, and its selector (a missing one selects none).
 pub fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
-    let namespace = |ns: &Option<String>| ns.clone().unwrap_or_else(|| "default".to_owned());
+    fn namespace(ns: &Option<String>) -> &str {
+        ns.as_deref().unwrap_or("default")
+    }
     let empty = BTreeMap::new();
     namespace(&pdb.metadata.namespace) == namespace(&pod.metadata.namespace)
         && pdb

@@ -72,6 +72,22 @@ fn owned_by(pod: &Pod, uid_prefix: &str) -> bool {
         .any(|owner| owner.controller == Some(true) && owner.uid.starts_with(uid_prefix))
 }
 
+/// [`owned_by`] the Deployment `namespace/name` (`owner_uid(namespace, name, "")` as the
+/// prefix), without spelling the prefix out: the PDB check asks it of every pod a budget
+/// covers, for every Deployment.
+fn owned_by_deployment(pod: &Pod, namespace: &str, name: &str) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|owner| {
+        owner.controller == Some(true)
+            && owner
+                .uid
+                .strip_prefix("sim-replicaset/")
+                .and_then(|rest| rest.strip_prefix(namespace))
+                .and_then(|rest| rest.strip_prefix('/'))
+                .and_then(|rest| rest.strip_prefix(name))
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
 fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
     pod.metadata
         .labels
@@ -134,7 +150,7 @@ impl Deployments {
     /// The Deployment that owns `pod` (`Deployment namespace/name`) and its replicas.
     pub fn owner_of(&self, pod: &Pod) -> Option<(String, i32)> {
         self.all.iter().find_map(|((namespace, name), deployment)| {
-            owned_by(pod, &owner_uid(namespace, name, "")).then(|| {
+            owned_by_deployment(pod, namespace, name).then(|| {
                 let replicas = deployment
                     .spec
                     .as_ref()
@@ -424,5 +440,35 @@ mod tests {
         assert_ne!(template_hash(&a), template_hash(&b));
         assert_eq!(template_hash(&a).len(), 10);
         assert!(template_hash(&a).bytes().all(|c| ALPHABET.contains(&c)));
+    }
+
+    #[test]
+    fn owned_by_deployment_is_owned_by_its_uid_prefix() {
+        let pod = |uid: &str, controller: bool| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "ownerReferences": [
+                {"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": uid,
+                 "controller": controller}
+            ]}}))
+            .unwrap()
+        };
+        let pods = [
+            pod(&owner_uid("default", "web", "abc"), true),
+            pod(&owner_uid("default", "web", "abc"), false),
+            pod(&owner_uid("default", "web-2", "abc"), true),
+            pod(&owner_uid("other", "web", "abc"), true),
+            pod("sim-replicaset/default/web", true),
+            pod("something-else", true),
+        ];
+        for pod in &pods {
+            for (namespace, name) in [("default", "web"), ("default", "web-2"), ("other", "web")] {
+                assert_eq!(
+                    owned_by_deployment(pod, namespace, name),
+                    owned_by(pod, &owner_uid(namespace, name, "")),
+                    "{namespace}/{name} of {:?}",
+                    pod.metadata.owner_references
+                );
+            }
+        }
+        assert!(owned_by_deployment(&pods[0], "default", "web"));
     }
 }
