@@ -181,22 +181,26 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
     /// [`drift_of`], decided again only when the NodeClaim or its NodePool changed: it reads
     /// nothing else, and a pass runs on every change anywhere in the cluster.
     fn static_verdict(&self, node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
-        let versions = (
-            node_claim.metadata.resource_version.clone(),
-            node_pool.metadata.resource_version.clone(),
-        );
-        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
+        let claim_version = node_claim.metadata.resource_version.as_deref();
+        let pool_version = node_pool.metadata.resource_version.as_deref();
+        let uid = node_claim.metadata.uid.as_deref().unwrap_or_default();
         let mut checks = self
             .static_checks
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
-        if let Some((seen, drift)) = checks.get(&uid)
-            && *seen == versions
+        // Compared borrowed: a pass asks this of every NodeClaim, and it mostly holds.
+        if let Some(((seen_claim, seen_pool), drift)) = checks.get(uid)
+            && seen_claim.as_deref() == claim_version
+            && seen_pool.as_deref() == pool_version
         {
             return drift.clone();
         }
         let drift = drift_of(node_claim, node_pool);
-        checks.insert(uid, (versions, drift.clone()));
+        let versions = (
+            claim_version.map(str::to_owned),
+            pool_version.map(str::to_owned),
+        );
+        checks.insert(uid.to_owned(), (versions, drift.clone()));
         drift
     }
 
@@ -214,8 +218,8 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         if age(created, now) < settings.instance_type_drift_min_age {
             return None;
         }
-        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
-        if let Some(last) = self.checks().get(&uid)
+        let uid = node_claim.metadata.uid.as_deref().unwrap_or_default();
+        if let Some(last) = self.checks().get(uid)
             && age(last.at, now) < settings.instance_type_drift_period
         {
             return last.drift.clone();
@@ -232,7 +236,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         let labels = node_claim.metadata.labels.clone().unwrap_or_default();
         let drift = instance_type_drift(&labels, catalogue, &pool_name);
         self.checks().insert(
-            uid,
+            uid.to_owned(),
             InstanceTypeCheck {
                 at: now,
                 drift: drift.clone(),
@@ -285,13 +289,12 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             return Verdict::Unknown;
         };
         let now = self.ctx.clock.now();
-        let uid = node_claim.metadata.uid.clone().unwrap_or_default();
-        let node_claim_version = node_claim.metadata.resource_version.clone();
-        let node_class_version = node_class.metadata.resource_version.clone();
+        let uid = node_claim.metadata.uid.as_deref().unwrap_or_default();
         let period = self.ctx.settings.drift_period;
-        if let Some(last) = self.provider_checks().get(&uid)
-            && last.node_claim_version == node_claim_version
-            && last.node_class_version == node_class_version
+        // Compared borrowed: a pass asks this of every NodeClaim, and it mostly holds.
+        if let Some(last) = self.provider_checks().get(uid)
+            && last.node_claim_version.as_deref() == node_claim.metadata.resource_version.as_deref()
+            && last.node_class_version.as_deref() == node_class.metadata.resource_version.as_deref()
             && age(last.at, now).saturating_add(2 * renew_spacing(period)) < period
         {
             return last
@@ -299,6 +302,8 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
                 .clone()
                 .map_or(Verdict::NotDrifted, Verdict::Drifted);
         }
+        let node_claim_version = node_claim.metadata.resource_version.clone();
+        let node_class_version = node_class.metadata.resource_version.clone();
         let Some(launched) = launched_of(node_claim) else {
             return Verdict::Unknown;
         };
@@ -328,7 +333,7 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
         };
         let remember = |drift: Option<DriftReason>| {
             self.provider_checks().insert(
-                uid.clone(),
+                uid.to_owned(),
                 ProviderCheck {
                     at: now,
                     node_claim_version: node_claim_version.clone(),
