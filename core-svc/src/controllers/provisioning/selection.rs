@@ -171,13 +171,19 @@ pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
 /// reschedulable pods of the nodes being deleted.
 pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
     let deleting = deleting_nodes(snapshot);
-    let preemptions = Preemptions::new(snapshot);
+    // Indexed only for the first unschedulable pod nominated to a node: most passes meet
+    // none, and the index reads every Node, NodeClaim and pod.
+    let preemptions = std::cell::OnceCell::new();
     snapshot
         .pods()
         .filter(|pod| match node_name(pod) {
             None => {
                 is_unschedulable(pod)
-                    && nominated_node(pod).is_none_or(|node| !preemptions.is_preemption(node))
+                    && nominated_node(pod).is_none_or(|node| {
+                        !preemptions
+                            .get_or_init(|| Preemptions::new(snapshot))
+                            .is_preemption(node)
+                    })
             }
             Some(node) => deleting.contains(node) && is_reschedulable(pod),
         })
