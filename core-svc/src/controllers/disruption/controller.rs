@@ -2,7 +2,7 @@
 //! flight → [`decide`](super::decide) → start, hold or report, with what it keeps in memory
 //! between passes (the module documentation of [`super`] describes the pass).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -623,9 +623,11 @@ impl<C: Cluster, P: CloudProvider> DisruptionController<C, P> {
         };
         let due = due_nodes(snapshot, in_flight, acted_on);
         let mut state = self.lock();
+        // A set: during a roll most of the fleet is due, and most of it was reported.
+        let due_names: HashSet<&str> = due.iter().map(|(node, _, _)| node.as_str()).collect();
         state
             .blocked
-            .retain(|node, _| due.iter().any(|(due, _, _)| due == node));
+            .retain(|node, _| due_names.contains(node.as_str()));
         // A node reported within the minimum spacing is not reported again whatever its
         // explanation says, so it is not explained either: during a roll most of the fleet
         // waits on its budget, and explaining every waiting node on every pass would cost more
