@@ -120,7 +120,7 @@ pub fn build(sources: &Sources<'_>) -> Built {
         }
     }
     let (existing_nodes, targets) = existing_capacity(sources, &mut skipped);
-    let usage = usage_by_node_pool(snapshot, sources.catalogues);
+    let usage = usage_with(snapshot, sources.catalogues, sources.memo);
     let node_pools = sources
         .node_pools
         .iter()
@@ -347,6 +347,16 @@ pub fn usage_by_node_pool(
     snapshot: &Snapshot,
     catalogues: &HashMap<String, Catalogue>,
 ) -> HashMap<String, ResourceList> {
+    usage_with(snapshot, catalogues, None)
+}
+
+/// [`usage_by_node_pool`], the launched NodeClaims' capacities taken from `memo` while they
+/// are unchanged.
+fn usage_with(
+    snapshot: &Snapshot,
+    catalogues: &HashMap<String, Catalogue>,
+    memo: Option<&NodeMemo>,
+) -> HashMap<String, ResourceList> {
     let mut usage: HashMap<String, ResourceList> = HashMap::new();
     let nodes = ResourceName::new(NODES);
     for claim in snapshot.node_claims() {
@@ -356,7 +366,7 @@ pub fn usage_by_node_pool(
         let Some(pool) = node_pool_of(claim) else {
             continue;
         };
-        let mut capacity = claim_capacity(claim, catalogues.get(pool));
+        let mut capacity = claim_capacity(claim, catalogues.get(pool), memo);
         capacity.set(&nodes, capacity.get(&nodes).saturating_add(1));
         usage
             .entry(pool.to_owned())
@@ -366,14 +376,12 @@ pub fn usage_by_node_pool(
     usage
 }
 
-fn claim_capacity(claim: &NodeClaim, catalogue: Option<&Catalogue>) -> ResourceList {
-    let launched = claim
-        .status
-        .as_ref()
-        .map(|status| &status.capacity)
-        .filter(|capacity| !capacity.is_empty())
-        .and_then(|capacity| convert::resource_list("status.capacity", capacity).ok());
-    if let Some(capacity) = launched {
+fn claim_capacity(
+    claim: &NodeClaim,
+    catalogue: Option<&Catalogue>,
+    memo: Option<&NodeMemo>,
+) -> ResourceList {
+    if let Some(capacity) = launched_capacity(claim, memo) {
         return capacity;
     }
     let allowed: Option<HashSet<&str>> = claim
@@ -400,6 +408,29 @@ fn claim_capacity(claim: &NodeClaim, catalogue: Option<&Catalogue>) -> ResourceL
         convert::resource_list("spec.resources.requests", &claim.spec.resources.requests)
             .unwrap_or_default()
     })
+}
+
+/// The capacity in a launched NodeClaim's status, if it has one that parses; from `memo` when
+/// it was parsed at the NodeClaim's `resourceVersion` already.
+fn launched_capacity(claim: &NodeClaim, memo: Option<&NodeMemo>) -> Option<ResourceList> {
+    let capacity = claim
+        .status
+        .as_ref()
+        .map(|status| &status.capacity)
+        .filter(|capacity| !capacity.is_empty())?;
+    let name = name_of(claim);
+    let version = claim.metadata.resource_version.as_deref();
+    let memo = memo.zip(version);
+    if let Some((memo, version)) = memo
+        && let Some(kept) = memo.capacity(name, version)
+    {
+        return Some(kept);
+    }
+    let parsed = convert::resource_list("status.capacity", capacity).ok()?;
+    if let Some((memo, version)) = memo {
+        memo.put_capacity(name, version, &parsed);
+    }
+    Some(parsed)
 }
 
 fn qualified(pod: &Pod) -> String {
@@ -725,6 +756,44 @@ mod tests {
             "4 launched + 4 for the largest option"
         );
         assert_eq!(used.get(&ResourceName::new(NODES)), 2);
+    }
+
+    #[test]
+    fn given_a_memo_then_a_node_claims_capacity_is_parsed_again_only_when_it_changed() {
+        let memo = NodeMemo::new();
+        let usage = |cpu: &str, version: &str| {
+            let mut launched = claim(
+                "default-registered",
+                &["default-instance-type"],
+                Some("node-1"),
+            );
+            launched.metadata.resource_version = Some(version.to_owned());
+            if let Some(status) = launched.status.as_mut() {
+                status.capacity.insert(
+                    "cpu".to_owned(),
+                    k8s_openapi::apimachinery::pkg::api::resource::Quantity(cpu.to_owned()),
+                );
+            }
+            let fixture = Fixture::new(
+                Snapshot {
+                    node_claims: vec![Arc::new(launched)],
+                    ..Snapshot::default()
+                },
+                json!({}),
+            );
+            memo.begin_pass();
+            let memoized = usage_with(&fixture.snapshot, &fixture.catalogues, Some(&memo));
+            assert_eq!(
+                memoized,
+                usage_by_node_pool(&fixture.snapshot, &fixture.catalogues)
+            );
+            memoized["default"].cpu_millis()
+        };
+        assert_eq!(usage("4", "1"), 4000);
+        assert_eq!(memo.capacities(), 1);
+        assert_eq!(usage("4", "1"), 4000, "kept");
+        assert_eq!(usage("8", "2"), 8000, "a new version is parsed again");
+        assert_eq!(memo.capacities(), 1);
     }
 
     #[test]

@@ -6,15 +6,18 @@
 //! with the `resourceVersion`s it was made from (the Node's, its NodeClaim's and every pod's it
 //! counted) and shares it while all of them are still the same. The API server gives
 //! every write a new `resourceVersion`, so an unchanged list of versions means unchanged
-//! objects.
+//! objects. The same goes for each launched NodeClaim's `status.capacity`, parsed for its
+//! NodePool's usage on every pass ([`NodeMemo::capacity`]).
 //!
 //! Only what converted without an error is kept (errors are reported on every pass), and an
 //! object without a `resourceVersion` (a test fixture) is never kept. Entries a pass did not ask
-//! for are dropped when the next pass begins, so the memo holds at most the cluster's Nodes.
+//! for are dropped when the next pass begins, so the memo holds at most the cluster's Nodes
+//! and NodeClaims.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use core_domain::resources::ResourceList;
 use core_domain::scheduler::ExistingNode;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
@@ -30,6 +33,15 @@ struct Inner {
     /// The pass being built; entries not used by the previous one are dropped when it starts.
     pass: u64,
     nodes: HashMap<String, Entry>,
+    /// Launched NodeClaims' parsed `status.capacity`, by NodeClaim name.
+    capacities: HashMap<String, Capacity>,
+}
+
+#[derive(Debug)]
+struct Capacity {
+    version: String,
+    capacity: ResourceList,
+    used: u64,
 }
 
 #[derive(Debug)]
@@ -59,7 +71,36 @@ impl NodeMemo {
         let mut inner = self.lock();
         let previous = inner.pass;
         inner.nodes.retain(|_, entry| entry.used == previous);
+        inner
+            .capacities
+            .retain(|_, capacity| capacity.used == previous);
         inner.pass += 1;
+    }
+
+    /// The `status.capacity` of the NodeClaim `name` as parsed at `version`, if kept.
+    pub fn capacity(&self, name: &str, version: &str) -> Option<ResourceList> {
+        let mut inner = self.lock();
+        let pass = inner.pass;
+        let kept = inner.capacities.get_mut(name)?;
+        if kept.version != version {
+            return None;
+        }
+        kept.used = pass;
+        Some(kept.capacity.clone())
+    }
+
+    /// Keeps `capacity`, the `status.capacity` of the NodeClaim `name` at `version`.
+    pub fn put_capacity(&self, name: &str, version: &str, capacity: &ResourceList) {
+        let mut inner = self.lock();
+        let used = inner.pass;
+        inner.capacities.insert(
+            name.to_owned(),
+            Capacity {
+                version: version.to_owned(),
+                capacity: capacity.clone(),
+                used,
+            },
+        );
     }
 
     /// The Node `name` as converted from exactly `versions`, if kept (shared: the scheduler
@@ -99,6 +140,11 @@ impl NodeMemo {
         self.lock().nodes.len()
     }
 
+    /// How many NodeClaim capacities are kept.
+    pub fn capacities(&self) -> usize {
+        self.lock().capacities.len()
+    }
+
     /// Whether no Node is kept.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -112,8 +158,6 @@ impl NodeMemo {
 
 #[cfg(test)]
 mod tests {
-    use core_domain::resources::ResourceList;
-
     use super::*;
 
     fn meta(version: Option<&str>) -> ObjectMeta {
@@ -149,6 +193,23 @@ mod tests {
         assert!(memo.get("a", &["1"]).is_none(), "a pod went away");
         assert!(memo.get("a", &["1", "2", "4"]).is_none(), "a pod came");
         assert!(memo.get("b", &["1", "2"]).is_none());
+    }
+
+    #[test]
+    fn a_capacity_is_handed_back_only_for_the_same_version_and_dropped_once_unused() {
+        let memo = NodeMemo::new();
+        memo.begin_pass();
+        let capacity = ResourceList::new().with("cpu", 4000);
+        memo.put_capacity("claim-a", "7", &capacity);
+        assert_eq!(memo.capacity("claim-a", "7"), Some(capacity.clone()));
+        assert_eq!(memo.capacity("claim-a", "8"), None, "the NodeClaim changed");
+        assert_eq!(memo.capacity("claim-b", "7"), None);
+        memo.begin_pass();
+        assert_eq!(memo.capacity("claim-a", "7"), Some(capacity));
+        memo.begin_pass();
+        assert_eq!(memo.capacities(), 1, "used by the last pass");
+        memo.begin_pass();
+        assert_eq!(memo.capacities(), 0, "not used by the last pass");
     }
 
     #[test]
