@@ -284,6 +284,7 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
         let built = input::build(&Sources {
             snapshot,
             pods: &batch.pods,
+            pods_by_node: None,
             reserved: &batch.reserved,
             node_pools: &node_pools,
             catalogues: &catalogues,

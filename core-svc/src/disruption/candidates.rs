@@ -509,6 +509,11 @@ impl<'a> CandidateSelector<'a> {
         node_claim_of(&self.claims, node)
     }
 
+    /// The snapshot's bound pods by node name ([`Snapshot::pods_by_node`]).
+    pub fn pods_by_node(&self) -> &PodsByNode<'a> {
+        &self.pods_by_node
+    }
+
     /// The pods bound to the node called `node_name`, in (namespace, name) order.
     pub fn pods_on(&self, node_name: &str) -> &[&'a Pod] {
         self.pods_by_node

@@ -81,7 +81,7 @@ impl<'a> Prepared<'a> {
     /// the shorter of the two.
     fn new<'s: 'a>(
         inputs: PassInputs<'a>,
-        selector: &CandidateSelector<'s>,
+        selector: &'a CandidateSelector<'s>,
         leaving: &'a BTreeSet<String>,
         classes: &[DisruptionClass],
     ) -> Self {
@@ -124,7 +124,7 @@ impl<'a> Prepared<'a> {
             candidates.insert(class, list);
         }
         let budgets = budgets_in_flight(snapshot, now, in_flight);
-        let simulator = Simulator::new(SimulationSources {
+        let sources = SimulationSources {
             snapshot,
             node_pools: inputs.node_pools,
             catalogues: inputs.catalogues,
@@ -132,7 +132,13 @@ impl<'a> Prepared<'a> {
             preference_policy: options.preference_policy,
             leaving,
             memo,
-        });
+        };
+        // The selector grouped the same snapshot's pods by node already.
+        let simulator = if std::ptr::eq(selector.snapshot(), snapshot) {
+            Simulator::with_pods_by_node(sources, selector.pods_by_node())
+        } else {
+            Simulator::new(sources)
+        };
         Self {
             inputs,
             candidates,

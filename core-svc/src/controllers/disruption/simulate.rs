@@ -117,8 +117,27 @@ impl SimulationResult {
 #[derive(Debug)]
 pub struct Simulator<'a> {
     sources: SimulationSources<'a>,
-    pods_by_node: PodsByNode<'a>,
+    /// The snapshot's pods by node: the pass's own index when it lends it
+    /// ([`Simulator::with_pods_by_node`]).
+    pods_by_node: PodsIndex<'a>,
     state: OnceLock<Mutex<State>>,
+}
+
+/// A [`Simulator`]'s pods by node, its own or lent (not a `Cow`, which would make the
+/// simulator invariant in its lifetime).
+#[derive(Debug)]
+enum PodsIndex<'a> {
+    Owned(PodsByNode<'a>),
+    Lent(&'a PodsByNode<'a>),
+}
+
+impl<'a> PodsIndex<'a> {
+    fn get(&self) -> &PodsByNode<'a> {
+        match self {
+            Self::Owned(index) => index,
+            Self::Lent(index) => index,
+        }
+    }
 }
 
 #[derive(Debug)]
@@ -174,6 +193,7 @@ impl State {
         let built = input::build(&Sources {
             snapshot,
             pods: &waiting,
+            pods_by_node: Some(pods_by_node),
             reserved: &[],
             node_pools: sources.node_pools,
             catalogues: sources.catalogues,
@@ -214,7 +234,21 @@ impl<'a> Simulator<'a> {
     /// A simulator over `sources` (see the module documentation).
     pub fn new(sources: SimulationSources<'a>) -> Self {
         Self {
-            pods_by_node: sources.snapshot.pods_by_node(),
+            pods_by_node: PodsIndex::Owned(sources.snapshot.pods_by_node()),
+            sources,
+            state: OnceLock::new(),
+        }
+    }
+
+    /// [`Simulator::new`] over `pods_by_node`, the pods of `sources`' snapshot by node as
+    /// [`Snapshot::pods_by_node`] groups them, which the caller has already: grouping them
+    /// hashes every pod's node name.
+    pub fn with_pods_by_node(
+        sources: SimulationSources<'a>,
+        pods_by_node: &'a PodsByNode<'a>,
+    ) -> Self {
+        Self {
+            pods_by_node: PodsIndex::Lent(pods_by_node),
             sources,
             state: OnceLock::new(),
         }
@@ -234,7 +268,7 @@ impl<'a> Simulator<'a> {
         // A simulation restores the input before it returns; a panic half-way leaves nodes out,
         // which can only make later simulations of the same pass more conservative.
         self.state
-            .get_or_init(|| Mutex::new(State::build(&self.sources, &self.pods_by_node)))
+            .get_or_init(|| Mutex::new(State::build(&self.sources, self.pods_by_node.get())))
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
     }
@@ -242,6 +276,7 @@ impl<'a> Simulator<'a> {
     /// The reschedulable pods of the node called `node`.
     pub fn reschedulable_pods(&self, node: &str) -> impl Iterator<Item = &'a Pod> + '_ {
         self.pods_by_node
+            .get()
             .get(node)
             .into_iter()
             .flatten()

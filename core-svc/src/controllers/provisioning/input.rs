@@ -31,7 +31,7 @@ use super::convert::{self, InvalidField};
 use super::memo::{self, NodeMemo};
 use super::nominations::Target;
 use super::selection::{is_daemon_set_pod, is_terminal, pod_uid};
-use crate::cluster::Snapshot;
+use crate::cluster::{PodsByNode, Snapshot};
 use crate::controllers::nodeclaim::node_pool_of;
 use crate::objects::name_of;
 
@@ -45,6 +45,9 @@ pub struct Sources<'a> {
     pub snapshot: &'a Snapshot,
     /// The pods to place.
     pub pods: &'a [&'a Pod],
+    /// The snapshot's pods by node ([`Snapshot::pods_by_node`]), when the caller has them
+    /// already; `None` groups them here.
+    pub pods_by_node: Option<&'a PodsByNode<'a>>,
     /// Pods nominated earlier, reserved on their target instead of being placed.
     pub reserved: &'a [(&'a Pod, Target)],
     /// The NodePools new capacity may come from, in the order to try them, with their
@@ -189,7 +192,14 @@ fn existing_capacity(
             }
         }
     }
-    let by_node = snapshot.pods_by_node();
+    let grouped;
+    let by_node = match sources.pods_by_node {
+        Some(by_node) => by_node,
+        None => {
+            grouped = snapshot.pods_by_node();
+            &grouped
+        }
+    };
     let mut nodes: BTreeMap<String, Arc<ExistingNode>> = BTreeMap::new();
     let mut targets = HashMap::with_capacity(snapshot.nodes.len() + claims);
     let mut registered_claims = HashSet::with_capacity(snapshot.nodes.len());
@@ -545,6 +555,7 @@ mod tests {
             build(&Sources {
                 snapshot: &self.snapshot,
                 pods,
+                pods_by_node: None,
                 reserved,
                 node_pools: &node_pools,
                 catalogues: &self.catalogues,
