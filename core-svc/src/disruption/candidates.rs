@@ -429,49 +429,68 @@ impl<'a> CandidateSelector<'a> {
     /// Prepares the selection; `nominated` holds the names of the nodes nominated for pending
     /// pods (their nomination window not over).
     pub fn new(snapshot: &'a Snapshot, now: Timestamp, nominated: &'a BTreeSet<String>) -> Self {
-        // Each budget's selector is matched against its namespace's pods once, here: what the
-        // pods' budgets are is asked for every pod of every node, several times a pass. The
-        // pods of one workload carry the same labels, so a selector is matched once per label
-        // set of the namespace, not once per pod. (The groups come in hash order: what is
-        // built from them, counts and each pod's budgets in the snapshot's order, does not
-        // depend on it.)
-        type LabelSet<'p> = Option<&'p BTreeMap<String, String>>;
-        let mut label_sets: HashMap<&str, HashMap<LabelSet<'_>, Vec<&Pod>>> = HashMap::new();
-        for pod in snapshot.pods() {
-            label_sets
-                .entry(pod.metadata.namespace.as_deref().unwrap_or_default())
+        // Each budget's selector is matched against the pods once, here: what the pods' budgets
+        // are is asked for every pod of every node, several times a pass. The pods of one
+        // workload carry the same labels and, named after it, come one after the other in the
+        // snapshot's order; a pod with the namespace and labels of the pod before it is selected
+        // by the same budgets (a budget reads nothing else of a pod to select it), so the
+        // selectors are matched once per such run, not once per pod, and no label set is
+        // hashed. Any other order only makes the runs shorter: the budgets found are the same.
+        let selectors: Vec<Option<Selector>> =
+            snapshot.pdbs.iter().map(|pdb| pdb::selector(pdb)).collect();
+        let mut in_namespace: HashMap<&str, Vec<usize>> = HashMap::new();
+        for (index, pdb) in snapshot.pdbs.iter().enumerate() {
+            in_namespace
+                .entry(pdb.metadata.namespace.as_deref().unwrap_or_default())
                 .or_default()
-                .entry(pod.metadata.labels.as_ref())
-                .or_default()
-                .push(pod);
+                .push(index);
         }
-        let mut pdbs_of_pod: HashMap<usize, Vec<usize>> = snapshot
-            .pods()
-            .map(|pod| (address(pod), Vec::new()))
-            .collect();
+        let mut selected: Vec<Vec<&Pod>> = vec![Vec::new(); snapshot.pdbs.len()];
+        let mut pdbs_of_pod: HashMap<usize, Vec<usize>> =
+            HashMap::with_capacity(snapshot.pods.len());
+        // The run's first pod and the positions, in `snapshot.pdbs`, of the budgets selecting it.
+        let mut run: Option<(&Pod, Vec<usize>)> = None;
+        for pod in snapshot.pods() {
+            let same_run = run.as_ref().is_some_and(|(first, _)| {
+                first.metadata.namespace == pod.metadata.namespace
+                    && first.metadata.labels == pod.metadata.labels
+            });
+            if !same_run {
+                let namespace = pod.metadata.namespace.as_deref().unwrap_or_default();
+                let positions = in_namespace
+                    .get(namespace)
+                    .into_iter()
+                    .flatten()
+                    .copied()
+                    .filter(|&index| {
+                        snapshot.pdbs.get(index).is_some_and(|pdb| {
+                            let selector = selectors.get(index).and_then(Option::as_ref);
+                            pdb::selects(pdb, selector, pod)
+                        })
+                    })
+                    .collect();
+                run = Some((pod, positions));
+            }
+            let positions = run
+                .as_ref()
+                .map(|(_, positions)| positions.clone())
+                .unwrap_or_default();
+            for &index in &positions {
+                if let Some(pods) = selected.get_mut(index) {
+                    pods.push(pod);
+                }
+            }
+            pdbs_of_pod.insert(address(pod), positions);
+        }
         let pdbs = snapshot
             .pdbs
             .iter()
-            .enumerate()
-            .map(|(index, pdb)| {
-                let namespace = pdb.metadata.namespace.clone().unwrap_or_default();
-                let selector = pdb::selector(pdb);
-                let selected: Vec<&Pod> = label_sets
-                    .get(namespace.as_str())
-                    .into_iter()
-                    .flatten()
-                    .filter(|(_, pods)| {
-                        pods.first()
-                            .is_some_and(|pod| pdb::selects(pdb, selector.as_ref(), pod))
-                    })
-                    .flat_map(|(_, pods)| pods.iter().copied())
-                    .collect();
-                for pod in &selected {
-                    pdbs_of_pod.entry(address(pod)).or_default().push(index);
-                }
-                let allowance = pdb::allowance_of_selected(pdb, &selected).lowered_by_status(pdb);
+            .zip(selectors)
+            .zip(&selected)
+            .map(|((pdb, selector), selected)| {
+                let allowance = pdb::allowance_of_selected(pdb, selected).lowered_by_status(pdb);
                 PreparedPdb {
-                    namespace,
+                    namespace: pdb.metadata.namespace.clone().unwrap_or_default(),
                     selector,
                     allowance,
                 }

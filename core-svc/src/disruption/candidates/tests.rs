@@ -740,3 +740,90 @@ fn given_a_selector_then_each_verdict_is_worked_out_once_and_a_new_snapshot_is_j
     );
     assert!(selector.candidate("a", DisruptionClass::Graceful).is_ok());
 }
+
+#[test]
+fn given_any_pod_order_then_each_pod_has_the_budgets_that_select_it() {
+    // Workloads interleaved, the same labels in two namespaces, a pod without labels and one
+    // with an empty set: the budgets found for each pod and every allowance are what matching
+    // each budget against every pod gives, whichever order the pods come in.
+    let in_namespace = |mut pod: Pod, namespace: &str| {
+        pod.metadata.namespace = Some(namespace.into());
+        pod
+    };
+    let mut unlabelled = pod("bare-1", "b", json!({}));
+    unlabelled.metadata.labels = None;
+    let pods = vec![
+        pod("web-1", "a", json!({"app": "web"})),
+        pod("db-1", "b", json!({"app": "db"})),
+        pod("web-2", "a", json!({"app": "web"})),
+        in_namespace(pod("web-3", "b", json!({"app": "web"})), "other"),
+        pod("web-4", "b", json!({"app": "web", "tier": "front"})),
+        unlabelled,
+        pod("empty-1", "a", json!({})),
+        pod("db-2", "a", json!({"app": "db"})),
+        in_namespace(pod("db-3", "a", json!({"app": "db"})), "other"),
+    ];
+    let mut elsewhere = pdb(
+        "other-web",
+        json!({"app": "web"}),
+        json!({"maxUnavailable": 1}),
+    );
+    elsewhere.metadata.namespace = Some("other".into());
+    let pdbs = vec![
+        Arc::new(pdb(
+            "web",
+            json!({"app": "web"}),
+            json!({"minAvailable": 2}),
+        )),
+        Arc::new(pdb(
+            "front",
+            json!({"tier": "front"}),
+            json!({"maxUnavailable": "50%"}),
+        )),
+        Arc::new(pdb("all", json!({}), json!({"maxUnavailable": 1}))),
+        Arc::new(elsewhere),
+    ];
+    let nominated = BTreeSet::new();
+    for turn in 0..pods.len() {
+        // Each rotation of the list, forwards and backwards: every pod comes first once, and
+        // the runs of equal labels are broken up differently each time.
+        for backwards in [false, true] {
+            let mut order: Vec<Arc<Pod>> = pods.iter().cloned().map(Arc::new).collect();
+            order.rotate_left(turn);
+            if backwards {
+                order.reverse();
+            }
+            let snapshot = Snapshot {
+                pods: order,
+                pdbs: pdbs.clone(),
+                ..snapshot()
+            };
+            let selector = CandidateSelector::new(&snapshot, now(), &nominated);
+            let allowances: Vec<PdbAllowance> = selector.pdb_allowances().cloned().collect();
+            let expected: Vec<PdbAllowance> = snapshot
+                .pdbs
+                .iter()
+                .map(|pdb| pdb::pdb_allowance(pdb, snapshot.pods()))
+                .collect();
+            assert_eq!(
+                allowances, expected,
+                "rotated {turn}, backwards {backwards}"
+            );
+            for pod in snapshot.pods() {
+                let found: Vec<PdbAllowance> = selector.pdbs_of(pod).into_iter().cloned().collect();
+                let selecting: Vec<PdbAllowance> = snapshot
+                    .pdbs
+                    .iter()
+                    .zip(&expected)
+                    .filter(|(pdb, _)| pdb::selects(pdb, pdb::selector(pdb).as_ref(), pod))
+                    .map(|(_, allowance)| allowance.clone())
+                    .collect();
+                assert_eq!(
+                    found, selecting,
+                    "{:?}, rotated {turn}, backwards {backwards}",
+                    pod.metadata.name
+                );
+            }
+        }
+    }
+}
