@@ -287,6 +287,7 @@ impl World {
             preference_policy: PreferencePolicy::Respect,
             leaving: &leaving,
             memo: None,
+            now,
         });
         let settings = Settings::default();
         let input = MethodInput {
@@ -535,6 +536,59 @@ async fn given_a_node_replaceable_by_a_strictly_cheaper_one_then_it_is_replaced(
         option_names(replacement),
         ["small", "medium"],
         "only types cheaper than large (1.6), cheapest first"
+    );
+}
+
+/// Upstream v1.14 (kubernetes-sigs/karpenter#3006, `consolidation_test.go` "should not
+/// consolidate pods onto a destination node that is under its consolidateAfter window"): the
+/// only way to consolidate `a` (the cheapest type, nothing cheaper replaces it) is to move its
+/// pod to `b`, which just received a pod; that waits until `b`'s `consolidateAfter` has passed.
+#[tokio::test]
+async fn given_a_destination_within_its_consolidate_after_then_no_pod_moves_there_until_it_passes()
+{
+    let world = World::new(
+        json!({ "consolidateAfter": "1m" }),
+        &["on-demand"],
+        catalogue(),
+    )
+    .await;
+    world.add_node("a", "small", "on-demand").await;
+    world.add_node("b", "small", "on-demand").await;
+    world.add_pod("p1", "a", "500m").await;
+    world.add_pod("p2", "b", "500m").await;
+    world.clock.advance(Duration::from_secs(60));
+    world.mark_consolidatable().await;
+    assert!(world.is_consolidatable("a").await && world.is_consolidatable("b").await);
+
+    // A pod lands on b: b is within its consolidateAfter again, a is not.
+    world.clock.advance(Duration::from_secs(30));
+    world.add_pod("p3", "b", "500m").await;
+    world.mark_consolidatable().await;
+    assert!(world.is_consolidatable("a").await);
+    assert!(!world.is_consolidatable("b").await);
+
+    let outcome = world.decide(&single()).await;
+    assert!(outcome.commands.is_empty(), "{outcome:#?}");
+    assert!(world.decide(&multi()).await.commands.is_empty());
+
+    // Drift and expiration may still send pods there: only consolidation waits.
+    let drift_placements = world
+        .with_input(|input| input.simulator.simulate(&["a"]).placements)
+        .await;
+    assert_eq!(
+        drift_placements,
+        [("default/p1".to_owned(), "b".to_owned())]
+    );
+
+    // Once b's window has passed, a's pod moves there and a is deleted.
+    world.clock.advance(Duration::from_secs(60));
+    world.mark_consolidatable().await;
+    let outcome = world.decide(&single()).await;
+    let command = only_command(&outcome);
+    assert_eq!(command.candidates, ["a"]);
+    assert!(
+        command.replacements.is_empty(),
+        "a delete: the pod fits on b"
     );
 }
 

@@ -370,7 +370,11 @@ pub fn compute_consolidation(
         .iter()
         .map(|candidate| candidate.node())
         .collect();
-    decide(simulator.simulate(&nodes), candidates, options)
+    decide(
+        simulator.simulate_consolidation(&nodes),
+        candidates,
+        options,
+    )
 }
 
 /// The decision for `candidates` given the simulation of removing them (see the module

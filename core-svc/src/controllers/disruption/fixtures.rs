@@ -180,6 +180,7 @@ pub(crate) fn with_input<R>(
         preference_policy: core_domain::scheduler::PreferencePolicy::Respect,
         leaving: &leaving,
         memo: None,
+        now: now(),
     });
     let settings = Settings::default();
     f(&MethodInput {

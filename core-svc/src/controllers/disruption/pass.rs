@@ -132,6 +132,7 @@ impl<'a> Prepared<'a> {
             preference_policy: options.preference_policy,
             leaving,
             memo,
+            now,
         };
         // The selector grouped the same snapshot's pods by node already.
         let simulator = if std::ptr::eq(selector.snapshot(), snapshot) {

@@ -32,6 +32,15 @@
 //! node ..."). The new NodeClaims reported are those holding at least one candidate pod; those
 //! planned only for the pods already waiting are the provisioner's to create.
 //!
+//! A consolidation simulation ([`Simulator::simulate_consolidation`]) also keeps the
+//! candidates' pods off every node still within its NodePool's `consolidateAfter` since its last
+//! pod event (or its initialization), as upstream does since v1.14 (kubernetes-sigs/karpenter
+//! #3006, `IsUnderConsolidateAfter` in `pkg/utils/disruption`): a node that just received pods
+//! is not also the destination of the next consolidation. The pods waiting for capacity (pending,
+//! or from nodes being deleted) may still go there. Such a node is shown to the scheduler with
+//! the taint [`SETTLING_TAINT`], which no pod tolerates, so it still counts for every topology
+//! rule. Drift and expiration simulations place pods on it as before.
+//!
 //! Differences from upstream: pods whose PodDisruptionBudget fully blocks eviction are placed
 //! like any other (upstream leaves them out); nominations the provisioner holds in memory are
 //! not reserved (the NodeClaims they point at are in-flight capacity all the same).
@@ -41,18 +50,21 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use core_domain::labels::LabelPolicy;
 use core_domain::scheduler::{
-    ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, Room, SchedulingInput,
-    has_inter_pod_constraints, solve,
+    ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, Room, SchedulingInput, Taint,
+    TaintEffect, has_inter_pod_constraints, solve,
 };
+use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
 
 use crate::cluster::{PodsByNode, Snapshot};
+use crate::controllers::consolidatable::{self, Verdict};
 use crate::controllers::provisioning::convert;
 use crate::controllers::provisioning::input::{self, Catalogue, Sources};
 use crate::controllers::provisioning::memo::NodeMemo;
 use crate::controllers::provisioning::selection;
 use crate::disruption::candidates::is_reschedulable;
+use core_domain::labels::LABEL_NODEPOOL;
 
 /// What a [`Simulator`] is built from.
 #[derive(Debug, Clone, Copy)]
@@ -74,7 +86,14 @@ pub struct SimulationSources<'a> {
     pub leaving: &'a BTreeSet<String>,
     /// Where Nodes converted by earlier passes are kept; `None` converts every Node afresh.
     pub memo: Option<&'a NodeMemo>,
+    /// The pass's instant: which nodes are still within their `consolidateAfter`.
+    pub now: Timestamp,
 }
+
+/// The taint a consolidation simulation shows on a node still within its NodePool's
+/// `consolidateAfter` (see the module documentation): no pod tolerates it, so a candidate's pod
+/// that fits nowhere else is reported unschedulable naming it.
+pub const SETTLING_TAINT: &str = "karpenter.sh/within-consolidate-after";
 
 /// What a simulation found.
 #[derive(Debug, Clone, PartialEq, Default)]
@@ -166,16 +185,54 @@ struct Slot {
     room: Room,
     /// Whether it is initialized: a pod placed on it counts as scheduled.
     initialized: bool,
+    /// When it is still within its NodePool's `consolidateAfter`: the node as a consolidation
+    /// simulation shows it, with [`SETTLING_TAINT`].
+    settling: Option<Arc<ExistingNode>>,
 }
 
 impl Slot {
-    fn new(node: Arc<ExistingNode>) -> Self {
+    fn new(node: Arc<ExistingNode>, settling: bool) -> Self {
+        let settling = settling.then(|| {
+            let mut tainted = ExistingNode::clone(&node);
+            tainted
+                .taints
+                .push(Taint::new(SETTLING_TAINT, "", TaintEffect::NoSchedule));
+            Arc::new(tainted)
+        });
         Self {
             room: Room::free_on(&node),
             initialized: node.initialized,
             node,
+            settling,
         }
     }
+}
+
+/// The existing nodes (by Node name, or NodeClaim name while there is no Node) still within
+/// their NodePool's `consolidateAfter` at `now`, from the recorded `lastPodEventTime` (else
+/// the initialization): the rule of the `Consolidatable` condition
+/// ([`consolidatable::verdict`]), which is upstream's `IsUnderConsolidateAfter`.
+fn settling_nodes(snapshot: &Snapshot, now: Timestamp) -> HashSet<&str> {
+    snapshot
+        .node_claims()
+        .filter_map(|claim| {
+            let pool = snapshot.node_pool(claim.metadata.labels.as_ref()?.get(LABEL_NODEPOOL)?)?;
+            let status = claim.status.as_ref();
+            let last_pod_event = status
+                .and_then(|status| status.last_pod_event_time.as_ref())
+                .map(|time| time.0);
+            match consolidatable::verdict(claim, pool, last_pod_event, now) {
+                Verdict::NotYet { .. } => Some(
+                    status
+                        .map(|status| status.node_name.as_str())
+                        .filter(|name| !name.is_empty())
+                        .or(claim.metadata.name.as_deref())
+                        .unwrap_or_default(),
+                ),
+                Verdict::Consolidatable | Verdict::NotApplicable => None,
+            }
+        })
+        .collect()
 }
 
 impl State {
@@ -211,9 +268,13 @@ impl State {
         let prunable = !has_inter_pod_constraints(&input.pods, &input.existing_nodes);
         reserve_for_waiting(&mut input, prunable);
         let base_pods = input.pods.len();
+        let settling = settling_nodes(snapshot, sources.now);
         let slots: Vec<Slot> = std::mem::take(&mut input.existing_nodes)
             .into_iter()
-            .map(Slot::new)
+            .map(|node| {
+                let is_settling = settling.contains(node.name.as_str());
+                Slot::new(node, is_settling)
+            })
             .collect();
         let index = slots
             .iter()
@@ -286,6 +347,16 @@ impl<'a> Simulator<'a> {
 
     /// Where the reschedulable pods of `nodes` (Node names) would go if those nodes went away.
     pub fn simulate(&self, nodes: &[&str]) -> SimulationResult {
+        self.run(nodes, false)
+    }
+
+    /// What [`simulate`](Self::simulate) finds, for consolidation: the candidates' pods do not
+    /// go to nodes still within their `consolidateAfter` (see the module documentation).
+    pub fn simulate_consolidation(&self, nodes: &[&str]) -> SimulationResult {
+        self.run(nodes, true)
+    }
+
+    fn run(&self, nodes: &[&str], consolidation: bool) -> SimulationResult {
         let wanted: Vec<&Pod> = nodes
             .iter()
             .flat_map(|node| self.reschedulable_pods(node))
@@ -341,7 +412,11 @@ impl<'a> Simulator<'a> {
             let is_candidate = candidate_nodes.binary_search(&position).is_ok();
             let full = smallest.is_some_and(|smallest| !slot.room.holds(&smallest));
             if !is_candidate && !full {
-                input.existing_nodes.push(Arc::clone(&slot.node));
+                let shown = match &slot.settling {
+                    Some(settling) if consolidation => settling,
+                    _ => &slot.node,
+                };
+                input.existing_nodes.push(Arc::clone(shown));
             }
         }
 
@@ -562,6 +637,7 @@ mod tests {
             preference_policy: PreferencePolicy::Respect,
             leaving: &leaving,
             memo: None,
+            now: crate::controllers::disruption::fixtures::now(),
         });
         let before = simulator.existing_nodes();
         let results = nodes

@@ -120,7 +120,7 @@ fn same_simulation(
     input: &MethodInput<'_>,
 ) -> Result<(), Rejected> {
     let nodes: Vec<&str> = current.iter().map(|candidate| candidate.node()).collect();
-    let simulation = input.simulator.simulate(&nodes);
+    let simulation = input.simulator.simulate_consolidation(&nodes);
     let scheduling = |message: String| Err(rejected(RejectionKind::Scheduling, message));
     if !simulation.all_scheduled {
         return scheduling(format!(
