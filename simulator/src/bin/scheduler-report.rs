@@ -18,9 +18,11 @@
 //! cargo run --release -p simulator --bin scheduler-report -- --packing first-fit   # upstream's packing
 //! ```
 
+use std::io::Write as _;
 use std::process::{Command, ExitCode};
 use std::time::Instant;
 
+use clap::Parser;
 use core_domain::scheduler::Packing;
 use core_domain::scheduler::bound::plan_lower_bound;
 use simulator::workloads::{self, Mix, Pool};
@@ -28,82 +30,71 @@ use simulator::workloads::{self, Mix, Pool};
 const SIZES: [usize; 4] = [1_000, 5_000, 20_000, 50_000];
 const SEED: u64 = 42;
 
-#[allow(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    reason = "a report tool: its output is the report"
-)]
+/// Runs the scheduler on the us-east-1 catalogue and reports solve time, nodes, cost, the
+/// cost's lower bound and their ratio: every case as a table, or one case as a row.
+#[derive(Debug, Parser)]
+#[command(name = "scheduler-report")]
+struct Args {
+    /// The NodePool: `any` (the whole catalogue) or `typical` (c, m and r, generation above 2,
+    /// amd64, on-demand). Without --mix and --pods, every case runs for both.
+    #[arg(long, default_value = "any")]
+    pool: Pool,
+    /// One case's pod mix (with --pods): plain, zone-spread, hostname-spread,
+    /// hostname-anti-affinity.
+    #[arg(long, requires = "pods")]
+    mix: Option<Mix>,
+    /// One case's pod count (with --mix).
+    #[arg(long, requires = "mix")]
+    pods: Option<usize>,
+    /// `cost-aware` (the scheduler's) or `first-fit` (upstream's packing, for comparison).
+    #[arg(long, default_value = "cost-aware", value_parser = ["cost-aware", "first-fit"])]
+    packing: String,
+}
+
+/// Writes `text` to stdout; false when stdout is gone (a closed pipe: `| head`), which ends the
+/// report quietly rather than with a panic.
+fn emit(text: &str) -> bool {
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.flush())
+        .is_ok()
+}
+
+#[allow(clippy::print_stderr, reason = "a report tool: errors go to stderr")]
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let value = |flag: &str| {
-        args.iter()
-            .position(|a| a == flag)
-            .and_then(|i| args.get(i + 1))
-            .cloned()
+    let args = Args::parse();
+    let packing = match args.packing.as_str() {
+        "first-fit" => Packing::FirstFit,
+        _ => Packing::CostAware,
     };
-    let packing = match value("--packing").as_deref() {
-        None | Some("cost-aware") => Packing::CostAware,
-        Some("first-fit") => Packing::FirstFit,
-        Some(other) => {
-            eprintln!("scheduler-report: --packing {other:?}: one of cost-aware, first-fit");
-            return ExitCode::from(2);
-        }
-    };
-    let pool = match value("--pool").map(|p| p.parse::<Pool>()) {
-        None => Pool::Any,
-        Some(Ok(pool)) => pool,
-        Some(Err(e)) => {
-            eprintln!("scheduler-report: --pool: {e}");
-            return ExitCode::from(2);
-        }
-    };
-    match (value("--mix"), value("--pods")) {
-        (Some(mix), Some(pods)) => match (mix.parse::<Mix>(), pods.parse::<usize>()) {
-            (Ok(mix), Ok(pods)) => match run_case(pool, mix, pods, packing) {
-                Ok(row) => {
-                    println!("{row}");
-                    ExitCode::SUCCESS
-                }
-                Err(e) => {
-                    eprintln!("scheduler-report: {e:#}");
-                    ExitCode::FAILURE
-                }
-            },
-            (Err(e), _) => {
-                eprintln!("scheduler-report: --mix: {e}");
-                ExitCode::from(2)
+    match (args.mix, args.pods) {
+        (Some(mix), Some(pods)) => match run_case(args.pool, mix, pods, packing) {
+            Ok(row) => {
+                emit(&format!("{row}\n"));
+                ExitCode::SUCCESS
             }
-            (_, Err(e)) => {
-                eprintln!("scheduler-report: --pods {pods:?}: {e}");
-                ExitCode::from(2)
+            Err(e) => {
+                eprintln!("scheduler-report: {e:#}");
+                ExitCode::FAILURE
             }
         },
-        (None, None) => run_all(packing),
-        _ => {
-            eprintln!("scheduler-report: give both --mix and --pods, or neither for every case");
-            ExitCode::from(2)
-        }
+        _ => run_all(&args.packing),
     }
 }
 
-#[allow(
-    clippy::print_stdout,
-    clippy::print_stderr,
-    reason = "a report tool: its output is the report"
-)]
-fn run_all(packing: Packing) -> ExitCode {
+#[allow(clippy::print_stderr, reason = "a report tool: errors go to stderr")]
+fn run_all(packing: &str) -> ExitCode {
     let Ok(me) = std::env::current_exe() else {
         eprintln!("scheduler-report: cannot find its own executable");
         return ExitCode::FAILURE;
     };
-    println!(
-        "| pool | mix | pods | solve ms | pods/s | nodes | cost $/h | bound $/h | ratio | unschedulable | peak RSS MiB |"
-    );
-    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let packing = match packing {
-        Packing::CostAware => "cost-aware",
-        Packing::FirstFit => "first-fit",
-    };
+    if !emit(
+        "| pool | mix | pods | solve ms | pods/s | nodes | cost $/h | bound $/h | ratio | unschedulable | peak RSS MiB |\n\
+         |---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+    ) {
+        return ExitCode::SUCCESS;
+    }
     let mut failed = false;
     for pool in Pool::ALL {
         for mix in Mix::ALL {
@@ -114,7 +105,9 @@ fn run_all(packing: Packing) -> ExitCode {
                     .output();
                 match output {
                     Ok(o) if o.status.success() => {
-                        print!("{}", String::from_utf8_lossy(&o.stdout));
+                        if !emit(&String::from_utf8_lossy(&o.stdout)) {
+                            return ExitCode::SUCCESS;
+                        }
                     }
                     Ok(o) => {
                         failed = true;
