@@ -241,6 +241,64 @@ pub fn start_aws_plugin(socket: &Path, extra_env: &[(&str, &str)]) -> ChildGuard
     process
 }
 
+/// A script of `integration-tests/moto/` (`moto_launcher.py`, `e2e_fixtures.py`).
+pub fn moto_script(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("moto")
+        .join(name)
+}
+
+/// Starts `moto_server` through `moto/moto_launcher.py` (which gives fleet instances their
+/// launch template's security groups, as EC2 does), logging to `dir/moto.log`; the process and
+/// its endpoint URL once it listens.
+pub fn start_moto(dir: &Path) -> (ChildGuard, String) {
+    let port_file = dir.join("moto.port");
+    let mut moto = ChildGuard::spawn_logging_to(
+        Command::new(tool("python3", "TOOLS_PYTHON"))
+            .arg(moto_script("moto_launcher.py"))
+            .arg("--port-file")
+            .arg(&port_file),
+        &dir.join("moto.log"),
+    );
+    wait_for_path(&port_file, Duration::from_secs(60), &mut moto);
+    let port = std::fs::read_to_string(&port_file)
+        .unwrap_or_else(|e| panic!("reading {}: {e}", port_file.display()));
+    (moto, format!("http://127.0.0.1:{}", port.trim()))
+}
+
+/// Starts `aws-plugin` on `socket` against the moto server at `aws_endpoint`, for cluster
+/// `cluster` (Kubernetes 1.33, service CIDR 10.100.0.0/16), with `extra_args`, logging JSON to
+/// `log`; waits until the socket exists.
+pub fn start_aws_plugin_on_moto(
+    socket: &Path,
+    aws_endpoint: &str,
+    cluster: &str,
+    extra_args: &[&str],
+    log: &Path,
+) -> ChildGuard {
+    let mut plugin = ChildGuard::spawn_logging_to(
+        Command::new(workspace_binary("aws-plugin"))
+            .arg("--endpoint")
+            .arg(format!("unix://{}", socket.display()))
+            .args(["--cluster-name", cluster])
+            .args(["--cluster-endpoint", &format!("https://{cluster}.invalid")])
+            // AL2023's nodeadm configuration needs the service CIDR.
+            .args(["--cluster-cidr", "10.100.0.0/16"])
+            .args(["--kubernetes-version", "1.33"])
+            .args(["--log-format", "json"])
+            .args(extra_args)
+            .env_clear()
+            .env("AWS_REGION", "us-east-1")
+            .env("AWS_ACCESS_KEY_ID", "testing")
+            .env("AWS_SECRET_ACCESS_KEY", "testing")
+            .env("AWS_ENDPOINT_URL", aws_endpoint)
+            .env("AWS_EC2_METADATA_DISABLED", "true"),
+        log,
+    );
+    wait_for_path(socket, Duration::from_secs(30), &mut plugin);
+    plugin
+}
+
 /// Runs a command to completion and returns its stdout; panics with stderr when it fails.
 pub fn run_ok(command: &mut Command) -> String {
     let output = command

@@ -17,7 +17,8 @@ use std::process::{Command, Output};
 use std::time::Duration;
 
 use integration_tests::{
-    ChildGuard, run_ok, start_python_plugin, tool, wait_for_path, workspace_binary,
+    ChildGuard, moto_script, run_ok, start_aws_plugin_on_moto, start_moto, start_python_plugin,
+    tool, wait_for_path, workspace_binary,
 };
 use serde_json::Value;
 
@@ -32,12 +33,6 @@ spec:
   subnetSelectorTerms: [{tags: {karpenter.sh/discovery: conformance}}]
   securityGroupSelectorTerms: [{tags: {karpenter.sh/discovery: conformance}}]
 ";
-
-fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("moto")
-        .join(name)
-}
 
 /// Runs the suite with `--json` and `--junit`; the exit status, the JSON report and the
 /// JUnit file's text.
@@ -92,20 +87,10 @@ fn assert_conforms(output: &Output, report: &Value, junit: &str, skipped: &[&str
 fn aws_plugin_over_moto_passes_every_check() {
     let python = tool("python3", "TOOLS_PYTHON");
     let dir = tempfile::tempdir().unwrap();
-    let port_file = dir.path().join("moto.port");
-    let mut moto = ChildGuard::spawn_logging_to(
-        Command::new(&python)
-            .arg(script("moto_launcher.py"))
-            .arg("--port-file")
-            .arg(&port_file),
-        &dir.path().join("moto.log"),
-    );
-    wait_for_path(&port_file, Duration::from_secs(60), &mut moto);
-    let port = std::fs::read_to_string(&port_file).unwrap();
-    let aws_endpoint = format!("http://127.0.0.1:{}", port.trim());
+    let (_moto, aws_endpoint) = start_moto(dir.path());
     run_ok(
         Command::new(&python)
-            .arg(script("e2e_fixtures.py"))
+            .arg(moto_script("e2e_fixtures.py"))
             .args(["--endpoint", &aws_endpoint, "setup"])
             .args([
                 "--discovery",
@@ -118,24 +103,13 @@ fn aws_plugin_over_moto_passes_every_check() {
     );
 
     let socket = dir.path().join("plugin.sock");
-    let mut plugin = ChildGuard::spawn_logging_to(
-        Command::new(workspace_binary("aws-plugin"))
-            .arg("--endpoint")
-            .arg(format!("unix://{}", socket.display()))
-            .args(["--cluster-name", "conformance"])
-            .args(["--cluster-endpoint", "https://conformance.invalid"])
-            .args(["--cluster-cidr", "10.100.0.0/16"])
-            .args(["--kubernetes-version", "1.33"])
-            .args(["--log-format", "json"])
-            .env_clear()
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_ENDPOINT_URL", &aws_endpoint)
-            .env("AWS_EC2_METADATA_DISABLED", "true"),
+    let _plugin = start_aws_plugin_on_moto(
+        &socket,
+        &aws_endpoint,
+        "conformance",
+        &[],
         &dir.path().join("aws-plugin.log"),
     );
-    wait_for_path(&socket, Duration::from_secs(30), &mut plugin);
     let node_class = dir.path().join("ec2nodeclass.yaml");
     std::fs::write(&node_class, NODE_CLASS).unwrap();
 
@@ -150,7 +124,7 @@ fn aws_plugin_over_moto_passes_every_check() {
     // The suite deleted every instance it launched.
     let left = run_ok(
         Command::new(&python)
-            .arg(script("e2e_fixtures.py"))
+            .arg(moto_script("e2e_fixtures.py"))
             .args(["--endpoint", &aws_endpoint, "instances"])
             .args(["--cluster", "conformance"]),
     );

@@ -66,7 +66,8 @@ use std::time::Duration;
 
 use core_svc::controllers::disruption::annotations::{ANNOTATION_COMMAND, ANNOTATION_REPLACES};
 use integration_tests::{
-    ChildGuard, free_port, run_ok, start_fake_apiserver, tool, wait_for_path, workspace_binary,
+    ChildGuard, free_port, moto_script, run_ok, start_aws_plugin_on_moto, start_fake_apiserver,
+    start_moto, tool, workspace_binary,
 };
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Node, Pod};
@@ -189,9 +190,7 @@ spec:
 ";
 
 fn script(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("moto")
-        .join(name)
+    moto_script(name)
 }
 
 /// The last `lines` lines of a log file.
@@ -466,17 +465,7 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     let dir = tempfile::tempdir().expect("a temporary directory");
 
     // moto, through the launcher that gives fleet instances their template's security groups.
-    let port_file = dir.path().join("moto.port");
-    let mut moto = ChildGuard::spawn_logging_to(
-        Command::new(&python)
-            .arg(script("moto_launcher.py"))
-            .arg("--port-file")
-            .arg(&port_file),
-        &dir.path().join("moto.log"),
-    );
-    wait_for_path(&port_file, Duration::from_secs(60), &mut moto);
-    let port = std::fs::read_to_string(&port_file).expect("the port file");
-    let aws_endpoint = format!("http://127.0.0.1:{}", port.trim());
+    let (moto, aws_endpoint) = start_moto(dir.path());
 
     let service_account_kubeconfig = dir.path().join("service-account.kubeconfig");
     let (apiserver, kubeconfig) = start_fake_apiserver(
@@ -494,27 +483,14 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     );
 
     let socket = dir.path().join("plugin.sock");
-    let mut plugin = ChildGuard::spawn_logging_to(
-        Command::new(workspace_binary("aws-plugin"))
-            .arg("--endpoint")
-            .arg(format!("unix://{}", socket.display()))
-            .args(["--cluster-name", CLUSTER])
-            .args(["--cluster-endpoint", "https://e2e.invalid"])
-            // AL2023's nodeadm configuration needs the service CIDR.
-            .args(["--cluster-cidr", "10.100.0.0/16"])
-            .args(["--kubernetes-version", "1.33"])
-            // A newly registered image must be seen by the very next call.
-            .args(["--node-class-cache-seconds", "0"])
-            .args(["--log-format", "json"])
-            .env_clear()
-            .env("AWS_REGION", "us-east-1")
-            .env("AWS_ACCESS_KEY_ID", "testing")
-            .env("AWS_SECRET_ACCESS_KEY", "testing")
-            .env("AWS_ENDPOINT_URL", &aws_endpoint)
-            .env("AWS_EC2_METADATA_DISABLED", "true"),
+    let plugin = start_aws_plugin_on_moto(
+        &socket,
+        &aws_endpoint,
+        CLUSTER,
+        // A newly registered image must be seen by the very next call.
+        &["--node-class-cache-seconds", "0"],
         &dir.path().join("aws-plugin.log"),
     );
-    wait_for_path(&socket, Duration::from_secs(30), &mut plugin);
 
     let config = kube::Config::from_custom_kubeconfig(
         kube::config::Kubeconfig::read_from(&kubeconfig).expect("the kubeconfig"),
