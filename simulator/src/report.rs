@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use karpenter_api::NodeSelectorRequirementWithMinValues;
 use serde::Serialize;
 use serde_json::Value;
 
@@ -161,6 +162,8 @@ pub struct FinalNodeClaim {
     pub labels: BTreeMap<String, String>,
     /// Its annotations.
     pub annotations: BTreeMap<String, String>,
+    /// `spec.requirements`: what went to the plugin's Create.
+    pub requirements: Vec<NodeSelectorRequirementWithMinValues>,
     /// Its conditions by type.
     pub conditions: BTreeMap<String, FinalCondition>,
     /// Whether it is being deleted.
@@ -196,6 +199,8 @@ pub struct FinalPod {
     pub node: Option<String>,
     /// Its phase.
     pub phase: String,
+    /// Its labels.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// A cloud instance at the end.

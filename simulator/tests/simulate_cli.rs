@@ -36,6 +36,21 @@ fn without_arguments_it_runs_the_built_in_scenario_and_writes_the_report() {
     for key in ["nodePools", "nodeClaims", "nodes", "pods", "instances"] {
         assert!(json["final"][key].is_array(), "final.{key}");
     }
+    // What scheduling assertions need: each NodeClaim's requirements (what went to the
+    // plugin) and each pod's labels.
+    let claim = &json["final"]["nodeClaims"][0];
+    let requirements = claim["requirements"].as_array().unwrap();
+    assert!(
+        requirements
+            .iter()
+            .any(|r| r["key"] == "node.kubernetes.io/instance-type" && r["operator"] == "In"),
+        "{claim}"
+    );
+    let pod = &json["final"]["pods"][0];
+    assert!(
+        pod["labels"].as_object().is_some_and(|l| !l.is_empty()),
+        "{pod}"
+    );
     let timeline = json["timeline"].as_array().unwrap();
     assert!(
         timeline

@@ -34,6 +34,7 @@ pub(super) fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> Fi
                     capacity_type: label("karpenter.sh/capacity-type"),
                     image_id: status.image_id.clone(),
                     annotations: string_map(claim.metadata.annotations.as_ref()),
+                    requirements: claim.spec.requirements.clone(),
                     conditions: status
                         .conditions
                         .iter()
@@ -82,6 +83,7 @@ pub(super) fn final_state(snapshot: &Snapshot, instances: &[InstanceView]) -> Fi
                 name: pod.metadata.name.clone().unwrap_or_default(),
                 node: world::bound_node(pod).map(str::to_owned),
                 phase: world::phase(pod).unwrap_or("Pending").to_owned(),
+                labels: string_map(pod.metadata.labels.as_ref()),
             })
             .collect(),
         instances: instances
