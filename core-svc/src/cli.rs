@@ -19,6 +19,7 @@ use crate::cluster::apiserver::events::ApiServerEvents;
 use crate::cluster::{Cluster, KubeCluster, apiserver};
 use crate::controllers::nodeclaim::{launched_of, request_of};
 use crate::controllers::{Context, Settings};
+use crate::features::FeatureGates;
 use crate::http::Readiness;
 use crate::inspect::{PluginDrift, inspect};
 use crate::leader::{Elector, LEASE_NAME, Timings};
@@ -107,6 +108,11 @@ pub struct RunArgs {
     /// Run the controllers without a Lease (one replica only).
     #[arg(long, env = "DISABLE_LEADER_ELECTION")]
     pub disable_leader_election: bool,
+    /// Feature gates, upstream's names and defaults: `SpotToSpotConsolidation=true,...`
+    /// (CapacityBuffer, NodeOverlay, NodeRepair, ReservedCapacity, SpotToSpotConsolidation,
+    /// StaticCapacity). An unknown name is refused.
+    #[arg(long, env = "FEATURE_GATES", default_value = "")]
+    pub feature_gates: FeatureGates,
 }
 
 /// Output formats.
@@ -281,7 +287,12 @@ async fn run_control_plane(args: RunArgs) -> anyhow::Result<ExitCode> {
         // instance family, say) could never be scheduled.
         label_policy: handshake.label_policy(),
         metrics: Some(Arc::clone(&metrics)),
+        feature_gates: args.feature_gates,
     };
+    tracing::info!(feature_gates = %args.feature_gates, "feature gates");
+    for unsupported in args.feature_gates.unsupported() {
+        tracing::warn!(feature_gate = %unsupported, "a feature gate core does not implement");
+    }
 
     let (stop_election, election_stopped) = tokio::sync::oneshot::channel::<()>();
     // Without an election this replica always leads; the sender lives as long as the loop, so

@@ -15,6 +15,7 @@
 //! - [`disruption`]: the pure building blocks of disruption (candidates, budgets, cost, why a
 //!   node is not disrupted), shared by the disruption controller and `core-svc explain`.
 //! - [`events`]: the Kubernetes Events port and [`events::Reason`], every reason core records.
+//! - [`features`]: the feature gates, with upstream's names and defaults.
 //! - [`http`]: the metrics and probe endpoints of `core-svc run`.
 //! - [`inspect`]: what `core-svc explain` says about one node (drift, blocker, what is next).
 //! - [`leader`]: leader election on a Lease, client-go's protocol.
@@ -36,6 +37,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod disruption;
 pub mod events;
+pub mod features;
 pub mod http;
 pub mod inspect;
 pub mod leader;

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::Cluster;
 use crate::controllers::consolidatable::ConsolidatableController;
+use crate::controllers::disruption::consolidation::ConsolidationOptions;
 use crate::controllers::disruption::{DisruptionController, DisruptionOptions};
 use crate::controllers::drift::DriftController;
 use crate::controllers::expiration::ExpirationController;
@@ -38,6 +39,7 @@ use crate::controllers::provisioning::{
 };
 use crate::controllers::termination::TerminationController;
 use crate::controllers::{Context, Controller, ControllerError, Requeue};
+use crate::features::FeatureGates;
 use crate::metrics::Metrics;
 
 /// How soon a failed controller pass runs again.
@@ -130,6 +132,8 @@ pub struct ManagerOptions {
     /// Where the disruption controller publishes its gauges (budgets' allowed disruptions,
     /// the cluster state); none in the simulator.
     pub metrics: Option<Arc<Metrics>>,
+    /// The feature gates (`--feature-gates`, a scenario's `options.featureGates`).
+    pub feature_gates: FeatureGates,
 }
 
 /// One of core's controllers, over the cluster `C` and the provider `P`.
@@ -214,6 +218,9 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                     DisruptionOptions {
                         require_ready_node_class: options.require_ready_node_class,
                         label_policy: options.label_policy.clone(),
+                        consolidation: ConsolidationOptions {
+                            spot_to_spot: options.feature_gates.spot_to_spot_consolidation,
+                        },
                         ..DisruptionOptions::default()
                     },
                 )
@@ -451,6 +458,29 @@ mod tests {
             cluster,
             clock,
         )
+    }
+
+    #[test]
+    fn the_spot_to_spot_gate_reaches_consolidation() {
+        let (manager, ..) = manager();
+        assert!(format!("{manager:?}").contains("spot_to_spot: false"));
+        let clock = Arc::new(FakeClock::new(at(0)));
+        let ctx = Context {
+            cluster: Arc::new(InMemoryCluster::new(
+                Arc::clone(&clock) as Arc<dyn Clock>,
+                7,
+            )),
+            cloud: Arc::new(FakeCloudProvider::new()),
+            clock: clock as Arc<dyn Clock>,
+            events: Arc::new(MemoryEvents::new()),
+            settings: Settings::default(),
+        };
+        let options = ManagerOptions {
+            feature_gates: "SpotToSpotConsolidation=true".parse().unwrap(),
+            ..ManagerOptions::default()
+        };
+        let manager = Manager::new(ctx, &options);
+        assert!(format!("{manager:?}").contains("spot_to_spot: true"));
     }
 
     fn ran(passes: &[Pass]) -> Vec<ControllerKind> {

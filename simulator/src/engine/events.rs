@@ -44,6 +44,7 @@ impl Simulation {
                     &self.clock,
                     &self.outage,
                     &self.events,
+                    self.scenario.options.feature_gates,
                 )
                 .await?;
                 self.core = core;

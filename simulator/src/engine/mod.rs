@@ -35,6 +35,7 @@ use core_svc::controllers::provisioning::catalogue as core_catalogue;
 use core_svc::controllers::provisioning::{convert, selection};
 use core_svc::controllers::{Context, Settings};
 use core_svc::events::{Event, MemoryEvents, Reason};
+use core_svc::features::FeatureGates;
 use core_svc::manager::{ControllerKind, Manager, ManagerOptions};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::{DaemonSet, Deployment};
@@ -247,7 +248,15 @@ impl Simulation {
             scenario.cloud.registration_delay,
             label_policy.clone(),
         );
-        let (core, provider) = start_core(&plugin, &cluster, &clock, &outage, &events).await?;
+        let (core, provider) = start_core(
+            &plugin,
+            &cluster,
+            &clock,
+            &outage,
+            &events,
+            scenario.options.feature_gates,
+        )
+        .await?;
         let mut simulation = Self {
             recorder: Recorder::new(&clock),
             scenario,
@@ -476,6 +485,7 @@ async fn start_core(
     clock: &VirtualClock,
     outage: &OutageSwitch,
     events: &Arc<MemoryEvents>,
+    feature_gates: FeatureGates,
 ) -> Result<(Core, Arc<SimProvider>), EngineError> {
     let (_connection, handshake, grpc) = plugin.connect().await?;
     let provider = Arc::new(OutageProvider::new(grpc, outage.clone(), clock.core()));
@@ -490,6 +500,7 @@ async fn start_core(
         require_ready_node_class: handshake.capabilities.resolve_node_class,
         label_policy: handshake.label_policy(),
         metrics: None,
+        feature_gates,
     };
     Ok((Manager::new(ctx, &options), provider))
 }

@@ -16,6 +16,7 @@ use std::fmt;
 use std::time::Duration;
 
 use aws_plugin::apis::ec2nodeclass::AMIFamily;
+use core_svc::features::FeatureGates;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -44,12 +45,22 @@ pub struct Scenario {
     pub start: Timestamp,
     /// How much virtual time to run.
     pub duration: Duration,
+    /// core-svc's settings for the run (`options:`).
+    pub options: Options,
     /// The simulated cloud.
     pub cloud: CloudSpec,
     /// Manifests applied at t=0, in order.
     pub objects: Vec<Manifest>,
     /// What happens later, in time order (equal times keep the file's order).
     pub events: Vec<ScheduledEvent>,
+}
+
+/// The `options:` section: core-svc's settings for this run, as its flags would set them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Options {
+    /// `featureGates`: upstream's gate names (`SpotToSpotConsolidation: true`); the others
+    /// keep upstream's defaults. What core-svc's `--feature-gates` sets.
+    pub feature_gates: FeatureGates,
 }
 
 /// The `cloud:` section.

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use aws_plugin::apis::ec2nodeclass::AMIFamily;
+use core_svc::features::{FeatureGateError, FeatureGates};
 use jiff::Timestamp;
 use serde_json::{Map, Value};
 
@@ -11,8 +12,8 @@ use super::fields::{Fields, display_path, duration, string, timestamp, type_name
 use super::manifest::{manifest, object_key};
 use super::{
     Action, CapacityErrorSpec, CloudChange, CloudSpec, DEFAULT_LAUNCH_DELAY, DEFAULT_REGION,
-    DEFAULT_REGISTRATION_DELAY, DEFAULT_START, ImageSpec, Kind, MAX_DURATION, ObjectKey, Result,
-    Scenario, ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec,
+    DEFAULT_REGISTRATION_DELAY, DEFAULT_START, ImageSpec, Kind, MAX_DURATION, ObjectKey, Options,
+    Result, Scenario, ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec,
 };
 
 /// Reads and checks a scenario.
@@ -66,6 +67,10 @@ pub fn parse(text: &str) -> Result<Scenario> {
             format!("at most {}h", MAX_DURATION.as_secs() / 3600),
         ));
     }
+    let options = match fields.get("options") {
+        None => Options::default(),
+        Some(value) => options(value)?,
+    };
     let cloud = match fields.get("cloud") {
         None => cloud(&Value::Object(Map::new()))?,
         Some(value) => cloud(value)?,
@@ -94,12 +99,52 @@ pub fn parse(text: &str) -> Result<Scenario> {
         seed,
         start,
         duration,
+        options,
         cloud,
         objects,
         events,
     };
     check_references(&scenario)?;
     Ok(scenario)
+}
+
+/// The `options:` section.
+pub(super) fn options(value: &Value) -> Result<Options> {
+    let mut fields = Fields::of("options", value)?;
+    let feature_gates = match fields.get("featureGates") {
+        None => FeatureGates::default(),
+        Some(Value::Object(gates)) => {
+            let mut settings = Vec::with_capacity(gates.len());
+            for (name, value) in gates {
+                let field = format!("options.featureGates.{name}");
+                let Value::Bool(on) = value else {
+                    return Err(ScenarioError::new(
+                        field,
+                        format!("expected true or false, found {}", type_name(value)),
+                    ));
+                };
+                settings.push((name.as_str(), *on));
+            }
+            FeatureGates::with(settings).map_err(|error| {
+                let name = match &error {
+                    FeatureGateError::Unknown { name } => name.clone(),
+                    FeatureGateError::Malformed { item } => item.clone(),
+                };
+                ScenarioError::new(format!("options.featureGates.{name}"), error.to_string())
+            })?
+        }
+        Some(other) => {
+            return Err(ScenarioError::new(
+                "options.featureGates",
+                format!(
+                    "expected a map of gate names to true or false, found {}",
+                    type_name(other)
+                ),
+            ));
+        }
+    };
+    fields.finish()?;
+    Ok(Options { feature_gates })
 }
 
 pub(super) fn cloud(value: &Value) -> Result<CloudSpec> {

@@ -28,6 +28,29 @@ fn a_minimal_scenario_gets_the_documented_defaults() {
 }
 
 #[test]
+fn feature_gates_take_upstream_s_names_and_refuse_others_naming_them() {
+    let scenario =
+        parse("name: x\nduration: 1h\noptions:\n  featureGates: {SpotToSpotConsolidation: true}\n")
+            .unwrap();
+    assert!(scenario.options.feature_gates.spot_to_spot_consolidation);
+    assert!(
+        scenario.options.feature_gates.reserved_capacity,
+        "defaults kept"
+    );
+    assert_eq!(
+        parse("name: x\nduration: 1h\n").unwrap().options,
+        Options::default()
+    );
+    let error = error_of("name: x\nduration: 1h\noptions:\n  featureGates: {SpotToSpot: true}\n");
+    assert_eq!(error.field, "options.featureGates.SpotToSpot");
+    assert!(error.message.contains("unknown feature gate"), "{error}");
+    let error = error_of("name: x\nduration: 1h\noptions:\n  featureGates: {NodeRepair: yes}\n");
+    assert_eq!(error.field, "options.featureGates.NodeRepair");
+    let error = error_of("name: x\nduration: 1h\noptions:\n  gates: {}\n");
+    assert!(error.field.starts_with("options"), "{error}");
+}
+
+#[test]
 fn a_missing_duration_names_the_field() {
     assert_eq!(error_of("name: t\n").field, "duration");
 }
