@@ -75,7 +75,7 @@ impl InstanceError {
             Self::NotManaged(_) | Self::Misconfigured(_) => {
                 status::plugin_internal(tonic::Code::FailedPrecondition, message)
             }
-            // A capacity error outside a fleet (none today): nothing known to name.
+            // A capacity error for the whole call rather than per offering: AWS named none.
             Self::Aws(AwsError::InsufficientCapacity { .. }) => {
                 status::insufficient_capacity(message, HashMap::new())
             }

@@ -48,7 +48,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
-use core_domain::labels::LabelPolicy;
+use core_domain::labels::{LABEL_NODEPOOL, LabelPolicy};
 use core_domain::scheduler::{
     ExistingNode, PlannedNodeClaim, PodId, PreferencePolicy, Room, SchedulingInput, Taint,
     TaintEffect, has_inter_pod_constraints, solve,
@@ -64,7 +64,6 @@ use crate::controllers::provisioning::input::{self, Catalogue, Sources};
 use crate::controllers::provisioning::memo::NodeMemo;
 use crate::controllers::provisioning::selection;
 use crate::disruption::candidates::is_reschedulable;
-use core_domain::labels::LABEL_NODEPOOL;
 
 /// What a [`Simulator`] is built from.
 #[derive(Debug, Clone, Copy)]
