@@ -62,9 +62,8 @@ pub(crate) struct Session {
     pub(crate) catalogue: Option<Vec<v1::InstanceType>>,
     /// Every NodeClaim name the suite sent to Create, with the provider ID it got, if any.
     pub(crate) launched: BTreeMap<String, Option<String>>,
+    /// Every error status the plugin answered (not the suite's deliberately short Create).
     pub(crate) errors: Vec<SeenError>,
-    /// Calls cut off by the API's own deadline (not the suite's deliberately short one).
-    pub(crate) deadlines_exceeded: Vec<&'static str>,
 }
 
 impl Session {
@@ -88,7 +87,6 @@ impl Session {
             catalogue: None,
             launched: BTreeMap::new(),
             errors: Vec::new(),
-            deadlines_exceeded: Vec::new(),
             config,
         })
     }
@@ -98,13 +96,9 @@ impl Session {
         format!("{}-{}-{what}", self.config.name_prefix, self.run_id)
     }
 
-    /// Notes the outcome of a call: an error is kept for the ErrorInfo check, a deadline
-    /// exceeded for the deadline check.
+    /// Notes the outcome of a call: an error is kept for the ErrorInfo and deadline checks.
     pub(crate) fn note<T>(&mut self, rpc: &'static str, result: &Result<T, Status>) {
         if let Err(status) = result {
-            if status.code() == Code::DeadlineExceeded {
-                self.deadlines_exceeded.push(rpc);
-            }
             self.errors.push(SeenError {
                 rpc,
                 status: status.clone(),

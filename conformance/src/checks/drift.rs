@@ -90,10 +90,9 @@ pub(crate) async fn run(
     let claim = as_launched(&launches.primary);
     let (sent, result) = is_drifted(session, Some(claim.clone())).await;
     let announced = session.capabilities.is_drifted;
-    let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
     recorder.record(
         CAPABILITY,
-        capability_outcome("IsDrifted", announced, code, &sent),
+        capability_outcome("IsDrifted", announced, &result, &sent),
     );
     if !announced {
         recorder.skip(&CHECKS[1..], "IsDrifted is not announced");

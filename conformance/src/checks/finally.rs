@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use core_svc::cloudprovider::grpc::answers;
 use core_svc::plugin::with_deadline;
 use provider_sdk::v1::{DeleteRequest, GetRepairPoliciesRequest};
-use tonic::{Code, Status};
+use tonic::Code;
 
 use super::{Check, Recorder, capability_outcome};
 use crate::Outcome;
@@ -66,10 +66,9 @@ pub(crate) async fn run(session: &mut Session, recorder: &mut Recorder) {
         .map(tonic::Response::into_inner);
     session.note("GetRepairPolicies", &result);
     let announced = session.capabilities.get_repair_policies;
-    let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
     recorder.record(
         REPAIR_CAPABILITY,
-        capability_outcome("GetRepairPolicies", announced, code, sent),
+        capability_outcome("GetRepairPolicies", announced, &result, sent),
     );
     let outcome = match result {
         _ if !announced => Outcome::skip("GetRepairPolicies is not announced"),
@@ -114,9 +113,15 @@ pub(crate) async fn run(session: &mut Session, recorder: &mut Recorder) {
             ),
         },
     );
+    let exceeded: Vec<&str> = session
+        .errors
+        .iter()
+        .filter(|seen| seen.status.code() == Code::DeadlineExceeded)
+        .map(|seen| seen.rpc)
+        .collect();
     recorder.record(
         DEADLINES,
-        match session.deadlines_exceeded.as_slice() {
+        match exceeded.as_slice() {
             [] => Outcome::Pass,
             rpcs => Outcome::fail(
                 format!("{rpcs:?}"),

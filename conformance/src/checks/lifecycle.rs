@@ -117,10 +117,9 @@ pub(crate) async fn run(
 
     let (sent, result) = get(session, &primary.provider_id).await;
     let announced = session.capabilities.get;
-    let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
     recorder.record(
         GET_CAPABILITY,
-        capability_outcome("Get", announced, code, &sent),
+        capability_outcome("Get", announced, &result, &sent),
     );
     if announced {
         let outcome = match result {
@@ -153,10 +152,9 @@ pub(crate) async fn run(
     let sent = "List { page_size: 0 }, page by page";
     let listing = session.list_all(0).await;
     let announced = session.capabilities.list;
-    let code = listing.as_ref().map_or_else(Status::code, |_| Code::Ok);
     recorder.record(
         LIST_CAPABILITY,
-        capability_outcome("List", announced, code, sent),
+        capability_outcome("List", announced, &listing, sent),
     );
     if announced {
         let expected = ours(session);

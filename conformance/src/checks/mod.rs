@@ -100,8 +100,14 @@ impl Recorder {
 }
 
 /// The outcome of calling an optional RPC: it must answer UNIMPLEMENTED exactly when it is not
-/// announced. `code` is the answer's code (OK for an answer).
-pub(crate) fn capability_outcome(rpc: &str, announced: bool, code: Code, sent: &str) -> Outcome {
+/// announced. `result` is what the call answered.
+pub(crate) fn capability_outcome<T>(
+    rpc: &str,
+    announced: bool,
+    result: &Result<T, Status>,
+    sent: &str,
+) -> Outcome {
+    let code = result.as_ref().map_or_else(Status::code, |_| Code::Ok);
     match (announced, code) {
         (true, Code::Unimplemented) => Outcome::fail(
             sent,
@@ -203,21 +209,25 @@ mod tests {
         }
     }
 
+    fn status(code: Code) -> Result<(), Status> {
+        Err(Status::new(code, "answered"))
+    }
+
     #[test]
     fn an_optional_rpc_is_implemented_exactly_when_announced() {
         assert_eq!(
-            capability_outcome("Get", true, Code::Ok, "Get"),
+            capability_outcome("Get", true, &Ok(()), "Get"),
             Outcome::Pass
         );
         assert_eq!(
-            capability_outcome("Get", false, Code::Unimplemented, "Get"),
+            capability_outcome("Get", false, &status(Code::Unimplemented), "Get"),
             Outcome::Pass
         );
         assert_eq!(
-            capability_outcome("Get", true, Code::NotFound, "Get"),
+            capability_outcome("Get", true, &status(Code::NotFound), "Get"),
             Outcome::Pass
         );
-        assert!(capability_outcome("Get", true, Code::Unimplemented, "Get").is_fail());
-        assert!(capability_outcome("Get", false, Code::Ok, "Get").is_fail());
+        assert!(capability_outcome("Get", true, &status(Code::Unimplemented), "Get").is_fail());
+        assert!(capability_outcome("Get", false, &Ok(()), "Get").is_fail());
     }
 }

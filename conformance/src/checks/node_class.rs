@@ -198,11 +198,10 @@ pub(crate) async fn run(
 
     let sent = format!("ResolveNodeClass {{ node_class: {object} }}");
     let first = resolve(session, &object).await;
-    let code = first.as_ref().map_or_else(Status::code, |_| Code::Ok);
     let announced = session.capabilities.resolve_node_class;
     recorder.record(
         RESOLVE_CAPABILITY,
-        capability_outcome("ResolveNodeClass", announced, code, &sent),
+        capability_outcome("ResolveNodeClass", announced, &first, &sent),
     );
     if !announced {
         recorder.skip(&CHECKS[2..], "ResolveNodeClass is not announced");
