@@ -427,6 +427,14 @@ impl ResourceList {
             .unwrap_or_default()
     }
 
+    /// The smaller amount of each resource (absent = zero): what two nodes both have.
+    #[must_use]
+    pub fn min_per_resource(&self, other: &Self) -> Self {
+        // `min` never fails, so neither does `combine`.
+        self.combine(other, "minimum", |a, b| Some(a.min(b)))
+            .unwrap_or_default()
+    }
+
     /// Applies `op` to each resource of `self` and `other` (absent = zero).
     fn combine(
         &self,

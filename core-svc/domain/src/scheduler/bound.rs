@@ -11,9 +11,9 @@
 //! only some zones, gets those prices). Minimise `Σ price_o x_o` subject to, for every resource
 //! `r` the pods request (cpu, memory, the pod count, and ephemeral storage or extended
 //! resources such as GPUs when any pod asks for them), `Σ supply_{o,r} x_o >= demand_r`.
-//! `supply` is the type's allocatable less the NodePool's DaemonSet overhead, which the
-//! scheduler reserves on every new node of that NodePool; a type that cannot hold that
-//! overhead is left out, as the scheduler leaves it out. Several NodePools give one column per
+//! `supply` is the type's allocatable less the overhead of the DaemonSets that would run on
+//! it, which the scheduler reserves on every new node of that NodePool and type; a type that
+//! cannot hold its overhead is left out, as the scheduler leaves it out. Several NodePools give one column per
 //! (NodePool, type), each with its own overhead and prices, so the bound is over the union of
 //! what they allow.
 //!
@@ -63,11 +63,12 @@ use crate::labels::{LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE, LabelPolicy, WELL_
 use crate::quantity::Quantity;
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::{ResourceList, ResourceName};
-use crate::scheduler::fit::{Demand, Fixed};
+use crate::scheduler::daemons::{DaemonGroups, DaemonSets};
+use crate::scheduler::fit::Fixed;
 use crate::scheduler::node::counted;
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::pod::{Pod, PodId};
-use crate::scheduler::pool::{daemons_on, template_requirements};
+use crate::scheduler::pool::template_requirements;
 use crate::scheduler::solver::launchable_zones;
 use crate::scheduler::{LabelSelector, TopologySpreadConstraint, WhenUnsatisfiable};
 use crate::scheduler::{SchedulingInput, SchedulingResults};
@@ -367,11 +368,13 @@ fn columns<'a>(
     let mut burstable = 0;
     for spec in node_pools {
         let base = template_requirements(spec);
-        let mut overhead = ResourceList::new();
-        for daemon in daemons_on(spec, &base, daemon_set_pods, allow) {
-            overhead.saturating_add_assign(&counted(&daemon.requests));
-        }
-        let daemons = Demand::new(overhead.clone());
+        let daemons = DaemonSets {
+            pods: daemon_set_pods,
+            taints: &spec.taints,
+            allow,
+        };
+        let mut groups = DaemonGroups::default();
+        let on_template = daemons.on_template(&base);
         for instance_type in spec
             .instance_types
             .iter()
@@ -382,7 +385,12 @@ fn columns<'a>(
                 continue;
             }
             let allocatable = instance_type.allocatable();
-            if !daemons.fits(allocatable, &Fixed::of(allocatable)) {
+            let group = groups.group_of(
+                daemons.on_type(&on_template, &base, instance_type),
+                daemon_set_pods,
+            );
+            let overhead = &groups.groups()[group as usize].demand;
+            if !overhead.fits(allocatable, &Fixed::of(allocatable)) {
                 continue;
             }
             let offerings: Vec<&Offering> = if by_zone {
@@ -413,7 +421,7 @@ fn columns<'a>(
                 .map(|(resource, _)| {
                     allocatable
                         .get(resource)
-                        .saturating_sub(overhead.get(resource))
+                        .saturating_sub(overhead.list.get(resource))
                         .max(0) as f64
                 })
                 .collect();

@@ -1,6 +1,7 @@
 //! A NodePool's instance types as the scheduler's hot path reads them: the types compatible
-//! with the NodePool, each with its allocatable as four integers and its available offerings
-//! as interned (zone, capacity type, price) triples. A planned NodeClaim's options are a
+//! with the NodePool, each with what its allocatable leaves for pods once the DaemonSets that
+//! run on it are placed (see [`super::daemons`]), as four integers, and its available
+//! offerings as interned (zone, capacity type, price) triples. A planned NodeClaim's options are a
 //! [`Bits`] over this table; narrowing them re-checks only what changed.
 //!
 //! # Why the interning
@@ -19,7 +20,10 @@ use crate::instance_type::InstanceType;
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{Operator, Requirements};
 use crate::resources::ResourceName;
+use crate::resources::{ResourceList, fits};
 use crate::scheduler::bits::Bits;
+use crate::scheduler::constraints::{HostPort, conflicting_port};
+use crate::scheduler::daemons::{DaemonGroup, DaemonGroups, DaemonSets};
 pub(super) use crate::scheduler::dimensions::{Dimensions, ValueIndex};
 use crate::scheduler::fit::{Demand, Fixed};
 use crate::scheduler::nodepool::NODES;
@@ -54,7 +58,11 @@ struct CompactOffering {
 struct Entry {
     instance_type: Arc<InstanceType>,
     name: Arc<str>,
+    /// The type's allocatable less its DaemonSets' requests: what pods have on it. Negative
+    /// where the DaemonSets alone do not fit, so that nothing does.
     allocatable: Fixed,
+    /// Its DaemonSet group (an index into `Catalog::daemons`).
+    daemons: u32,
     offerings: (u32, u32),
     zones: KeyValues,
     capacity_types: KeyValues,
@@ -100,6 +108,10 @@ pub(super) struct Filtered {
 #[derive(Debug)]
 pub(super) struct Catalog {
     entries: Vec<Entry>,
+    /// The DaemonSet groups of the types, by id.
+    daemons: Vec<DaemonGroup>,
+    /// Whether a group binds host ports.
+    daemon_ports: bool,
     offerings: Vec<CompactOffering>,
     listed: Vec<u32>,
     /// Offering requirement keys beyond zone and capacity type, sorted.
@@ -131,10 +143,20 @@ pub(super) struct PriceTable {
 pub(super) struct Cursors([u32; 4]);
 
 impl Catalog {
-    /// The types of `types` compatible with `base` (the NodePool's requirements), in order.
-    pub(super) fn new(types: &[Arc<InstanceType>], base: &Requirements, dims: &Dimensions) -> Self {
+    /// The types of `types` compatible with `base` (the NodePool's requirements), in order,
+    /// each with the overhead of the `daemons` that would run on it.
+    pub(super) fn new(
+        types: &[Arc<InstanceType>],
+        base: &Requirements,
+        dims: &Dimensions,
+        daemons: &DaemonSets<'_>,
+    ) -> Self {
+        let mut groups = DaemonGroups::default();
+        let on_template = daemons.on_template(base);
         let mut catalog = Catalog {
             entries: Vec::new(),
+            daemons: Vec::new(),
+            daemon_ports: false,
             offerings: Vec::new(),
             listed: Vec::new(),
             extra_offering_keys: Vec::new(),
@@ -173,16 +195,24 @@ impl Catalog {
             let zones = catalog.key_values(instance_type, LABEL_TOPOLOGY_ZONE, &dims.zones);
             let capacity_types =
                 catalog.key_values(instance_type, LABEL_CAPACITY_TYPE, &dims.capacity_types);
+            let group = groups.group_of(
+                daemons.on_type(&on_template, base, instance_type),
+                daemons.pods,
+            );
+            let overhead = &groups.groups()[group as usize].demand.fixed;
             catalog.entries.push(Entry {
                 instance_type: instance_type.clone(),
                 name: instance_type.name().into(),
-                allocatable: Fixed::of(instance_type.allocatable()),
+                allocatable: Fixed::of(instance_type.allocatable()).less(overhead),
+                daemons: group,
                 offerings,
                 zones,
                 capacity_types,
             });
         }
         catalog.extra_offering_keys.sort();
+        catalog.daemons = groups.into_groups();
+        catalog.daemon_ports = catalog.daemons.iter().any(|g| !g.ports.is_empty());
         for (resource, order) in catalog.by_amount.iter_mut().enumerate() {
             let entries = &catalog.entries;
             *order = (0..entries.len()).map(to_u32).collect();
@@ -222,9 +252,64 @@ impl Catalog {
         &self.entries[index].instance_type
     }
 
-    /// The allocatable of the type at `index`, as four integers.
+    /// What the type at `index` has for pods (its allocatable less its DaemonSets'
+    /// requests), as four integers.
     pub(super) fn allocatable(&self, index: usize) -> &Fixed {
         &self.entries[index].allocatable
+    }
+
+    /// The DaemonSets that run on the type at `index`.
+    pub(super) fn daemons(&self, index: usize) -> &DaemonGroup {
+        &self.daemons[self.entries[index].daemons as usize]
+    }
+
+    /// The DaemonSet overhead a node launched as any of `options` carries at least: the
+    /// smallest of each resource over their groups (what the NodeClaim requests beyond its
+    /// pods, as upstream's `addDaemonRequests`), as `of` reads a group's.
+    pub(super) fn least_overhead(
+        &self,
+        options: impl IntoIterator<Item = usize>,
+        of: impl Fn(&DaemonGroup) -> &ResourceList,
+    ) -> ResourceList {
+        if let [only] = self.daemons.as_slice() {
+            return of(only).clone();
+        }
+        let mut seen = vec![false; self.daemons.len()];
+        let mut least: Option<ResourceList> = None;
+        for index in options {
+            let group = self.entries[index].daemons as usize;
+            if std::mem::replace(&mut seen[group], true) {
+                continue;
+            }
+            let list = of(&self.daemons[group]);
+            least = Some(match least {
+                None => list.clone(),
+                Some(least) => least.min_per_resource(list),
+            });
+        }
+        least.unwrap_or_default()
+    }
+
+    /// When the DaemonSets of some of `options` bind a host port of `wanted`: the options
+    /// left without them, and the first such port. `None` when there are none (always, for a
+    /// pod binding no port).
+    pub(super) fn port_conflicts(
+        &self,
+        options: &Bits,
+        wanted: &[HostPort],
+    ) -> Option<(Bits, HostPort)> {
+        if wanted.is_empty() || !self.daemon_ports {
+            return None;
+        }
+        let mut free = options.clone();
+        let mut first = None;
+        for index in options.iter() {
+            if let Some(port) = conflicting_port(&self.daemons(index).ports, wanted) {
+                free.remove(index);
+                first.get_or_insert(port);
+            }
+        }
+        first.map(|port| (free, port))
     }
 
     /// Each type's cheapest available offering that `requirements` accept: what a NodeClaim
@@ -339,8 +424,7 @@ impl Catalog {
         let mut largest = Fixed::ZERO;
         for index in from.iter() {
             let entry = &self.entries[index];
-            let keep = demand.fits(entry.instance_type.allocatable(), &entry.allocatable)
-                && self.satisfies(entry, narrowing);
+            let keep = self.fits(entry, demand) && self.satisfies(entry, narrowing);
             if keep {
                 smallest = smallest.min(&entry.allocatable);
                 largest = largest.max(&entry.allocatable);
@@ -406,6 +490,20 @@ impl Catalog {
             },
             next,
         )
+    }
+
+    /// Whether `demand` fits beside the type's DaemonSets. The full lists are compared only
+    /// when an extended resource is involved.
+    fn fits(&self, entry: &Entry, demand: &Demand) -> bool {
+        if !demand.fixed.fits_in(&entry.allocatable) {
+            return false;
+        }
+        if !demand.extended {
+            return true;
+        }
+        let overhead = &self.daemons[entry.daemons as usize].demand.list;
+        let total = demand.list.saturating_add(overhead);
+        fits(&total, entry.instance_type.allocatable()).is_ok()
     }
 
     fn satisfies(&self, entry: &Entry, narrowing: &Narrowing<'_>) -> bool {
@@ -654,7 +752,7 @@ mod tests {
         let mut dims = Dimensions::default();
         dims.add_types(&types);
         let base = Requirements::new();
-        let catalog = Catalog::new(&types, &base, &dims);
+        let catalog = Catalog::new(&types, &base, &dims, &DaemonSets::none());
         let all = Bits::full(catalog.len());
         let cases: [&[(&str, &[&str])]; 6] = [
             &[],
@@ -696,7 +794,7 @@ mod tests {
         let types = types();
         let mut dims = Dimensions::default();
         dims.add_types(&types);
-        let mut catalog = Catalog::new(&types, &Requirements::new(), &dims);
+        let mut catalog = Catalog::new(&types, &Requirements::new(), &dims, &DaemonSets::none());
         let all = Bits::full(catalog.len());
         for case in [
             requirements(&[]),
@@ -722,7 +820,7 @@ mod tests {
         let mut dims = Dimensions::default();
         dims.add_types(&types);
         let spot = requirements(&[(LABEL_CAPACITY_TYPE, &["spot"])]);
-        let catalog = Catalog::new(&types, &spot, &dims);
+        let catalog = Catalog::new(&types, &spot, &dims, &DaemonSets::none());
         assert_eq!(
             names(&catalog, 0..catalog.len()),
             ["c5.xlarge", "r5.xlarge"]
@@ -743,7 +841,7 @@ mod tests {
         let types = types();
         let mut dims = Dimensions::default();
         dims.add_types(&types);
-        let catalog = Catalog::new(&types, &Requirements::new(), &dims);
+        let catalog = Catalog::new(&types, &Requirements::new(), &dims, &DaemonSets::none());
         let within = catalog.within(&[(ResourceName::CPU, 3000)]);
         assert_eq!(names(&catalog, within.iter()), ["c5.large"]);
         let nodes = catalog.within(&[(ResourceName::new(NODES), 0)]);

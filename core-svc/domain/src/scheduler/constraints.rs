@@ -167,6 +167,14 @@ impl HostPort {
     }
 }
 
+/// The first of `wanted` that conflicts with a port in `taken`.
+pub(super) fn conflicting_port(taken: &[HostPort], wanted: &[HostPort]) -> Option<HostPort> {
+    wanted
+        .iter()
+        .find(|w| taken.iter().any(|t| t.conflicts_with(w)))
+        .copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

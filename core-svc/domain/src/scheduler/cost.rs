@@ -14,7 +14,7 @@
 //!
 //! A NodeClaim is opened for a pod. Each of its options is weighed by what it costs per pod
 //! like that one it could hold: its price (at the NodeClaim's requirements: its zone, spot if
-//! allowed) over how many such pods its allocatable, less the NodePool's DaemonSets, holds
+//! allowed) over how many such pods its allocatable, less the DaemonSets that run on it, holds
 //! (fractions allowed, the fewest over the resources the pod requests). The NodeClaim keeps
 //! as *efficient* the options within [`SLACK`] of the best of them. The pods that follow are
 //! mostly of the same deployment or of similar size (placement goes largest first), so the
@@ -39,7 +39,7 @@ use crate::requirements::Requirements;
 use crate::scheduler::bits::Bits;
 use crate::scheduler::bound::{asks_for, is_burstable};
 use crate::scheduler::catalog::{Catalog, PriceTable};
-use crate::scheduler::fit::{Demand, Fixed};
+use crate::scheduler::fit::Fixed;
 use crate::scheduler::ids::IdMap;
 
 /// How much worse than the best of its first options a NodeClaim's cheapest way to hold its
@@ -74,9 +74,8 @@ pub(super) const RULED_SLACK: f64 = 1.03;
 /// A NodePool's types as cost-aware packing weighs them.
 #[derive(Debug)]
 pub(super) struct PoolCost {
-    /// What a node of each catalogue type has for pods once the NodePool's DaemonSets run;
-    /// `None` for a type that is never a reference (burstable, or unable to hold the
-    /// DaemonSets).
+    /// What a node of each catalogue type has for pods once its DaemonSets run; `None` for a
+    /// type that is never a reference (burstable, or unable to hold the DaemonSets).
     supply: Vec<Option<Fixed>>,
     /// The caps worked out so far, by (price table, first pod's requests, options, whether
     /// the slack is [`RULED_SLACK`]): the NodeClaims opened for the pods of one deployment in
@@ -86,9 +85,8 @@ pub(super) struct PoolCost {
 }
 
 impl PoolCost {
-    /// The types of `catalog`, a NodePool with template `base` and DaemonSet overhead
-    /// `daemon`.
-    pub(super) fn new(catalog: &Catalog, base: &Requirements, daemon: &Demand) -> Self {
+    /// The types of `catalog`, of a NodePool with template `base`.
+    pub(super) fn new(catalog: &Catalog, base: &Requirements) -> Self {
         let supply = (0..catalog.len())
             .map(|i| {
                 let instance_type = catalog.instance_type(i);
@@ -96,10 +94,7 @@ impl PoolCost {
                     return None;
                 }
                 let allocatable = catalog.allocatable(i);
-                daemon
-                    .fixed
-                    .fits_in(allocatable)
-                    .then(|| allocatable.minus(&daemon.fixed))
+                Fixed::ZERO.fits_in(allocatable).then_some(*allocatable)
             })
             .collect();
         PoolCost {
@@ -196,7 +191,7 @@ impl CostCap {
         &self.efficient
     }
 
-    /// Whether a NodeClaim whose pods and DaemonSets request `demand` may still be efficient.
+    /// Whether a NodeClaim whose pods request `demand` may still be efficient.
     pub(super) fn may_hold(&self, demand: &Fixed) -> bool {
         demand.fits_in(&self.largest)
     }

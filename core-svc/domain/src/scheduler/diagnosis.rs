@@ -47,10 +47,10 @@ impl State<'_> {
         let wanted = &candidate.constraints.requirements;
         let mut combined = pool.base.clone();
         combined.add_all(wanted);
-        let demand = pool.daemon.plus(candidate.demand);
+        let demand = candidate.demand;
         let catalog = &pool.catalog;
         let narrowing = catalog.narrowing(&pool.base, &combined, &self.dims);
-        let meeting = catalog.filter(&pool.all.options, &narrowing, &demand);
+        let meeting = catalog.filter(&pool.all.options, &narrowing, demand);
         if !meeting.options.is_empty() && !pool.remaining.is_empty() {
             return limit_refusal(pool, &meeting.options);
         }
@@ -74,8 +74,8 @@ impl State<'_> {
             return Refusal::NoInstanceType(Mismatch::Requirements(wanted.clone()));
         }
         let requests = plan.pod.requests.clone();
-        let daemon_overhead = pool.daemon_requests.clone();
-        let by_resources = catalog.filter(&pool.all.options, &Narrowing::none(&pool.base), &demand);
+        let daemon_overhead = catalog.least_overhead(pool.all.options.iter(), |g| &g.requests);
+        let by_resources = catalog.filter(&pool.all.options, &Narrowing::none(&pool.base), demand);
         if by_resources.options.is_empty() || wanted.is_empty() {
             return Refusal::NoInstanceType(Mismatch::Resources {
                 requests,

@@ -46,10 +46,11 @@ impl Fixed {
         }))
     }
 
-    /// The difference, saturating, never below zero.
-    pub(super) fn minus(&self, other: &Fixed) -> Fixed {
+    /// The difference, saturating but possibly negative: what is left of a node whose
+    /// allocatable is `self` once `other` is placed, below zero where it does not fit.
+    pub(super) fn less(&self, other: &Fixed) -> Fixed {
         Fixed(std::array::from_fn(|i| {
-            self.0[i].saturating_sub(other.0[i]).max(0)
+            self.0[i].saturating_sub(other.0[i])
         }))
     }
 

@@ -88,6 +88,7 @@ pub mod bound;
 mod catalog;
 mod constraints;
 mod cost;
+mod daemons;
 mod diagnosis;
 mod dimensions;
 mod fit;

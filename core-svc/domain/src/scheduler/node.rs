@@ -7,9 +7,9 @@ use crate::instance_type::InstanceType;
 use crate::labels::LABEL_HOSTNAME;
 use crate::requirements::{AllowUndefined, Requirement, Requirements};
 use crate::resources::ResourceList;
-use crate::scheduler::constraints::HostPort;
+use crate::scheduler::constraints::{HostPort, conflicting_port};
 use crate::scheduler::fit::{Demand, Fixed};
-use crate::scheduler::nodeclaim::{Candidate, conflicting_port};
+use crate::scheduler::nodeclaim::Candidate;
 use crate::scheduler::pod::Pod;
 use crate::scheduler::taints::{Taint, first_untolerated};
 use crate::scheduler::topology::{Domain, Topology};
@@ -247,9 +247,7 @@ fn smallest_allocatable(options: &[Arc<InstanceType>]) -> ResourceList {
     };
     rest.iter()
         .fold(first.allocatable().clone(), |smallest, t| {
-            // min(a, b) = a - max(a - b, 0), per resource, with absent as zero.
-            let excess = smallest.saturating_sub(t.allocatable());
-            smallest.saturating_sub(&excess)
+            smallest.min_per_resource(t.allocatable())
         })
 }
 

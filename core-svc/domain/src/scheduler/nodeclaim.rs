@@ -9,7 +9,7 @@ use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, MinValuesError, Operator, Requirement, Requirements};
 use crate::scheduler::bits::Bits;
 use crate::scheduler::catalog::{Catalog, Cursors, Dimensions, Filtered, Narrowing};
-use crate::scheduler::constraints::HostPort;
+use crate::scheduler::constraints::{HostPort, conflicting_port};
 use crate::scheduler::cost::CostCap;
 use crate::scheduler::fit::{Demand, Fixed};
 use crate::scheduler::plan::Constraints;
@@ -146,7 +146,7 @@ pub(super) struct NodeClaimState {
     pub(super) index: u32,
     /// The template's requirements narrowed by every pod and topology rule so far.
     pub(super) requirements: Requirements,
-    /// DaemonSet overhead plus the pods' requests.
+    /// The pods' requests (the DaemonSet overhead is each option's, in the catalogue).
     pub(super) demand: Demand,
     /// The instance types (catalogue indices) that still satisfy the requirements and fit.
     pub(super) options: Bits,
@@ -171,27 +171,25 @@ pub(super) struct NodeClaimState {
 }
 
 impl NodeClaimState {
-    /// An empty NodeClaim of `pool` with the template's `requirements`, the DaemonSet
-    /// overhead as `demand` and `options` (whose allocatable ranges over `smallest..largest`).
+    /// An empty NodeClaim of `pool` with the template's `requirements` and `options` (whose
+    /// allocatable ranges over `smallest..largest`).
     pub(super) fn new(
         pool: usize,
         index: u32,
         requirements: Requirements,
-        demand: Demand,
         options: &Filtered,
-        daemon_ports: &[HostPort],
     ) -> Self {
         NodeClaimState {
             pool,
             index,
             requirements,
-            demand,
+            demand: Demand::default(),
             options: options.options.clone(),
             smallest: options.smallest,
             largest: options.largest,
             cursors: Cursors::default(),
             pods: Vec::new(),
-            host_ports: daemon_ports.to_vec(),
+            host_ports: Vec::new(),
             cap: None,
             by_price: None,
             cheapest: None,
@@ -251,6 +249,11 @@ impl NodeClaimState {
         if let Some(port) = conflicting_port(&self.host_ports, pod.host_ports) {
             return Err(Miss::HostPort(port));
         }
+        // A DaemonSet binding one of the pod's ports rules out the types it runs on.
+        let port_free = match ctx.catalog.port_conflicts(&self.options, pod.host_ports) {
+            Some((free, port)) if free.is_empty() => return Err(Miss::HostPort(port)),
+            conflicts => conflicts,
+        };
         let demand = self.demand.plus(pod.demand);
         ctx.topology
             .check_hostname(&pod.topology, self.host())
@@ -304,7 +307,7 @@ impl NodeClaimState {
         }
         let narrowing = if requirements.is_some() {
             Some(ctx.catalog.narrowing(&self.requirements, current, ctx.dims))
-        } else if demand.extended || !demand.fixed.fits_in(&self.smallest) {
+        } else if demand.extended || !demand.fixed.fits_in(&self.smallest) || port_free.is_some() {
             Some(Narrowing::none(current))
         } else {
             None
@@ -320,14 +323,29 @@ impl NodeClaimState {
         }
         let mut cursors = None;
         let mut filtered = match narrowing {
-            Some(_) if requirements.is_none() && !demand.extended => {
+            Some(_) if requirements.is_none() && !demand.extended && port_free.is_none() => {
                 let (grown, moved) =
                     ctx.catalog
                         .grow(&self.options, &self.largest, self.cursors, &demand.fixed);
                 cursors = Some(moved);
                 Some(grown)
             }
-            Some(narrowing) => Some(ctx.catalog.filter(&self.options, &narrowing, &demand)),
+            Some(narrowing) => {
+                let from = port_free.as_ref().map_or(&self.options, |(free, _)| free);
+                let filtered = ctx.catalog.filter(from, &narrowing, &demand);
+                if let Some((_, port)) = port_free
+                    && filtered.options.is_empty()
+                    && !ctx
+                        .catalog
+                        .filter(&self.options, &narrowing, &demand)
+                        .options
+                        .is_empty()
+                {
+                    // Only the types whose DaemonSets bind the port would do.
+                    return Err(Miss::HostPort(port));
+                }
+                Some(filtered)
+            }
             None => None,
         };
         if filtered.as_ref().is_some_and(|f| f.options.is_empty()) {
@@ -427,14 +445,6 @@ impl NodeClaimState {
         self.pods.push(pod);
         self.host_ports.extend_from_slice(host_ports);
     }
-}
-
-/// The first of `wanted` that conflicts with a port in `taken`.
-pub(super) fn conflicting_port(taken: &[HostPort], wanted: &[HostPort]) -> Option<HostPort> {
-    wanted
-        .iter()
-        .find(|w| taken.iter().any(|t| t.conflicts_with(w)))
-        .copied()
 }
 
 /// The zones and capacity types a NodeClaim's options offer, computed once per trial when a

@@ -1,21 +1,19 @@
-//! A NodePool during a run: its template requirements, its catalogue, what its limits still
-//! allow (upstream's `remainingResources`, reduced by the largest option of every NodeClaim
-//! it plans), and the DaemonSet overhead every new node of it carries.
+//! A NodePool during a run: its template requirements, its catalogue (with the DaemonSet
+//! overhead each of its types carries) and what its limits still allow (upstream's
+//! `remainingResources`, reduced by the largest option of every NodeClaim it plans).
 
 use std::sync::Arc;
 
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Operator, Requirement, Requirements};
-use crate::resources::{ResourceList, ResourceName};
+use crate::resources::ResourceName;
 use crate::scheduler::bits::Bits;
 use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
-use crate::scheduler::constraints::HostPort;
 use crate::scheduler::cost::PoolCost;
+use crate::scheduler::daemons::DaemonSets;
 use crate::scheduler::fit::Demand;
-use crate::scheduler::node::counted;
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::pod::Pod;
-use crate::scheduler::taints::{Taint, first_untolerated};
 
 /// What is left of one limit.
 #[derive(Debug, Clone)]
@@ -43,11 +41,6 @@ pub(super) struct PoolState<'a> {
     /// Changes whenever what the NodePool can launch changes (its limits are consumed), so
     /// that refusals remembered for an earlier generation are not reused.
     pub(super) generation: u64,
-    /// The DaemonSet pods' requests on a new node, each pod counted.
-    pub(super) daemon: Demand,
-    /// The same without the pod count, for messages.
-    pub(super) daemon_requests: ResourceList,
-    pub(super) daemon_ports: Vec<HostPort>,
     /// Its types as cost-aware packing weighs them.
     pub(super) cost: PoolCost,
 }
@@ -61,7 +54,12 @@ impl<'a> PoolState<'a> {
         allow: AllowUndefined<'_>,
     ) -> Self {
         let base = template_requirements(spec);
-        let catalog = Catalog::new(&spec.instance_types, &base, dims);
+        let daemons = DaemonSets {
+            pods: daemon_set_pods,
+            taints: &spec.taints,
+            allow,
+        };
+        let catalog = Catalog::new(&spec.instance_types, &base, dims, &daemons);
         let all = catalog.filter(
             &Bits::full(catalog.len()),
             &Narrowing::none(&base),
@@ -76,12 +74,7 @@ impl<'a> PoolState<'a> {
                 limit,
             })
             .collect();
-        let daemons = daemons_on(spec, &base, daemon_set_pods, allow);
-        let daemon_requests: ResourceList = daemons.iter().map(|ds| &ds.requests).sum();
-        let counted_requests: Vec<ResourceList> =
-            daemons.iter().map(|ds| counted(&ds.requests)).collect();
-        let daemon = Demand::new(counted_requests.iter().sum());
-        let cost = PoolCost::new(&catalog, &base, &daemon);
+        let cost = PoolCost::new(&catalog, &base);
         let mut pool = PoolState {
             spec,
             base,
@@ -90,12 +83,6 @@ impl<'a> PoolState<'a> {
             catalog,
             remaining,
             generation: 0,
-            daemon,
-            daemon_requests,
-            daemon_ports: daemons
-                .iter()
-                .flat_map(|ds| ds.host_ports.iter().copied())
-                .collect(),
             cost,
         };
         pool.refresh_within();
@@ -222,41 +209,4 @@ pub(super) fn template_requirements(spec: &NodePoolSpec) -> Requirements {
     base.add_all(&Requirements::from_labels(&spec.labels));
     base.add(Requirement::in_values(LABEL_NODEPOOL, [spec.name.as_str()]));
     base
-}
-
-/// The DaemonSet pods of `daemon_set_pods` that would run on every new node of `spec`, whose
-/// template requirements are `base`: their requests are the overhead of each such node.
-pub(super) fn daemons_on<'p>(
-    spec: &NodePoolSpec,
-    base: &Requirements,
-    daemon_set_pods: &'p [Pod],
-    allow: AllowUndefined<'_>,
-) -> Vec<&'p Pod> {
-    daemon_set_pods
-        .iter()
-        .filter(|ds| daemon_runs_on(ds, &spec.taints, base, allow))
-        .collect()
-}
-
-/// Whether a DaemonSet pod would run on nodes with `taints` and `requirements`
-/// (upstream `isDaemonPodCompatible`): it tolerates the taints (`PreferNoSchedule` does not
-/// keep a DaemonSet away) and one of its required node affinity terms is compatible.
-pub(super) fn daemon_runs_on(
-    daemon: &Pod,
-    taints: &[Taint],
-    requirements: &Requirements,
-    allow: AllowUndefined<'_>,
-) -> bool {
-    if first_untolerated(taints, &daemon.tolerations, true).is_some() {
-        return false;
-    }
-    let node_selector = Requirements::from_labels(&daemon.node_selector);
-    if daemon.required_node_affinity.is_empty() {
-        return requirements.is_compatible(&node_selector, allow);
-    }
-    daemon.required_node_affinity.iter().any(|term| {
-        let mut merged = node_selector.clone();
-        merged.add_all(term);
-        requirements.is_compatible(&merged, allow)
-    })
 }

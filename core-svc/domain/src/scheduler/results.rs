@@ -160,7 +160,11 @@ impl Solver<'_> {
                     .iter()
                     .map(|&p| self.plans[p].pod.id.clone())
                     .collect(),
-                requests: claim.demand.list.clone(),
+                requests: claim.demand.list.saturating_add(
+                    &pool
+                        .catalog
+                        .least_overhead(kept.iter().map(|&i| i as usize), |g| &g.demand.list),
+                ),
             });
         }
         let existing_placements = self

@@ -12,14 +12,15 @@ use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::ResourceList;
 use crate::scheduler::catalog::Dimensions;
+use crate::scheduler::daemons::daemon_runs_on;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
-use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState, conflicting_port};
+use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState};
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::plan::{Constraints, PodPlan, affinity_spec, replica_classes};
 use crate::scheduler::pod::{Pod, PodId};
-use crate::scheduler::pool::{PoolState, daemon_runs_on};
+use crate::scheduler::pool::PoolState;
 use crate::scheduler::preferences::Relaxation;
 use crate::scheduler::queue::{Queue, placement_order};
 use crate::scheduler::reasons::{Refusal, Unschedulable};
@@ -619,10 +620,9 @@ impl State<'_> {
             let mut combined = pool.base.clone();
             combined.add_all(wanted);
             let narrowing = pool.catalog.narrowing(&pool.base, &combined, &self.dims);
-            let demand = pool.daemon.plus(candidate.demand);
             !pool
                 .catalog
-                .filter(&pool.all.options, &narrowing, &demand)
+                .filter(&pool.all.options, &narrowing, candidate.demand)
                 .options
                 .is_empty()
         };
@@ -678,7 +678,11 @@ impl State<'_> {
         ) {
             return Err(Box::new(Refusal::Taint(taint.clone())));
         }
-        if let Some(port) = conflicting_port(&pool.daemon_ports, candidate.host_ports) {
+        if let Some((conflicting, port)) = pool
+            .catalog
+            .port_conflicts(&pool.all.options, candidate.host_ports)
+            && conflicting == pool.all.options
+        {
             return Err(Box::new(Refusal::HostPort(port)));
         }
         if let Err(error) = pool.base.compatible(&constraints.requirements, self.allow) {
@@ -703,14 +707,7 @@ impl State<'_> {
         if let Some(refusal) = key.as_ref().and_then(|k| self.refusals.get(k)) {
             return Err(Box::new(refusal.clone()));
         }
-        let mut claim = NodeClaimState::new(
-            pool_index,
-            index,
-            pool.base.clone(),
-            pool.daemon.clone(),
-            &pool.within,
-            &pool.daemon_ports,
-        );
+        let mut claim = NodeClaimState::new(pool_index, index, pool.base.clone(), &pool.within);
         let ctx = Context {
             catalog: &pool.catalog,
             dims: &self.dims,

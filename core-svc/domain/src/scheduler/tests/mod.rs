@@ -3,6 +3,7 @@
 
 mod bound;
 mod cost;
+mod daemons;
 mod existing;
 mod node_pools;
 mod packing;
