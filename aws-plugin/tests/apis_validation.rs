@@ -23,6 +23,50 @@ fn check(patch_yaml: &str, expected: &[&str]) {
     assert_eq!(errors(patch_yaml), expected, "patch:\n{patch_yaml}");
 }
 
+fn warnings(patch_yaml: &str) -> Vec<String> {
+    let manifest = FIXTURES.patched("ec2nodeclass-minimal.yaml", patch_yaml);
+    let nc: EC2NodeClass = serde_json::from_value(manifest).unwrap();
+    nc.warnings().iter().map(ToString::to_string).collect()
+}
+
+/// Upstream's mutual-exclusion rules on subnet, security group and capacity reservation terms
+/// read `!self.all(x, ...)`: refused only when every term mixes; a term that mixes beside
+/// others that do not is admitted, as upstream admits it, with a warning.
+#[test]
+fn selector_terms_mixing_id_are_refused_only_when_every_term_does() {
+    let cases = [
+        (
+            "spec: {subnetSelectorTerms: [{tags: {a: b}}, {id: subnet-123, tags: {a: b}}]}",
+            vec!["spec.subnetSelectorTerms[1]: 'id' is mutually exclusive with other fields"],
+        ),
+        (
+            "spec: {securityGroupSelectorTerms: [{tags: {a: b}}, {id: sg-123, name: web}]}",
+            vec![
+                "spec.securityGroupSelectorTerms[1]: 'id' is mutually exclusive with other fields",
+                "spec.securityGroupSelectorTerms[1]: 'name' is mutually exclusive with other fields",
+            ],
+        ),
+        (
+            "spec: {capacityReservationSelectorTerms: [{tags: {a: b}}, {id: cr-123, ownerID: '012345678901'}]}",
+            vec![
+                "spec.capacityReservationSelectorTerms[1]: 'id' is mutually exclusive with other fields",
+            ],
+        ),
+    ];
+    for (patch, expected) in cases {
+        check(patch, &[]);
+        assert_eq!(warnings(patch), expected, "patch:\n{patch}");
+    }
+    check(
+        "spec: {subnetSelectorTerms: [{id: subnet-1, tags: {a: b}}, {id: subnet-2, tags: {c: d}}]}",
+        &[
+            "spec.subnetSelectorTerms[0]: 'id' is mutually exclusive with other fields",
+            "spec.subnetSelectorTerms[1]: 'id' is mutually exclusive with other fields",
+        ],
+    );
+    assert!(warnings("{}").is_empty());
+}
+
 #[test]
 fn valid_base() {
     check("{}", &[]);
@@ -39,8 +83,8 @@ fn subnet_selector_terms() {
         &["spec.subnetSelectorTerms[0]: expected at least one, got none, ['tags', 'id']"],
     );
     check(
-        "spec: {subnetSelectorTerms: [{tags: {a: b}}, {id: subnet-123, tags: {a: b}}]}",
-        &["spec.subnetSelectorTerms[1]: 'id' is mutually exclusive with other fields"],
+        "spec: {subnetSelectorTerms: [{id: subnet-123, tags: {a: b}}]}",
+        &["spec.subnetSelectorTerms[0]: 'id' is mutually exclusive with other fields"],
     );
     check(
         "spec: {subnetSelectorTerms: [{id: sg-123}]}",
@@ -274,6 +318,35 @@ fn tags() {
             )],
         );
     }
+}
+
+#[test]
+fn kubelet_values_follow_upstream_v1_14_patterns() {
+    check(
+        "spec: {kubelet: {kubeReserved: {cpu: 100m, memory: 1Gi}, systemReserved: {ephemeral-storage: '1.5e9'}, evictionHard: {memory.available: 5%, nodefs.available: 10.5%, imagefs.available: 100Mi}}}",
+        &[],
+    );
+    check(
+        "spec: {kubelet: {kubeReserved: {memory: 1GB}}}",
+        &[&format!(
+            "spec.kubelet.kubeReserved[\"memory\"]: \"1GB\" does not match {}",
+            patterns::RESERVED_QUANTITY.as_str()
+        )],
+    );
+    check(
+        "spec: {kubelet: {evictionHard: {memory.available: 120%}}}",
+        &[&format!(
+            "spec.kubelet.evictionHard[\"memory.available\"]: \"120%\" does not match {}",
+            patterns::EVICTION_THRESHOLD.as_str()
+        )],
+    );
+    check(
+        "spec: {kubelet: {evictionSoft: {memory.available: lots}, evictionSoftGracePeriod: {memory.available: 1m}}}",
+        &[&format!(
+            "spec.kubelet.evictionSoft[\"memory.available\"]: \"lots\" does not match {}",
+            patterns::EVICTION_THRESHOLD.as_str()
+        )],
+    );
 }
 
 #[test]

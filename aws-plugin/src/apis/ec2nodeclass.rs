@@ -72,7 +72,7 @@ pub struct EC2NodeClassSpec {
                 "message": "expected at least one, got none, ['tags', 'id']",
             },
             {
-                "rule": "!self.exists(x, has(x.id) && has(x.tags))",
+                "rule": "!self.all(x, has(x.id) && has(x.tags))",
                 "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a subnet selector term",
             },
         ])
@@ -88,11 +88,11 @@ pub struct EC2NodeClassSpec {
                 "message": "expected at least one, got none, ['tags', 'id', 'name']",
             },
             {
-                "rule": "!self.exists(x, has(x.id) && (has(x.tags) || has(x.name)))",
+                "rule": "!self.all(x, has(x.id) && (has(x.tags) || has(x.name)))",
                 "message": "'id' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
             },
             {
-                "rule": "!self.exists(x, has(x.name) && (has(x.tags) || has(x.id)))",
+                "rule": "!self.all(x, has(x.name) && (has(x.tags) || has(x.id)))",
                 "message": "'name' is mutually exclusive, cannot be set with a combination of other fields in a security group selector term",
             },
         ])
@@ -109,7 +109,7 @@ pub struct EC2NodeClassSpec {
                 "message": "expected at least one, got none, ['tags', 'id', 'instanceMatchCriteria']",
             },
             {
-                "rule": "!self.exists(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))",
+                "rule": "!self.all(x, has(x.id) && (has(x.tags) || has(x.ownerID) || has(x.instanceMatchCriteria)))",
                 "message": "'id' is mutually exclusive, cannot be set along with other fields in a capacity reservation selector term",
             },
         ])

@@ -1,16 +1,19 @@
-//! `spec.kubelet`: the kubelet settings Karpenter understands, plus any others kept as given.
+//! `spec.kubelet`: the kubelet settings Karpenter understands, as upstream's current release
+//! (aws/karpenter-provider-aws v1.14) types them: a closed object whose unknown fields the API
+//! server prunes (structural schema), with the values of the reserved-resource and eviction
+//! maps checked against upstream's quantity and percentage patterns.
 //!
-//! Upstream's released v1 API types these fields; its newest versions make the object open
-//! (`x-kubernetes-preserve-unknown-fields`) and pass unknown keys through to AMI families that
-//! render raw kubelet configuration. The known fields are typed here and the rest are kept in
-//! [`KubeletConfiguration::other`], so a manifest using either form loads without losing
-//! anything.
+//! Upstream's unreleased main opens the object (`x-kubernetes-preserve-unknown-fields`) and
+//! passes unknown keys through to the AMI families' kubelet configuration; until a release
+//! ships that, a field this type does not know is dropped here as the API server drops it
+//! (serde ignores it) and never reaches a node.
 
 use std::collections::BTreeMap;
 
 use schemars::{JsonSchema, Schema};
 use serde::{Deserialize, Serialize};
 
+use super::patterns::{self, Pattern};
 use super::validation::{Violation, quoted};
 
 /// The keys `systemReserved` and `kubeReserved` accept.
@@ -101,13 +104,20 @@ pub struct KubeletConfiguration {
         skip_serializing_if = "Option::is_none"
     )]
     pub cpu_cfs_quota: Option<bool>,
-    /// Kubelet settings Karpenter does not interpret, kept as given.
-    #[serde(flatten)]
-    pub other: BTreeMap<String, serde_json::Value>,
 }
 
 fn set_rules(schema: &mut Schema, rules: Vec<serde_json::Value>) {
     schema.insert("x-kubernetes-validations".into(), rules.into());
+}
+
+/// Puts `pattern` on each value of a map.
+fn set_value_pattern(schema: &mut Schema, pattern: Pattern) {
+    if let Some(values) = schema
+        .get_mut("additionalProperties")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        values.insert("pattern".into(), pattern.as_str().into());
+    }
 }
 
 // The CEL messages are the Rust violations' messages, so the CRD and `validate` say the same.
@@ -118,6 +128,7 @@ fn reserved_rules(schema: &mut Schema, field: &'static str) {
         .collect::<Vec<_>>()
         .join(" || ");
     let allowed = &RESERVED_RESOURCES;
+    set_value_pattern(schema, patterns::RESERVED_QUANTITY);
     set_rules(
         schema,
         vec![
@@ -153,10 +164,12 @@ fn kube_reserved_rules(schema: &mut Schema) {
 }
 
 fn eviction_hard_rules(schema: &mut Schema) {
+    set_value_pattern(schema, patterns::EVICTION_THRESHOLD);
     signal_rules(schema, "evictionHard");
 }
 
 fn eviction_soft_rules(schema: &mut Schema) {
+    set_value_pattern(schema, patterns::EVICTION_THRESHOLD);
     signal_rules(schema, "evictionSoft");
 }
 

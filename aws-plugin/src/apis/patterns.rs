@@ -29,6 +29,40 @@ pub const VOLUME_SIZE: Pattern = Pattern::new(
     is_volume_size,
 );
 
+/// The values of `kubelet.kubeReserved` and `kubelet.systemReserved`: quantities.
+pub const RESERVED_QUANTITY: Pattern = Pattern::new(
+    karpenter_api::patterns::QUANTITY,
+    karpenter_api::patterns::is_quantity,
+);
+/// The values of `kubelet.evictionHard` and `kubelet.evictionSoft`: a percentage (up to two
+/// digits and two decimals, or 100), a quantity, or nothing (upstream's alternation has an
+/// empty branch).
+pub const EVICTION_THRESHOLD: Pattern = Pattern::new(
+    r"^((\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?)%||(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?)$",
+    is_eviction_threshold,
+);
+
+/// The matcher of [`EVICTION_THRESHOLD`].
+pub fn is_eviction_threshold(s: &str) -> bool {
+    s.is_empty()
+        || s.strip_suffix('%').is_some_and(is_percentage)
+        || karpenter_api::patterns::is_quantity(s)
+}
+
+/// `\d{1,2}(\.\d{1,2})?|100(\.0{1,2})?`.
+fn is_percentage(s: &str) -> bool {
+    let (whole, fraction) = match s.split_once('.') {
+        Some((whole, fraction)) => (whole, Some(fraction)),
+        None => (s, None),
+    };
+    let digits =
+        |t: &str, max: usize| (1..=max).contains(&t.len()) && t.bytes().all(|b| b.is_ascii_digit());
+    if whole == "100" {
+        return fraction.is_none_or(|f| (1..=2).contains(&f.len()) && f.bytes().all(|b| b == b'0'));
+    }
+    digits(whole, 2) && fraction.is_none_or(|f| digits(f, 2))
+}
+
 /// `<prefix>[0-9a-z]+` somewhere in `s`.
 fn contains_id(s: &str, prefix: &str) -> bool {
     s.match_indices(prefix).any(|(i, _)| {
@@ -112,6 +146,21 @@ pub fn is_volume_size(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn eviction_thresholds() {
+        for ok in [
+            "", "5%", "10.5%", "99.99%", "100%", "100.0%", "100.00%", "0%", "100Mi", "1Gi", "500m",
+            "1.5",
+        ] {
+            assert!(is_eviction_threshold(ok), "{ok}");
+        }
+        for bad in [
+            "%", "101%", "100.5%", "100.000%", "5.123%", "123%", "5 %", "ten", "1GiB", ".%",
+        ] {
+            assert!(!is_eviction_threshold(bad), "{bad}");
+        }
+    }
 
     #[test]
     fn ids() {

@@ -3,9 +3,12 @@
 //! (`spec.amiSelectorTerms[0]`) and the rule it breaks; messages follow the CEL rules' wording,
 //! shortened where the path already says which term or field is meant.
 //!
-//! Where upstream's CEL is weaker than its intent (`!self.all(x, has(x.id) && has(x.tags))`
-//! only fails when every term mixes `id` and `tags`), both the generated CRD and these checks
-//! apply the intent: per term.
+//! Where upstream's CEL is weaker than its own message (`!self.all(x, has(x.id) &&
+//! has(x.tags))` only fails when every term mixes `id` and `tags`, for subnets, security groups
+//! and capacity reservations), the CRD and these checks admit what upstream admits, so that
+//! manifests written for upstream apply unchanged, and a term that mixes is a warning
+//! ([`EC2NodeClass::warnings`]), which the plugin reports in the `ValidationSucceeded`
+//! condition. A mixing term selects what matches all its fields (EC2's filters are ANDed).
 //!
 //! The machinery is karpenter-api's: one [`FieldPath`] and `ValidationError` for every API
 //! group, its shared checks (`maxItems`, `pattern`, bounds), and their messages. The rules
@@ -159,6 +162,15 @@ impl EC2NodeClass {
         self.spec.check(&mut errors, &FieldPath::root("spec"));
         errors.into_result()
     }
+
+    /// What the CRD admits, as upstream's does, although its own message refuses it: a
+    /// selector term that mixes `id` (or a security group's `name`) with other fields while
+    /// other terms do not.
+    pub fn warnings(&self) -> Vec<ValidationError> {
+        let mut errors = Errors::default();
+        self.spec.check(&mut errors, &FieldPath::root("spec"));
+        errors.into_warnings()
+    }
 }
 
 impl EC2NodeClassSpec {
@@ -170,9 +182,13 @@ impl EC2NodeClassSpec {
             &self.subnet_selector_terms,
             "subnetSelectorTerms",
         );
-        for (i, term) in self.subnet_selector_terms.iter().enumerate() {
-            term.check(errors, subnets.index(i));
-        }
+        let mixing: Vec<_> = self
+            .subnet_selector_terms
+            .iter()
+            .enumerate()
+            .map(|(i, term)| term.check(errors, subnets.index(i)))
+            .collect();
+        exclusive_fields(errors, &subnets, &mixing);
 
         let groups = path.field("securityGroupSelectorTerms");
         check_terms(
@@ -181,9 +197,13 @@ impl EC2NodeClassSpec {
             &self.security_group_selector_terms,
             "securityGroupSelectorTerms",
         );
-        for (i, term) in self.security_group_selector_terms.iter().enumerate() {
-            term.check(errors, groups.index(i));
-        }
+        let mixing: Vec<_> = self
+            .security_group_selector_terms
+            .iter()
+            .enumerate()
+            .map(|(i, term)| term.check(errors, groups.index(i)))
+            .collect();
+        exclusive_fields(errors, &groups, &mixing);
 
         let reservations = path.field("capacityReservationSelectorTerms");
         errors.max_items(
@@ -191,9 +211,13 @@ impl EC2NodeClassSpec {
             &self.capacity_reservation_selector_terms,
             MAX_SELECTOR_TERMS,
         );
-        for (i, term) in self.capacity_reservation_selector_terms.iter().enumerate() {
-            term.check(errors, reservations.index(i));
-        }
+        let mixing: Vec<_> = self
+            .capacity_reservation_selector_terms
+            .iter()
+            .enumerate()
+            .map(|(i, term)| term.check(errors, reservations.index(i)))
+            .collect();
+        exclusive_fields(errors, &reservations, &mixing);
 
         self.check_amis(errors, path);
 
@@ -295,30 +319,52 @@ impl EC2NodeClassSpec {
     }
 }
 
+/// The fields a selector term sets together with others although upstream's message says they
+/// are exclusive, in the order of upstream's rules.
+type Mixing = Vec<&'static str>;
+
+/// Upstream's `!self.all(x, <term mixes field>)` for each field: an error on every term when
+/// all the terms mix it, a warning on each that does when only some do.
+fn exclusive_fields(errors: &mut Errors, path: &FieldPath, mixing: &[Mixing]) {
+    let mut fields: Vec<&'static str> = mixing.iter().flatten().copied().collect();
+    fields.sort_unstable();
+    fields.dedup();
+    for field in fields {
+        let every = mixing.iter().all(|m| m.contains(&field));
+        for (i, _) in mixing
+            .iter()
+            .enumerate()
+            .filter(|(_, m)| m.contains(&field))
+        {
+            if every {
+                errors.push(path.index(i), Violation::MutuallyExclusive(field));
+            } else {
+                errors.warn(path.index(i), Violation::MutuallyExclusive(field));
+            }
+        }
+    }
+}
+
 impl SubnetSelectorTerm {
-    fn check(&self, errors: &mut Errors, path: FieldPath) {
+    fn check(&self, errors: &mut Errors, path: FieldPath) -> Mixing {
         if self.tags.is_none() && self.id.is_none() {
             errors.push(path.clone(), Violation::NoSelector(&["tags", "id"]));
         }
-        if self.id.is_some() && self.tags.is_some() {
-            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
-        }
         errors.pattern(&path.field("id"), self.id.as_deref(), patterns::SUBNET_ID);
         check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
+        let mut mixing = Mixing::new();
+        if self.id.is_some() && self.tags.is_some() {
+            mixing.push("id");
+        }
+        mixing
     }
 }
 
 impl SecurityGroupSelectorTerm {
-    fn check(&self, errors: &mut Errors, path: FieldPath) {
+    fn check(&self, errors: &mut Errors, path: FieldPath) -> Mixing {
         let (tags, id, name) = (self.tags.is_some(), self.id.is_some(), self.name.is_some());
         if !(tags || id || name) {
             errors.push(path.clone(), Violation::NoSelector(&["tags", "id", "name"]));
-        }
-        if id && (tags || name) {
-            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
-        }
-        if name && (tags || id) {
-            errors.push(path.clone(), Violation::MutuallyExclusive("name"));
         }
         errors.pattern(
             &path.field("id"),
@@ -326,11 +372,19 @@ impl SecurityGroupSelectorTerm {
             patterns::SECURITY_GROUP_ID,
         );
         check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
+        let mut mixing = Mixing::new();
+        if id && (tags || name) {
+            mixing.push("id");
+        }
+        if name && (tags || id) {
+            mixing.push("name");
+        }
+        mixing
     }
 }
 
 impl CapacityReservationSelectorTerm {
-    fn check(&self, errors: &mut Errors, path: FieldPath) {
+    fn check(&self, errors: &mut Errors, path: FieldPath) -> Mixing {
         let (tags, id, criteria) = (
             self.tags.is_some(),
             self.id.is_some(),
@@ -342,14 +396,16 @@ impl CapacityReservationSelectorTerm {
                 Violation::NoSelector(&["tags", "id", "instanceMatchCriteria"]),
             );
         }
+        let mut mixing = Mixing::new();
         if id && (tags || criteria || self.owner_id.is_some()) {
-            errors.push(path.clone(), Violation::MutuallyExclusive("id"));
+            mixing.push("id");
         }
         let id = self.id.as_deref();
         errors.pattern(&path.field("id"), id, patterns::CAPACITY_RESERVATION_ID);
         let owner = self.owner_id.as_deref();
         errors.pattern(&path.field("ownerID"), owner, patterns::ACCOUNT_ID);
         check_selector_tags(errors, &path.field("tags"), self.tags.as_ref());
+        mixing
     }
 }
 
@@ -454,6 +510,7 @@ impl KubeletConfiguration {
                 if value.starts_with('-') {
                     errors.push(at.key(key), Violation::NegativeReserved(field));
                 }
+                errors.pattern(&at.key(key), value.as_str(), patterns::RESERVED_QUANTITY);
             }
         }
         for (field, keys) in [
@@ -477,6 +534,18 @@ impl KubeletConfiguration {
                         },
                     );
                 }
+            }
+        }
+        for (field, thresholds) in [
+            ("evictionHard", &self.eviction_hard),
+            ("evictionSoft", &self.eviction_soft),
+        ] {
+            for (signal, threshold) in thresholds {
+                errors.pattern(
+                    &path.field(field).key(signal),
+                    threshold.as_str(),
+                    patterns::EVICTION_THRESHOLD,
+                );
             }
         }
         for key in self.eviction_soft.keys() {

@@ -89,7 +89,7 @@ fn node_config(input: &Bootstrap<'_>) -> Result<String, BootstrapError> {
     ))
 }
 
-/// `spec.kubelet` as kubelet configuration fields (unknown ones too), with the ENI-limited
+/// `spec.kubelet` as kubelet configuration fields, with the ENI-limited
 /// `maxPods` when the node class sets none, and the taints as `registerWithTaints`.
 fn kubelet_config(input: &Bootstrap<'_>) -> Result<Map<String, Value>, BootstrapError> {
     let mut config = match input.kubelet {

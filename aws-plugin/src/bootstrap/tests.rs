@@ -179,17 +179,14 @@ fn al2023_with_nothing_but_the_cluster() {
 }
 
 #[test]
-fn al2023_passes_kubelet_settings_karpenter_does_not_know() {
+fn al2023_passes_the_node_class_kubelet_settings() {
     let mut fixture = fixture();
     fixture.kubelet.max_pods = Some(58);
-    fixture
-        .kubelet
-        .other
-        .insert("shutdownGracePeriod".into(), "30s".into());
+    fixture.kubelet.cpu_cfs_quota = Some(false);
     let text = fixture.rendered(AMIFamily::Al2023, None);
     // The node class's maxPods wins over the ENI-limited one.
     assert!(text.contains("      maxPods: 58\n"), "{text}");
-    assert!(text.contains("      shutdownGracePeriod: 30s\n"), "{text}");
+    assert!(text.contains("      cpuCFSQuota: false\n"), "{text}");
 }
 
 #[test]

@@ -381,13 +381,21 @@ impl NodeClassResolver {
             profile_problem,
         ));
         // The object parsed and passed the CRD's rules (parse_node_class refuses otherwise);
-        // the condition exists so tools that read upstream's status find it.
-        conditions.push(readiness(
+        // the condition exists so tools that read upstream's status find it, and its message
+        // names what the CRD admits as upstream's does but its own rules' messages refuse.
+        let mut validated = readiness(
             CONDITION_VALIDATION_SUCCEEDED,
             "ValidationFailed",
             true,
             String::new(),
-        ));
+        );
+        validated.message = node_class
+            .warnings()
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+            .join("; ");
+        conditions.push(validated);
         Ok(ResolvedNodeClass {
             family: node_class.ami_family().unwrap_or(AMIFamily::Custom),
             static_hash: hash::static_hash(&node_class),
@@ -641,6 +649,38 @@ mod tests {
         let parsed: crate::apis::status::EC2NodeClassStatus =
             serde_json::from_value(status).unwrap();
         assert_eq!(parsed.security_groups[0].name, "nodes");
+    }
+
+    /// A security group term mixing `id` with `name` beside a term that does not: admitted,
+    /// as upstream's CRD admits it, and named in the `ValidationSucceeded` message.
+    #[tokio::test]
+    async fn a_term_upstream_admits_against_its_own_message_is_a_warning_in_the_status() {
+        let f = Fixture::new();
+        let mut class = node_class();
+        class["spec"]["securityGroupSelectorTerms"] = json!([
+            {"tags": {"karpenter.sh/discovery": "demo"}},
+            {"id": "sg-0123456789abcdef0", "name": "nodes"},
+        ]);
+        let resolved = f.resolver().resolve(&class).await.unwrap();
+        assert!(resolved.is_ready(), "{:?}", resolved.not_ready_message());
+        let validated = resolved
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_VALIDATION_SUCCEEDED)
+            .unwrap();
+        assert!(validated.ready);
+        assert_eq!(
+            validated.message,
+            "spec.securityGroupSelectorTerms[1]: 'id' is mutually exclusive with other fields; \
+             spec.securityGroupSelectorTerms[1]: 'name' is mutually exclusive with other fields"
+        );
+        let plain = f.resolver().resolve(&node_class()).await.unwrap();
+        let plain_validated = plain
+            .conditions
+            .iter()
+            .find(|c| c.type_ == CONDITION_VALIDATION_SUCCEEDED)
+            .unwrap();
+        assert_eq!(plain_validated.message, "");
     }
 
     #[tokio::test]

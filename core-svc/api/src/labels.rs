@@ -11,85 +11,63 @@
 //! - a key's domain is everything before the first `/`, or the whole key when it has none
 //!   (`x.find("^([^/]+)")`), so `karpenter.sh` alone is a restricted key;
 //! - domains match with `endsWith`, not at a dot;
-//! - each domain lists the keys it still allows, in upstream's order, deprecated aliases
-//!   included.
+//! - each domain lists the keys it still allows, in upstream's order.
 //!
-//! [`DOMAIN_RULES`] spells those lists with the domain's constants, in the CRDs' order (the
-//! generated CRDs are upstream's byte for byte); the tests check they hold exactly the domain's
-//! restricted domains, exceptions and well-known labels. The CEL in [`crate::schema`] and the
-//! Rust checks in [`restrictions`] are both generated from them.
+//! [`DOMAIN_RULES`] spells core's list with the domain's constants (the generated CRDs are
+//! upstream's byte for byte); the tests check it holds exactly the domain's restricted domains
+//! and well-known labels. A cloud provider's domain gets a rule of the same shape, made from
+//! its vocabulary ([`DomainRule::provider`]), which its install's CRDs carry
+//! ([`crate::crd::with_provider_domain`]) and [`restrictions`] applies from the same
+//! vocabulary. The CEL in [`crate::schema`] and the Rust checks in [`restrictions`] are both
+//! generated from these rules.
 
-use core_domain::labels::{
-    KARPENTER_GROUP, LABEL_ARCH, LABEL_ARCH_BETA, LABEL_FAILURE_DOMAIN_BETA_REGION,
-    LABEL_FAILURE_DOMAIN_BETA_ZONE, LABEL_INSTANCE_TYPE, LABEL_INSTANCE_TYPE_BETA, LABEL_OS,
-    LABEL_OS_BETA, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, LABEL_WINDOWS_BUILD,
-    RESTRICTED_LABEL_DOMAINS, RESTRICTED_LABELS,
-};
+use core_domain::labels::{KARPENTER_GROUP, RESTRICTED_LABEL_DOMAINS, RESTRICTED_LABELS};
 pub use core_domain::labels::{
     LABEL_CAPACITY_TYPE, LABEL_HOSTNAME, LABEL_NODEPOOL, LabelPolicy, LabelValueType,
 };
 
 use crate::patterns;
 
-/// Keys under `kubernetes.io` a NodePool may set: the domain's well-known labels there and their
-/// deprecated aliases, in the order upstream's CRD lists them.
-pub const KUBERNETES_IO_ALLOWED: [&str; 11] = [
-    LABEL_INSTANCE_TYPE_BETA,
-    LABEL_FAILURE_DOMAIN_BETA_REGION,
-    LABEL_OS_BETA,
-    LABEL_ARCH_BETA,
-    LABEL_FAILURE_DOMAIN_BETA_ZONE,
-    LABEL_TOPOLOGY_ZONE,
-    LABEL_TOPOLOGY_REGION,
-    LABEL_INSTANCE_TYPE,
-    LABEL_ARCH,
-    LABEL_OS,
-    LABEL_WINDOWS_BUILD,
-];
-
 /// Karpenter's own keys a NodePool may constrain: the domain's well-known labels in
 /// `karpenter.sh`.
 pub const KARPENTER_SH_ALLOWED: [&str; 2] = [LABEL_CAPACITY_TYPE, LABEL_NODEPOOL];
 
 /// One restricted label domain as the CRDs' CEL states it: a key whose domain ends with
-/// `domain` is refused, unless it is one of `allowed_keys` or its domain ends with one of
-/// `exceptions`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DomainRule {
+/// `domain` is refused, unless it is one of `allowed_keys`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DomainRule<'a> {
     /// The restricted domain.
-    pub domain: &'static str,
+    pub domain: &'a str,
     /// Keys in the domain that may still be used.
-    pub allowed_keys: &'static [&'static str],
-    /// Subdomains that may still be used.
-    pub exceptions: &'static [&'static str],
+    pub allowed_keys: std::borrow::Cow<'a, [&'a str]>,
 }
 
-/// Core's restricted domains ([`RESTRICTED_LABEL_DOMAINS`], with the domain's exceptions and
-/// well-known labels), in the order the CRDs list their rules.
-pub const DOMAIN_RULES: [DomainRule; 3] = [
-    DomainRule {
-        domain: "kubernetes.io",
-        allowed_keys: &KUBERNETES_IO_ALLOWED,
-        exceptions: &["node.kubernetes.io", "node-restriction.kubernetes.io"],
-    },
-    DomainRule {
-        domain: "k8s.io",
-        allowed_keys: &[],
-        exceptions: &["kops.k8s.io"],
-    },
-    DomainRule {
-        domain: KARPENTER_GROUP,
-        allowed_keys: &KARPENTER_SH_ALLOWED,
-        exceptions: &[],
-    },
-];
+/// Core's restricted domains ([`RESTRICTED_LABEL_DOMAINS`] with their well-known labels), in
+/// the order the CRDs list their rules. Upstream restricted `kubernetes.io` and `k8s.io` too
+/// until core v1.9 (kubernetes-sigs/karpenter#2586).
+pub const DOMAIN_RULES: [DomainRule<'static>; 1] = [DomainRule {
+    domain: KARPENTER_GROUP,
+    allowed_keys: std::borrow::Cow::Borrowed(&KARPENTER_SH_ALLOWED),
+}];
 
-impl DomainRule {
+impl<'a> DomainRule<'a> {
+    /// A cloud provider's rule: its restricted `domain` allows the keys of its vocabulary
+    /// (`well_known`, as the plugin declares it) that are in the domain, and nothing else, as
+    /// upstream's provider CRDs do (aws/karpenter-provider-aws `hack/validation/labels.sh`).
+    pub fn provider(domain: &'a str, well_known: impl IntoIterator<Item = &'a str>) -> Self {
+        let allowed: Vec<&'a str> = well_known
+            .into_iter()
+            .filter(|key| cel_domain(key).ends_with(domain))
+            .collect();
+        DomainRule {
+            domain,
+            allowed_keys: std::borrow::Cow::Owned(allowed),
+        }
+    }
+
     /// Whether the rule refuses `key`, whose CEL domain is `domain`.
     fn refuses(&self, key: &str, domain: &str) -> bool {
-        !self.allowed_keys.contains(&key)
-            && !self.exceptions.iter().any(|e| domain.ends_with(e))
-            && domain.ends_with(self.domain)
+        !self.allowed_keys.contains(&key) && domain.ends_with(self.domain)
     }
 }
 
@@ -277,33 +255,25 @@ mod tests {
         );
     }
 
+    /// Upstream core v1.9 (kubernetes-sigs/karpenter#2586) lifted the `kubernetes.io` and
+    /// `k8s.io` restrictions: only the hostname label stays refused there.
     #[test]
-    fn kubernetes_io_allows_well_known_and_node_domains() {
+    fn kubernetes_io_and_k8s_io_are_open_but_the_hostname() {
         for ok in [
             "topology.kubernetes.io/zone",
             "kubernetes.io/arch",
-            "node.kubernetes.io/instance-type",
             "node.kubernetes.io/anything",
-            "node-restriction.kubernetes.io/team",
+            "node-role.kubernetes.io/gpu",
+            "kubernetes.io/foo",
+            "example.k8s.io/x",
             "kops.k8s.io/instancegroup",
             "example.com/team",
         ] {
             assert!(messages(ok, KeyUse::NodePool).is_empty(), "{ok}");
         }
         assert_eq!(
-            messages("kubernetes.io/foo", KeyUse::NodePool),
-            ["label domain \"kubernetes.io\" is restricted"]
-        );
-        assert_eq!(
-            messages("x.k8s.io/foo", KeyUse::NodePool),
-            ["label domain \"k8s.io\" is restricted"]
-        );
-        assert_eq!(
             messages(LABEL_HOSTNAME, KeyUse::NodeClaim),
-            [
-                "label domain \"kubernetes.io\" is restricted",
-                "label \"kubernetes.io/hostname\" is restricted"
-            ]
+            ["label \"kubernetes.io/hostname\" is restricted"]
         );
     }
 
@@ -334,14 +304,14 @@ mod tests {
         );
     }
 
-    /// The CRDs' lists are the domain's, in another order: the same restricted domains, the
-    /// same exceptions, and as allowed keys exactly the well-known labels in each domain plus
-    /// their deprecated aliases.
+    /// The CRDs' lists are the domain's, in another order: the same restricted domains, and
+    /// as allowed keys exactly the well-known labels in each domain plus their deprecated
+    /// aliases.
     #[test]
     fn domain_rules_are_the_domains_lists() {
         use std::collections::BTreeSet;
 
-        use core_domain::labels::{LABEL_DOMAIN_EXCEPTIONS, NORMALIZED_LABELS, WELL_KNOWN_LABELS};
+        use core_domain::labels::{NORMALIZED_LABELS, WELL_KNOWN_LABELS};
 
         fn set<'a>(items: impl IntoIterator<Item = &'a str>) -> BTreeSet<&'a str> {
             items.into_iter().collect()
@@ -349,12 +319,6 @@ mod tests {
         assert_eq!(
             set(DOMAIN_RULES.iter().map(|r| r.domain)),
             set(RESTRICTED_LABEL_DOMAINS)
-        );
-        assert_eq!(
-            set(DOMAIN_RULES
-                .iter()
-                .flat_map(|r| r.exceptions.iter().copied())),
-            set(LABEL_DOMAIN_EXCEPTIONS)
         );
         for rule in DOMAIN_RULES {
             let in_domain = |key: &&str| cel_domain(key).ends_with(rule.domain);

@@ -196,6 +196,10 @@ pub struct NodeClaimStatus {
     pub allocatable: BTreeMap<String, Quantity>,
     /// Signals for health and readiness.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend(
+        "x-kubernetes-list-type" = "map",
+        "x-kubernetes-list-map-keys" = ["type"]
+    ))]
     pub conditions: Vec<Condition>,
     /// The last time a pod was scheduled to or removed from the node (a pod going terminal or
     /// terminating counts as removed).
@@ -212,6 +216,15 @@ impl NodeClaim {
         self.spec
             .check(&mut errors, &FieldPath::root("spec"), policy);
         errors.into_result()
+    }
+
+    /// What the CRD admits although it cannot work as written (see [`Errors`]): a requirement
+    /// value no node could carry as a label.
+    pub fn warnings(&self, policy: &LabelPolicy) -> Vec<ValidationError> {
+        let mut errors = Errors::default();
+        self.spec
+            .check(&mut errors, &FieldPath::root("spec"), policy);
+        errors.into_warnings()
     }
 
     /// Checks an update from `old`: the creation rules, and that the spec did not change.

@@ -375,6 +375,15 @@ impl NodePool {
         errors.into_result()
     }
 
+    /// What the CRD admits although it cannot work as written (see [`Errors`]): a requirement
+    /// value no node could carry as a label.
+    pub fn warnings(&self, policy: &LabelPolicy) -> Vec<ValidationError> {
+        let mut errors = Errors::default();
+        self.spec
+            .check(&mut errors, &FieldPath::root("spec"), policy);
+        errors.into_warnings()
+    }
+
     /// Checks an update from `old`: the creation rules, plus the transition rules (nodeClassRef
     /// group and kind, static versus dynamic).
     pub fn validate_update(

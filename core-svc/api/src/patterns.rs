@@ -93,6 +93,40 @@ fn all_digits(s: &str) -> bool {
     !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit())
 }
 
+/// The matcher of [`QUANTITY`]: an optionally signed decimal (`1`, `1.`, `.5`, `1.5`), then
+/// optionally a binary suffix (`Ki` to `Ei`), a decimal one (`n`, `u`, `m`, `k`, `M` to `E`) or
+/// an exponent (`e3`, `E-2`, whose mantissa may itself have a fraction: `e1.5`).
+pub fn is_quantity(s: &str) -> bool {
+    let unsigned = s.strip_prefix(['+', '-']).unwrap_or(s);
+    let Some(rest) = decimal(unsigned) else {
+        return false;
+    };
+    match rest {
+        "" | "Ki" | "Mi" | "Gi" | "Ti" | "Pi" | "Ei" => true,
+        "n" | "u" | "m" | "k" | "M" | "G" | "T" | "P" | "E" => true,
+        _ => rest
+            .strip_prefix(['e', 'E'])
+            .map(|exponent| exponent.strip_prefix(['+', '-']).unwrap_or(exponent))
+            .and_then(decimal)
+            .is_some_and(str::is_empty),
+    }
+}
+
+/// What follows the quantity regex's number (`[0-9]+(\.[0-9]*)?|\.[0-9]+`) at the start of
+/// `s`, or `None` when `s` does not start with one.
+fn decimal(s: &str) -> Option<&str> {
+    let digits = |t: &str| t.len() - t.trim_start_matches(|c: char| c.is_ascii_digit()).len();
+    let whole = digits(s);
+    let rest = &s[whole..];
+    match rest.strip_prefix('.') {
+        Some(fraction) => {
+            let decimals = digits(fraction);
+            (whole > 0 || decimals > 0).then(|| &fraction[decimals..])
+        }
+        None => (whole > 0).then_some(rest),
+    }
+}
+
 /// The matcher of [`BUDGET_NODES`].
 pub fn is_budget_nodes(s: &str) -> bool {
     match s.strip_suffix('%') {
@@ -297,6 +331,21 @@ mod tests {
         }
         for bad in ["never", "NEVER", "1d", "300ms"] {
             assert!(!is_duration_or_never(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn quantities() {
+        for ok in [
+            "1", "+1", "-1", "1.", ".5", "1.5", "100m", "1Gi", "1.5Gi", "2e3", "2E-3", "1e1.5",
+            "5Ei", "3n", "0",
+        ] {
+            assert!(is_quantity(ok), "{ok}");
+        }
+        for bad in [
+            "", ".", "+", "1 Gi", "1gi", "1GiB", "Gi", "1e", "e3", "1..5", "1%", "--1", "1Ki2",
+        ] {
+            assert!(!is_quantity(bad), "{bad}");
         }
     }
 

@@ -43,12 +43,13 @@ pub struct NodeSelectorRequirementWithMinValues {
     pub min_values: Option<i64>,
 }
 
-/// Puts the label-value limits on each item of `values`.
+/// Puts the label-value limits on `values` where upstream's CRD has them: on the array itself,
+/// where the API server ignores them (a string keyword on an array constrains nothing). The
+/// values they mean to refuse are admitted, as upstream admits them, and reported as
+/// warnings ([`check_requirements`]).
 fn label_value_items(schema: &mut schemars::Schema) {
-    if let Some(items) = schema.get_mut("items").and_then(|i| i.as_object_mut()) {
-        items.insert("maxLength".into(), labels::MAX_VALUE_LENGTH.into());
-        items.insert("pattern".into(), patterns::LABEL_VALUE.as_str().into());
-    }
+    schema.insert("maxLength".into(), labels::MAX_VALUE_LENGTH.into());
+    schema.insert("pattern".into(), patterns::LABEL_VALUE.as_str().into());
 }
 
 /// Serde for [`Operator`], which the domain defines without serde (it depends on nothing): the
@@ -106,9 +107,13 @@ pub fn check_requirements(
         let at = path.index(i);
         check_label_key(errors, &at.field("key"), &r.key, key_use, policy);
         let values = at.field("values");
+        // Upstream declares the label-value length and pattern on the `values` array, where
+        // the API server ignores them (kubernetes-sigs/karpenter `pkg/apis/v1`, the
+        // `+kubebuilder:validation` markers on `NodeSelectorRequirementWithMinValues`): such a
+        // value is admitted, and no node can carry it as a label.
         for (j, value) in r.values.iter().enumerate() {
             if let Err(e) = labels::check_label_value(value) {
-                errors.push(values.index(j), e);
+                errors.warn(values.index(j), e);
             }
         }
         if r.operator == Operator::In && r.values.is_empty() {

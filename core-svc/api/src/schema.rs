@@ -72,24 +72,9 @@ fn quoted_list(items: &[&str]) -> String {
 /// generated from [`labels::DOMAIN_RULES`] and [`labels::KeyUse::restricted_keys`], which the
 /// Rust checks ([`labels::restrictions`]) use too, with the same messages.
 fn key_rules(var: &str, key_use: labels::KeyUse) -> Vec<(String, String)> {
-    let domain = |d: &str| format!("{var}.find(\"^([^/]+)\").endsWith(\"{d}\")");
     let mut rules: Vec<(String, String)> = labels::DOMAIN_RULES
         .iter()
-        .map(|rule| {
-            let allowed = (!rule.allowed_keys.is_empty())
-                .then(|| format!("{var} in {}", quoted_list(rule.allowed_keys)));
-            let exceptions = rule.exceptions.iter().map(|e| domain(e));
-            let restricted = format!("!{}", domain(rule.domain));
-            let cel: Vec<String> = allowed
-                .into_iter()
-                .chain(exceptions)
-                .chain([restricted])
-                .collect();
-            (
-                cel.join(" || "),
-                RestrictedKey::Domain(rule.domain.into()).to_string(),
-            )
-        })
+        .map(|rule| domain_rule(var, rule))
         .collect();
     rules.extend(key_use.restricted_keys().map(|key| {
         (
@@ -98,6 +83,31 @@ fn key_rules(var: &str, key_use: labels::KeyUse) -> Vec<(String, String)> {
         )
     }));
     rules
+}
+
+/// One restricted domain as CEL over the string `var`, and its message.
+pub(crate) fn domain_rule(var: &str, rule: &labels::DomainRule<'_>) -> (String, String) {
+    let allowed = (!rule.allowed_keys.is_empty())
+        .then(|| format!("{var} in {}", quoted_list(&rule.allowed_keys)));
+    let restricted = format!("!{var}.find(\"^([^/]+)\").endsWith(\"{}\")", rule.domain);
+    let cel: Vec<String> = allowed.into_iter().chain([restricted]).collect();
+    (
+        cel.join(" || "),
+        RestrictedKey::Domain(rule.domain.into()).to_string(),
+    )
+}
+
+/// How a rule over a map's keys starts: each key is `x`.
+const FOR_ALL_KEYS: &str = "self.all(x, ";
+
+/// A rule over one key `x` as a rule over a map's keys.
+pub(crate) fn for_all_keys(rule: &str) -> String {
+    format!("{FOR_ALL_KEYS}{rule})")
+}
+
+/// Whether `rule` is a rule over a map's keys ([`for_all_keys`]).
+pub(crate) fn is_for_all_keys(rule: &str) -> bool {
+    rule.starts_with(FOR_ALL_KEYS)
 }
 
 /// The requirements-list rules upstream attaches to `requirements`.

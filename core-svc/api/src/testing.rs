@@ -23,11 +23,17 @@ use crate::crd::{Generator, UPDATE_ENV};
 ///   ([`assert_schema_defaults_match_serde`]).
 ///
 /// ```no_run
-/// use karpenter_api::{NodeClaim, NodePool, crd};
+/// use karpenter_api::crd::{Generator, crds};
+/// use karpenter_api::{NodeClaim, NodePool};
+///
+/// const GENERATOR: Generator = Generator {
+///     source: "core-svc/api/src",
+///     command: "KARPENTER_UPDATE_CRDS=1 cargo test -p my-plugin --test apis_crds",
+/// };
 ///
 /// karpenter_api::crd_tests! {
-///     crds: crd::crds(),
-///     generator: crd::GENERATOR,
+///     crds: crds(),
+///     generator: GENERATOR,
 ///     defaults: { NodePool => ["nodepool-minimal.yaml"], NodeClaim => ["nodeclaim-docs.yaml"] },
 /// }
 /// ```

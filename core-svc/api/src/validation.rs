@@ -177,34 +177,56 @@ pub enum Violation {
     StaticWeight,
 }
 
-/// Collects errors while a validator walks an object. `V` is the API group's violation type; the
-/// shared checks need only that a [`Violation`] converts into it.
+/// Collects errors while a validator walks an object, and warnings: what upstream's CRD admits
+/// although it cannot work as written (a rule upstream declares where the API server ignores
+/// it, a CEL rule weaker than its own message). Manifests written for upstream must apply
+/// unchanged, so those are admitted and reported at run time instead. `V` is the API group's
+/// violation type; the shared checks need only that a [`Violation`] converts into it.
 #[derive(Debug)]
-pub struct Errors<V = Violation>(Vec<ValidationError<V>>);
+pub struct Errors<V = Violation> {
+    errors: Vec<ValidationError<V>>,
+    warnings: Vec<ValidationError<V>>,
+}
 
 // Not derived: the derive would require `V: Default`, which no violation type is.
 impl<V> Default for Errors<V> {
     fn default() -> Self {
-        Self(Vec::new())
+        Self {
+            errors: Vec::new(),
+            warnings: Vec::new(),
+        }
     }
 }
 
 impl<V> Errors<V> {
     /// Records that `path` breaks `violation`.
     pub fn push(&mut self, path: FieldPath, violation: impl Into<V>) {
-        self.0.push(ValidationError {
+        self.errors.push(ValidationError {
             path,
             violation: violation.into(),
         });
     }
 
-    /// `Ok` if nothing was recorded.
+    /// Records that `path` breaks `violation`, which upstream's CRD admits: a warning.
+    pub fn warn(&mut self, path: FieldPath, violation: impl Into<V>) {
+        self.warnings.push(ValidationError {
+            path,
+            violation: violation.into(),
+        });
+    }
+
+    /// `Ok` if no error was recorded (warnings aside).
     pub fn into_result(self) -> Result<(), Vec<ValidationError<V>>> {
-        if self.0.is_empty() {
+        if self.errors.is_empty() {
             Ok(())
         } else {
-            Err(self.0)
+            Err(self.errors)
         }
+    }
+
+    /// The warnings recorded.
+    pub fn into_warnings(self) -> Vec<ValidationError<V>> {
+        self.warnings
     }
 }
 

@@ -111,17 +111,15 @@ pub const WELL_KNOWN_LABELS: [&str; 8] = [
     LABEL_TOPOLOGY_ZONE,
 ];
 
-/// Label domains users may not set labels in, because the kubelet refuses them or Karpenter
-/// owns them (upstream `RestrictedLabelDomains`), sorted. Subdomains are restricted too.
-pub const RESTRICTED_LABEL_DOMAINS: [&str; 3] = ["k8s.io", KARPENTER_GROUP, "kubernetes.io"];
-
-/// Subdomains of [`RESTRICTED_LABEL_DOMAINS`] that users may still set labels in, because the
-/// kubelet accepts them (upstream `LabelDomainExceptions`), sorted.
-pub const LABEL_DOMAIN_EXCEPTIONS: [&str; 3] = [
-    "kops.k8s.io",
-    "node-restriction.kubernetes.io",
-    "node.kubernetes.io",
-];
+/// Label domains users may not set labels in because Karpenter owns them (upstream
+/// `RestrictedLabelDomains`), sorted. Subdomains are restricted too.
+///
+/// Upstream also restricted `kubernetes.io` and `k8s.io` (but a few subdomains) until core
+/// v1.9 (kubernetes-sigs/karpenter#2586): the kubelet refuses to set most labels there, but
+/// Karpenter puts a NodeClaim's labels on its Node itself, so `node-role.kubernetes.io/gpu`
+/// or `example.k8s.io/x` are fine. A cloud provider adds its own domain (AWS:
+/// `karpenter.k8s.aws`).
+pub const RESTRICTED_LABEL_DOMAINS: [&str; 1] = [KARPENTER_GROUP];
 
 /// Labels users may not set because they would interfere with provisioning (upstream
 /// `RestrictedLabels`).
@@ -308,11 +306,7 @@ impl LabelPolicy {
     /// The restricted domain `key` falls in, if any, after the exceptions.
     fn restricted_domain_of(&self, key: &str) -> Option<&str> {
         let domain = label_domain(key);
-        if domain.is_empty()
-            || LABEL_DOMAIN_EXCEPTIONS
-                .iter()
-                .any(|exception| is_domain_or_subdomain(domain, exception))
-        {
+        if domain.is_empty() {
             return None;
         }
         self.restricted_domains()
@@ -447,7 +441,6 @@ mod tests {
         }
         assert_sorted_unique(&WELL_KNOWN_LABELS);
         assert_sorted_unique(&RESTRICTED_LABEL_DOMAINS);
-        assert_sorted_unique(&LABEL_DOMAIN_EXCEPTIONS);
         assert_sorted_unique(&CAPACITY_TYPES);
     }
 
@@ -505,10 +498,11 @@ mod tests {
             ("node.kubernetes.io/windows-build", true, true),
             ("kubernetes.io/arch", true, true),
             ("kubernetes.io/hostname", false, false),
-            ("kubernetes.io/custom", false, false),
-            ("sub.kubernetes.io/custom", false, false),
-            ("k8s.io/custom", false, false),
-            ("foo.k8s.io/custom", false, false),
+            ("kubernetes.io/custom", true, true),
+            ("node-role.kubernetes.io/gpu", true, true),
+            ("sub.kubernetes.io/custom", true, true),
+            ("k8s.io/custom", true, true),
+            ("example.k8s.io/x", true, true),
             ("karpenter.sh/custom", false, false),
             ("karpenter.sh/do-not-sync-taints", false, false),
             ("node.kubernetes.io/custom", true, true),
@@ -552,7 +546,7 @@ mod tests {
              karpenter.sh/nodepool kubernetes.io/arch kubernetes.io/os \
              node.kubernetes.io/instance-type node.kubernetes.io/windows-build \
              topology.kubernetes.io/region topology.kubernetes.io/zone], or a custom label that \
-             does not use a restricted domain: [k8s.io karpenter.sh kubernetes.io]"
+             does not use a restricted domain: [karpenter.sh]"
         );
 
         let hostname = LabelPolicy::core()
@@ -575,7 +569,7 @@ mod tests {
         assert!(
             subdomain
                 .to_string()
-                .contains("[example.cloud k8s.io karpenter.sh kubernetes.io]")
+                .contains("[example.cloud karpenter.sh]")
         );
     }
 
@@ -668,7 +662,7 @@ mod tests {
         );
         assert_eq!(
             policy.restricted_domains().collect::<Vec<_>>(),
-            ["example.com", "k8s.io", "karpenter.sh", "kubernetes.io"]
+            ["example.com", "karpenter.sh"]
         );
         assert_eq!(
             policy.well_known_labels().len(),

@@ -11,7 +11,7 @@
 //!
 //! | condition | True | False / Unknown |
 //! |---|---|---|
-//! | `ValidationSucceeded` | the NodePool passes [`NodePool::validate`] under the plugin's vocabulary | False, `NodePoolValidationFailed`, every error |
+//! | `ValidationSucceeded` | the NodePool passes [`NodePool::validate`] under the plugin's vocabulary; the message lists what upstream's CRD admits but cannot work ([`NodePool::warnings`]: a requirement value no label can have) | False, `NodePoolValidationFailed`, every error |
 //! | `NodeClassReady` | the node class exists and is Ready (or the plugin resolves none) | False `NodeClassNotFound`, `NodeClassTerminating`, or its own reason; Unknown `NodeClassReadinessUnknown` without a Ready condition |
 //! | `Ready` | both of the above | the first that is not True, its status, reason and message |
 //!
@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 
 use super::nodeclaim::kube_quantities;
 use super::provisioning::input::usage_by_node_pool;
-use super::provisioning::selection::validation;
+use super::provisioning::selection::{validation, validation_warnings};
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::Cluster;
@@ -110,17 +110,18 @@ fn node_class_ready(node_class: Option<&DynamicObject>, require_ready: bool) -> 
 
 /// The status a NodePool should have: its conditions (`existing` updated, each transition
 /// time moved only by a change of status) and counts from `usage`, its NodeClaims' resources
-/// with `nodes` among them.
+/// with `nodes` among them. `validation` is the warnings when the NodePool is valid, the
+/// errors when not.
 pub fn desired_status(
     existing: Option<&NodePoolStatus>,
-    validation: Result<(), String>,
+    validation: Result<String, String>,
     node_class: Outcome,
     usage: Option<&core_domain::resources::ResourceList>,
     now: Time,
 ) -> NodePoolStatus {
     let mut status = existing.cloned().unwrap_or_default();
     let validated = match validation {
-        Ok(()) => (ConditionStatus::True, String::new(), String::new()),
+        Ok(warnings) => (ConditionStatus::True, String::new(), warnings),
         Err(errors) => (
             ConditionStatus::False,
             REASON_VALIDATION_FAILED.to_owned(),
@@ -218,7 +219,8 @@ impl<C: Cluster, P: CloudProvider> NodePoolStatusController<C, P> {
                 let node_class = snapshot.node_class_for(&pool.spec.template.spec.node_class_ref);
                 let desired = desired_status(
                     pool.status.as_ref(),
-                    validation(pool, &self.label_policy),
+                    validation(pool, &self.label_policy)
+                        .map(|()| validation_warnings(pool, &self.label_policy)),
                     node_class_ready(node_class, self.require_ready_node_class),
                     usage.get(&name),
                     now.clone(),
@@ -241,16 +243,23 @@ impl<C: Cluster, P: CloudProvider> Controller for NodePoolStatusController<C, P>
         let snapshot = self.ctx.cluster.snapshot().await?;
         let now = Time(self.ctx.clock.now());
         for (name, status, patch) in self.statuses(&snapshot, now) {
-            if let Some(failed) =
-                condition::find(&status.conditions, CONDITION_VALIDATION_SUCCEEDED)
-                    .filter(|c| c.status == ConditionStatus::False)
-            {
-                tracing::warn!(
+            let validated = condition::find(&status.conditions, CONDITION_VALIDATION_SUCCEEDED);
+            let message = validated
+                .and_then(|c| c.message.as_deref())
+                .unwrap_or_default();
+            match validated {
+                Some(failed) if failed.status == ConditionStatus::False => tracing::warn!(
                     node_pool = %name,
                     reason = failed.reason.as_deref().unwrap_or_default(),
-                    message = failed.message.as_deref().unwrap_or_default(),
+                    message,
                     "NodePool is not valid: nothing is launched for it"
-                );
+                ),
+                Some(_) if !message.is_empty() => tracing::warn!(
+                    node_pool = %name,
+                    message,
+                    "NodePool is admitted as upstream admits it, but some of it cannot work"
+                ),
+                _ => {}
             }
             self.ctx
                 .cluster
@@ -297,7 +306,7 @@ mod tests {
             .with(ResourceName::new(NODES), 2);
         let status = desired_status(
             None,
-            Ok(()),
+            Ok(String::new()),
             node_class_ready(Some(&ready_node_class("True", "")), true),
             Some(&usage),
             at(10),
@@ -364,10 +373,16 @@ mod tests {
 
     #[test]
     fn an_unchanged_outcome_keeps_its_transition_time_so_nothing_is_written() {
-        let first = desired_status(None, Ok(()), node_class_ready(None, false), None, at(10));
+        let first = desired_status(
+            None,
+            Ok(String::new()),
+            node_class_ready(None, false),
+            None,
+            at(10),
+        );
         let again = desired_status(
             Some(&first),
-            Ok(()),
+            Ok(String::new()),
             node_class_ready(None, false),
             None,
             at(99),
@@ -414,14 +429,14 @@ mod tests {
             .with(ResourceName::new(NODES), 1);
         let before = desired_status(
             None,
-            Ok(()),
+            Ok(String::new()),
             node_class_ready(None, false),
             Some(&gpu),
             at(1),
         );
         let after = desired_status(
             Some(&before),
-            Ok(()),
+            Ok(String::new()),
             node_class_ready(None, false),
             None,
             at(2),
@@ -459,5 +474,39 @@ mod tests {
             "{error}"
         );
         assert!(validation(&pool, &LabelPolicy::core()).is_ok());
+    }
+
+    /// Upstream admits a requirement value that no label can have (its length and pattern
+    /// sit on the array, where the API server ignores them): the NodePool stays valid and
+    /// usable, and its `ValidationSucceeded` message says what cannot work.
+    #[test]
+    fn a_value_upstream_admits_but_no_label_can_have_is_a_warning_in_the_condition() {
+        let pool = testing::node_pool(
+            "default",
+            json!({ "spec": { "template": { "spec": { "requirements": [
+                { "key": "team", "operator": "In", "values": ["blue team"] }
+            ] } } } }),
+        );
+        let policy = LabelPolicy::core();
+        assert!(validation(&pool, &policy).is_ok());
+        let warnings = validation_warnings(&pool, &policy);
+        assert!(
+            warnings
+                .starts_with("spec.template.spec.requirements[0].values[0]: value \"blue team\""),
+            "{warnings}"
+        );
+        let status = desired_status(
+            None,
+            Ok(warnings.clone()),
+            node_class_ready(None, false),
+            None,
+            at(10),
+        );
+        let validated =
+            condition::find(&status.conditions, CONDITION_VALIDATION_SUCCEEDED).unwrap();
+        assert_eq!(validated.status, ConditionStatus::True);
+        assert_eq!(validated.message.as_deref(), Some(warnings.as_str()));
+        let ready = condition::find(&status.conditions, CONDITION_READY).unwrap();
+        assert_eq!(ready.status, ConditionStatus::True);
     }
 }

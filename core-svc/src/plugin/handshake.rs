@@ -360,13 +360,22 @@ pub fn validate_vocabulary(
                 format!("[{i}] {domain:?} is not a lowercase DNS subdomain"),
             ));
         }
-        if let Some(own) = RESTRICTED_LABEL_DOMAINS
-            .iter()
-            .find(|own| **own == domain || own.ends_with(&format!(".{domain}")))
-        {
+        let covers = |own: &str| own == domain || own.ends_with(&format!(".{domain}"));
+        if let Some(own) = RESTRICTED_LABEL_DOMAINS.iter().find(|own| covers(own)) {
             return Err(invalid(
                 "restricted_label_domains",
                 format!("[{i}] {domain:?} would restrict core's own domain {own}"),
+            ));
+        }
+        // Kubernetes' own domains are open to users' labels (upstream core v1.9,
+        // kubernetes-sigs/karpenter#2586); a plugin may not close them again.
+        if let Some(label) = WELL_KNOWN_LABELS
+            .iter()
+            .find(|label| covers(label_domain(label)))
+        {
+            return Err(invalid(
+                "restricted_label_domains",
+                format!("[{i}] {domain:?} would restrict the domain of core's label {label}"),
             ));
         }
         restricted_domains.push(domain);
@@ -584,7 +593,15 @@ mod tests {
             ),
             (
                 answer(vec![], &["io"]),
-                "would restrict core's own domain k8s.io",
+                "would restrict the domain of core's label kubernetes.io/arch",
+            ),
+            (
+                answer(vec![], &["kubernetes.io"]),
+                "would restrict the domain of core's label kubernetes.io/arch",
+            ),
+            (
+                answer(vec![], &["sh"]),
+                "would restrict core's own domain karpenter.sh",
             ),
             (
                 answer(vec![], &["karpenter.sh"]),

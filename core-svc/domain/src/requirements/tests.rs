@@ -791,12 +791,16 @@ fn labels_come_from_unrestricted_keys_only() {
         ("example.com/team", "blue"),
         ("example.com/tier", "gold"),
         ("karpenter.k8s.aws/instance-family", "m5"),
+        ("kubernetes.io/custom", "x"),
         ("node.kubernetes.io/pool", "p"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_owned(), v.to_owned()))
     .collect();
-    assert_eq!(core, expected);
+    assert_eq!(
+        core, expected,
+        "kubernetes.io is no longer restricted (upstream #2586)"
+    );
     let aws =
         LabelPolicy::with_provider(["karpenter.k8s.aws"], ["karpenter.k8s.aws/instance-family"]);
     assert!(

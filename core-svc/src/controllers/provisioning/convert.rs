@@ -20,7 +20,7 @@ use std::sync::Arc;
 
 use core_domain::instance_type::InstanceType;
 use core_domain::labels::{
-    LABEL_INSTANCE_TYPE, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL, LabelPolicy,
+    LABEL_INSTANCE_TYPE, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL, LabelPolicy, node_class_label_key,
 };
 use core_domain::quantity::Quantity;
 use core_domain::requirements::{NodeSelectorRequirement, Operator, Requirements};
@@ -705,7 +705,9 @@ pub fn limits(path: &str, list: &BTreeMap<String, KubeQuantity>) -> Result<Limit
 
 /// A NodePool as the scheduler sees it, offering `instance_types`, with `usage` (what its
 /// NodeClaims already have) against its limits. Startup taints are left out, as upstream
-/// leaves them out of scheduling.
+/// leaves them out of scheduling. Its labels carry the node class label its NodeClaims get
+/// (`karpenter.k8s.aws/ec2nodeclass: <name>`), so that a pod selecting a node class lands on
+/// the NodePools of that class (upstream `NewNodeClaimTemplate`).
 pub fn node_pool(
     pool: &NodePool,
     instance_types: Arc<[Arc<InstanceType>]>,
@@ -720,6 +722,11 @@ pub fn node_pool(
         &template.spec.requirements,
     )?;
     spec.labels = template.metadata.labels.clone();
+    let reference = &template.spec.node_class_ref;
+    spec.labels.insert(
+        node_class_label_key(&reference.group, &reference.kind),
+        reference.name.clone(),
+    );
     spec.taints = taints("spec.template.spec.taints", &template.spec.taints)?;
     spec.limits = limits("spec.limits", &pool.spec.limits)?;
     spec.usage = usage;
@@ -1007,6 +1014,12 @@ mod tests {
             Some(1)
         );
         assert_eq!(spec.labels["team"], "a");
+        let reference = &pool.spec.template.spec.node_class_ref;
+        assert_eq!(
+            spec.labels[&node_class_label_key(&reference.group, &reference.kind)],
+            reference.name,
+            "a pod may select the node class"
+        );
         assert_eq!(
             spec.taints,
             [Taint::new("dedicated", "a", TaintEffect::NoSchedule)]

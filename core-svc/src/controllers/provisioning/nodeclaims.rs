@@ -91,7 +91,10 @@ pub fn node_claim(
         spec: NodeClaimSpec {
             taints: template.spec.taints.clone(),
             startup_taints: template.spec.startup_taints.clone(),
-            requirements: requirements(planned),
+            requirements: requirements(
+                planned,
+                &node_class_label_key(&reference.group, &reference.kind),
+            ),
             resources: ResourceRequirements {
                 requests: requests(planned),
             },
@@ -103,11 +106,17 @@ pub fn node_claim(
     }
 }
 
-/// The planned requirements in the API's form, without the hostname, instance types
-/// cheapest first.
-fn requirements(planned: &PlannedNodeClaim) -> Vec<NodeSelectorRequirementWithMinValues> {
+/// The planned requirements in the API's form, instance types cheapest first; without the
+/// hostname, and without the node class label `node_class_key` (the scheduler plans with it so
+/// that a pod may select a node class, and the NodeClaim carries it as a label and names the
+/// class in `nodeClassRef`).
+fn requirements(
+    planned: &PlannedNodeClaim,
+    node_class_key: &str,
+) -> Vec<NodeSelectorRequirementWithMinValues> {
     let mut requirements = planned.requirements.clone();
     requirements.remove(LABEL_HOSTNAME);
+    requirements.remove(node_class_key);
     requirements
         .to_node_selector_requirements()
         .into_iter()

@@ -342,6 +342,16 @@ pub fn validation(pool: &NodePool, policy: &LabelPolicy) -> Result<(), String> {
     })
 }
 
+/// What a NodePool's CRD admits although it cannot work as written
+/// ([`NodePool::warnings`]), joined; empty when nothing.
+pub fn validation_warnings(pool: &NodePool, policy: &LabelPolicy) -> String {
+    pool.warnings(policy)
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 /// Whether a node class's `Ready` condition is True; otherwise its reason and message.
 pub fn node_class_readiness(node_class: &DynamicObject) -> Result<(), String> {
     let ready = node_class
