@@ -44,9 +44,6 @@ pub struct InstanceTypeInfo {
     /// `nitro` or `xen`; absent for bare metal.
     #[serde(default)]
     pub hypervisor: Option<String>,
-    /// `supported` or `unsupported`; absent where the source has no word (moto's data).
-    #[serde(default)]
-    pub nitro_enclaves_support: Option<String>,
     /// Bare metal.
     #[serde(default)]
     pub bare_metal: bool,

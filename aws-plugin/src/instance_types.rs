@@ -220,8 +220,6 @@ fn requirements(info: &InstanceTypeInfo, region: &str, offerings: &[Offering]) -
     labels.push((LABEL_INSTANCE_CAPABILITY_FLEX, Some(flex.to_string())));
     labels.push((LABEL_INSTANCE_FAMILY, family));
     labels.push((LABEL_INSTANCE_SIZE, size));
-    let nitro_enclaves = info.nitro_enclaves_support.as_deref() == Some("supported");
-    labels.push((LABEL_NITRO_SANDBOX, Some(nitro_enclaves.to_string())));
     // Upstream offers `default` and `dedicated`; this plugin launches default tenancy only.
     labels.push((LABEL_INSTANCE_TENANCY, Some("default".to_owned())));
     let gpu = info.gpu_info.as_ref().and_then(|g| single(&g.gpus));

@@ -63,8 +63,6 @@ pub const LABEL_INSTANCE_ACCELERATOR_COUNT: &str = "karpenter.k8s.aws/instance-a
 pub const LABEL_NODE_CLASS: &str = "karpenter.k8s.aws/ec2nodeclass";
 /// Whether the instance type is a flex one (`c7i-flex.large`): `true` or `false`.
 pub const LABEL_INSTANCE_CAPABILITY_FLEX: &str = "karpenter.k8s.aws/instance-capability-flex";
-/// Whether the instance type supports Nitro Enclaves: `true` or `false`.
-pub const LABEL_NITRO_SANDBOX: &str = "karpenter.k8s.aws/nitro-sandbox";
 /// The tenancy the instance runs with.
 pub const LABEL_INSTANCE_TENANCY: &str = "karpenter.k8s.aws/instance-tenancy";
 /// The zone ID of a node (`use1-az1`), stable across accounts unlike zone names.
@@ -108,7 +106,7 @@ impl Label {
 /// The labels the AWS provider sets on its nodes and honours in requirements, in addition to
 /// core's (the Windows build label is core's already; upstream AWS inserts it again, harmlessly,
 /// and here it is left out: a vocabulary may not list core's labels).
-pub const VOCABULARY: [Label; 27] = [
+pub const VOCABULARY: [Label; 26] = [
     Label::new(
         LABEL_CAPACITY_RESERVATION_ID,
         LabelValueType::String,
@@ -228,11 +226,6 @@ pub const VOCABULARY: [Label; 27] = [
         LABEL_INSTANCE_CAPABILITY_FLEX,
         LabelValueType::String,
         "Whether the instance type is a flex one (c7i-flex.large): true or false.",
-    ),
-    Label::new(
-        LABEL_NITRO_SANDBOX,
-        LabelValueType::String,
-        "Whether the instance type supports Nitro Enclaves: true or false.",
     ),
     Label::new(
         LABEL_INSTANCE_TENANCY,

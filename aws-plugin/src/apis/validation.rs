@@ -182,13 +182,12 @@ impl EC2NodeClassSpec {
             &self.subnet_selector_terms,
             "subnetSelectorTerms",
         );
-        let mixing: Vec<_> = self
-            .subnet_selector_terms
-            .iter()
-            .enumerate()
-            .map(|(i, term)| term.check(errors, subnets.index(i)))
-            .collect();
-        exclusive_fields(errors, &subnets, &mixing);
+        check_each(
+            errors,
+            &subnets,
+            &self.subnet_selector_terms,
+            SubnetSelectorTerm::check,
+        );
 
         let groups = path.field("securityGroupSelectorTerms");
         check_terms(
@@ -197,13 +196,12 @@ impl EC2NodeClassSpec {
             &self.security_group_selector_terms,
             "securityGroupSelectorTerms",
         );
-        let mixing: Vec<_> = self
-            .security_group_selector_terms
-            .iter()
-            .enumerate()
-            .map(|(i, term)| term.check(errors, groups.index(i)))
-            .collect();
-        exclusive_fields(errors, &groups, &mixing);
+        check_each(
+            errors,
+            &groups,
+            &self.security_group_selector_terms,
+            SecurityGroupSelectorTerm::check,
+        );
 
         let reservations = path.field("capacityReservationSelectorTerms");
         errors.max_items(
@@ -211,13 +209,12 @@ impl EC2NodeClassSpec {
             &self.capacity_reservation_selector_terms,
             MAX_SELECTOR_TERMS,
         );
-        let mixing: Vec<_> = self
-            .capacity_reservation_selector_terms
-            .iter()
-            .enumerate()
-            .map(|(i, term)| term.check(errors, reservations.index(i)))
-            .collect();
-        exclusive_fields(errors, &reservations, &mixing);
+        check_each(
+            errors,
+            &reservations,
+            &self.capacity_reservation_selector_terms,
+            CapacityReservationSelectorTerm::check,
+        );
 
         self.check_amis(errors, path);
 
@@ -322,6 +319,22 @@ impl EC2NodeClassSpec {
 /// The fields a selector term sets together with others although upstream's message says they
 /// are exclusive, in the order of upstream's rules.
 type Mixing = Vec<&'static str>;
+
+/// Checks each selector term of the list at `path` with `check`, then upstream's mutual
+/// exclusions over the list ([`exclusive_fields`]).
+fn check_each<T>(
+    errors: &mut Errors,
+    path: &FieldPath,
+    terms: &[T],
+    check: fn(&T, &mut Errors, FieldPath) -> Mixing,
+) {
+    let mixing: Vec<Mixing> = terms
+        .iter()
+        .enumerate()
+        .map(|(i, term)| check(term, errors, path.index(i)))
+        .collect();
+    exclusive_fields(errors, path, &mixing);
+}
 
 /// Upstream's `!self.all(x, <term mixes field>)` for each field: an error on every term when
 /// all the terms mix it, a warning on each that does when only some do.

@@ -113,7 +113,6 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
             .map(|c| c.as_str().to_owned())
             .collect(),
         hypervisor: t.hypervisor().map(|h| h.as_str().to_owned()),
-        nitro_enclaves_support: t.nitro_enclaves_support().map(|n| n.as_str().to_owned()),
         bare_metal: t.bare_metal().unwrap_or_default(),
         burstable_performance_supported: t.burstable_performance_supported().unwrap_or_default(),
         processor_info: catalogue::ProcessorInfo {
