@@ -292,6 +292,7 @@ impl InstanceTypeProvider {
         Ok(snapshot
             .types
             .iter()
+            .filter(|info| settings.accepts(info))
             .map(|info| {
                 let name = &info.instance_type;
                 let prices = Prices {
@@ -380,7 +381,8 @@ impl InstanceTypeProvider {
 }
 
 /// What of the node class changes the instance types: kubelet `maxPods`, `podsPerCore`,
-/// `kubeReserved`, `systemReserved`, the root volume's size and `instanceStorePolicy`.
+/// `kubeReserved`, `systemReserved`, the root volume's size, `instanceStorePolicy`, and
+/// `connectionTracking` (which only Nitro types take).
 /// `None` or an empty object means the defaults. The object is EC2NodeClass JSON; its `spec`
 /// must parse as one.
 pub fn node_settings(
@@ -428,6 +430,7 @@ pub fn node_settings(
         system_reserved: kubelet.system_reserved,
         root_volume_gib,
         instance_store_raid0: spec.instance_store_policy == Some(InstanceStorePolicy::Raid0),
+        nitro_only: spec.connection_tracking.is_some(),
     })
 }
 
@@ -488,6 +491,7 @@ mod tests {
 
     use super::*;
     use crate::ec2::memory::MemoryEc2;
+    use crate::labels::LABEL_INSTANCE_HYPERVISOR;
     use crate::node_class::fixture::node_class;
 
     fn setup() -> (Arc<MemoryEc2>, Arc<FakeClock>, InstanceTypeProvider) {
@@ -651,6 +655,33 @@ mod tests {
         assert_eq!(pods(&types), "17");
     }
 
+    /// Connection tracking timeouts need Nitro: with them, a Xen type is not offered at all
+    /// (upstream `connectionTrackingCompatibility`).
+    #[tokio::test]
+    async fn connection_tracking_offers_nitro_types_only() {
+        let (_, _, provider) = setup();
+        let every = provider.instance_types(None).await.unwrap();
+        assert!(every.iter().any(|t| t.name == "m4.large"), "a Xen type");
+        let mut node_class = node_class();
+        node_class["spec"]["connectionTracking"] = json!({"udpTimeout": 45});
+        let nitro = provider.instance_types(Some(&node_class)).await.unwrap();
+        assert!(nitro.iter().any(|t| t.name == "m5.large"));
+        assert!(!nitro.iter().any(|t| t.name == "m4.large"));
+        assert!(nitro.len() < every.len());
+        let hypervisor = |t: &InstanceType| {
+            t.requirements
+                .iter()
+                .find(|r| r.key == LABEL_INSTANCE_HYPERVISOR)
+                .map(|r| r.values.clone())
+        };
+        assert!(
+            nitro
+                .iter()
+                .all(|t| hypervisor(t) == Some(vec!["nitro".to_owned()])),
+            "every type offered is Nitro"
+        );
+    }
+
     #[test]
     fn node_settings_read_kubelet_root_volume_and_instance_store_policy() {
         let node_class = json!({"spec": {
@@ -680,6 +711,7 @@ mod tests {
                 system_reserved: BTreeMap::from([("memory".to_owned(), "100Mi".to_owned())]),
                 root_volume_gib: Some(100),
                 instance_store_raid0: true,
+                nitro_only: false,
             }
         );
         assert_eq!(node_settings(None).unwrap(), NodeSettings::default());

@@ -39,6 +39,16 @@ pub struct NodeSettings {
     pub root_volume_gib: Option<i64>,
     /// `instanceStorePolicy: RAID0`: ephemeral storage is the instance store.
     pub instance_store_raid0: bool,
+    /// `connectionTracking` is set: only Nitro instance types take its timeouts (upstream
+    /// `connectionTrackingCompatibility`), so no other type is offered.
+    pub nitro_only: bool,
+}
+
+impl NodeSettings {
+    /// Whether nodes of these settings can be launched as `info` at all.
+    pub fn accepts(&self, info: &InstanceTypeInfo) -> bool {
+        !self.nitro_only || info.hypervisor.as_deref() == Some("nitro")
+    }
 }
 
 /// One zone of the region.

@@ -239,6 +239,9 @@ fn node_class() -> Value {
             "amiSelectorTerms": [{"name": "it-node-*", "owner": "self"}],
             "subnetSelectorTerms": [{"tags": {DISCOVERY_KEY: DISCOVERY_VALUE}}],
             "securityGroupSelectorTerms": [{"tags": {DISCOVERY_KEY: DISCOVERY_VALUE}}],
+            "associatePublicIPAddress": false,
+            "connectionTracking": {"tcpEstablishedTimeout": 300, "udpTimeout": 45},
+            "detailedMonitoring": true,
         }
     })
 }
@@ -693,11 +696,26 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
         fixtures.image_id
     );
     for template in &templates {
+        // The node class's interface settings name the primary interface, which takes the
+        // groups, its public IP setting and its connection tracking; monitoring is on.
+        assert!(template.security_group_ids().is_empty(), "{template:?}");
+        let [primary] = template.network_interfaces() else {
+            panic!("one network interface: {template:?}");
+        };
+        assert_eq!(primary.device_index(), Some(0), "{template:?}");
         assert_eq!(
-            template.security_group_ids(),
+            primary.groups(),
             [fixtures.security_group_id.as_str()],
             "{template:?}"
         );
+        assert_eq!(primary.associate_public_ip_address(), Some(false));
+        let tracking = primary
+            .connection_tracking_specification()
+            .expect("the connection tracking EC2 records");
+        assert_eq!(tracking.tcp_established_timeout(), Some(300));
+        assert_eq!(tracking.udp_timeout(), Some(45));
+        assert_eq!(tracking.udp_stream_timeout(), None);
+        assert_eq!(template.monitoring().and_then(|m| m.enabled()), Some(true));
     }
     ec2.modify_instance_attribute()
         .instance_id(&instance_id)

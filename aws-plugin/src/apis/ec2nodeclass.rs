@@ -122,6 +122,14 @@ pub struct EC2NodeClassSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub associate_public_ip_address: Option<bool>,
+    /// Idle connection tracking timeouts of the interfaces the launch template names (the
+    /// primary one; not those the CNI adds at run time). Needs Nitro instance types.
+    #[serde(
+        default,
+        rename = "connectionTracking",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub connection_tracking: Option<ConnectionTracking>,
     /// How many IPv4 prefixes to assign to the primary network interface.
     #[serde(
         default,
@@ -263,6 +271,32 @@ fn spec_rules(schema: &mut Schema) {
         "message": "must specify amiFamily if amiSelectorTerms does not contain an alias",
     }));
     schema.insert("x-kubernetes-validations".into(), rules.into());
+}
+
+/// Idle connection tracking timeouts, in seconds (upstream `ConnectionTracking`); at least one
+/// is set, and each unset one keeps EC2's default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.tcpEstablishedTimeout) || has(self.udpStreamTimeout) || has(self.udpTimeout)",
+    "message": "at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set",
+}]))]
+pub struct ConnectionTracking {
+    /// Idle established TCP connections (60 to 432,000; EC2's default is 350 on Nitro v6
+    /// types but P6e-GB200, 432,000 elsewhere).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 432_000))]
+    pub tcp_established_timeout: Option<i32>,
+    /// Idle UDP flows that have seen more than one request-response transaction (60 to
+    /// 180; EC2's default 180).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 60, max = 180))]
+    pub udp_stream_timeout: Option<i32>,
+    /// Idle UDP flows in one direction or of a single transaction (30 to 60; EC2's default
+    /// 30).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 30, max = 60))]
+    pub udp_timeout: Option<i32>,
 }
 
 /// A subnet selector term: tags, or an ID.

@@ -122,6 +122,9 @@ pub enum Violation {
     /// An initialization rate without a snapshot to initialize from.
     #[error("snapshotID must be set when volumeInitializationRate is set")]
     InitializationRateWithoutSnapshot,
+    /// `connectionTracking` without any timeout.
+    #[error("at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set")]
+    NoConnectionTrackingTimeout,
 }
 
 /// Each item in single quotes, joined by `separator`: how upstream's messages and CEL rules quote
@@ -286,6 +289,27 @@ impl EC2NodeClassSpec {
         );
         if let Some(count) = self.ip_prefix_count {
             errors.range(&path.field("ipPrefixCount"), count.into(), Some(0), None);
+        }
+        if let Some(tracking) = &self.connection_tracking {
+            let at = path.field("connectionTracking");
+            let timeouts = [
+                (
+                    "tcpEstablishedTimeout",
+                    tracking.tcp_established_timeout,
+                    60,
+                    432_000,
+                ),
+                ("udpStreamTimeout", tracking.udp_stream_timeout, 60, 180),
+                ("udpTimeout", tracking.udp_timeout, 30, 60),
+            ];
+            if timeouts.iter().all(|(_, value, _, _)| value.is_none()) {
+                errors.push(at.clone(), Violation::NoConnectionTrackingTimeout);
+            }
+            for (field, value, min, max) in timeouts {
+                if let Some(value) = value {
+                    errors.range(&at.field(field), value.into(), Some(min), Some(max));
+                }
+            }
         }
     }
 

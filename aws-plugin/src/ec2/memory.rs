@@ -422,7 +422,16 @@ impl State {
                     subnet_id: Some(subnet.id.clone()),
                     image_id: Some(template.image_id.clone()),
                     capacity_type: request.capacity_type,
-                    security_group_ids: template.security_group_ids.clone(),
+                    // EC2 attaches the primary interface's groups: the template's own, or
+                    // those of the interface it names at device index 0.
+                    security_group_ids: template
+                        .network_interfaces
+                        .iter()
+                        .find(|ni| ni.device_index == 0)
+                        .map_or_else(
+                            || template.security_group_ids.clone(),
+                            |ni| ni.security_group_ids.clone(),
+                        ),
                     private_dns_name: Some(format!("ip-10-0-{}.ec2.internal", self.next_id)),
                     launch_time: i64::try_from(self.now.as_secs()).ok(),
                     tags: request.tags.clone(),

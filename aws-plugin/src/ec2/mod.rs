@@ -309,8 +309,14 @@ pub struct LaunchTemplateRequest {
     pub name: String,
     /// The image instances boot.
     pub image_id: String,
-    /// Security groups of the primary network interface.
+    /// Security groups of the primary network interface, when the template names no
+    /// interface (EC2 refuses groups both here and on an interface).
     pub security_group_ids: Vec<String>,
+    /// The network interfaces, when the template names them; empty for EC2's default primary
+    /// interface with `security_group_ids`.
+    pub network_interfaces: Vec<NetworkInterfaceRequest>,
+    /// Whether detailed CloudWatch monitoring is on.
+    pub detailed_monitoring: bool,
     /// Base64 user data.
     pub user_data: Option<String>,
     /// The instance profile's name.
@@ -321,6 +327,31 @@ pub struct LaunchTemplateRequest {
     pub metadata_options: Option<MetadataOptions>,
     /// Tags of the template itself.
     pub tags: Vec<Tag>,
+}
+
+/// One network interface of a launch template.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkInterfaceRequest {
+    /// Its device index (0: the primary interface).
+    pub device_index: i32,
+    /// Its security groups, by id.
+    pub security_group_ids: Vec<String>,
+    /// Whether it gets a public IPv4 address; `None`: the subnet's setting decides.
+    pub associate_public_ip_address: Option<bool>,
+    /// Its idle connection tracking timeouts.
+    pub connection_tracking: Option<ConnectionTracking>,
+}
+
+/// Idle connection tracking timeouts of a network interface, in seconds; `None` keeps EC2's
+/// default.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ConnectionTracking {
+    /// Established TCP connections.
+    pub tcp_established_timeout: Option<i32>,
+    /// UDP flows that have seen more than one request-response transaction.
+    pub udp_stream_timeout: Option<i32>,
+    /// Other UDP flows.
+    pub udp_timeout: Option<i32>,
 }
 
 /// A launch template.

@@ -95,6 +95,23 @@ fn tag_spec(resource: sdk::ResourceType, tags: &[Tag]) -> sdk::TagSpecification 
         .build()
 }
 
+fn network_interface(
+    ni: &crate::ec2::NetworkInterfaceRequest,
+) -> sdk::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
+    sdk::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
+        .device_index(ni.device_index)
+        .set_groups(some_if_any(ni.security_group_ids.clone()))
+        .set_associate_public_ip_address(ni.associate_public_ip_address)
+        .set_connection_tracking_specification(ni.connection_tracking.map(|ct| {
+            sdk::ConnectionTrackingSpecificationRequest::builder()
+                .set_tcp_established_timeout(ct.tcp_established_timeout)
+                .set_udp_stream_timeout(ct.udp_stream_timeout)
+                .set_udp_timeout(ct.udp_timeout)
+                .build()
+        }))
+        .build()
+}
+
 fn int(v: Option<i32>) -> i64 {
     i64::from(v.unwrap_or_default())
 }
@@ -514,6 +531,18 @@ impl Ec2 for SdkEc2 {
                         .collect(),
                 ))
                 .set_metadata_options(request.metadata_options.as_ref().map(metadata_options))
+                .set_network_interfaces(some_if_any(
+                    request
+                        .network_interfaces
+                        .iter()
+                        .map(network_interface)
+                        .collect(),
+                ))
+                .set_monitoring(request.detailed_monitoring.then(|| {
+                    sdk::LaunchTemplatesMonitoringRequest::builder()
+                        .enabled(true)
+                        .build()
+                }))
                 .build();
             let mut call = self
                 .client

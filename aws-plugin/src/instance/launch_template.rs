@@ -1,5 +1,6 @@
 //! Launch templates: one per distinct launch configuration (image, security groups, instance
-//! profile, user data, block devices, metadata options, tags), named after a hash of that
+//! profile, user data, block devices, metadata options, network interface settings,
+//! monitoring, tags), named after a hash of that
 //! configuration (`karpenter.k8s.aws/<hash>`, upstream's `LaunchTemplateName`), so every
 //! launch with the same configuration shares one template and a changed configuration gets a
 //! new one instead of editing a template instances were launched from.
@@ -21,7 +22,8 @@ use crate::apis::ec2nodeclass::{
     MetadataOptions as ApiMetadataOptions, Toggle,
 };
 use crate::ec2::{
-    AwsError, BlockDeviceMapping, Ec2, LaunchTemplateRequest, MetadataOptions, ResourceQuery,
+    AwsError, BlockDeviceMapping, ConnectionTracking, Ec2, LaunchTemplateRequest, MetadataOptions,
+    NetworkInterfaceRequest, ResourceQuery,
 };
 
 use super::fleet::FieldError;
@@ -54,10 +56,31 @@ pub fn request(config: &LaunchConfig<'_>) -> Result<LaunchTemplateRequest, Field
     let mut security_group_ids = config.security_group_ids.clone();
     security_group_ids.sort();
     security_group_ids.dedup();
+    let spec = &config.node_class.spec;
+    // The primary interface is named only when it carries a setting of its own: EC2 takes
+    // the groups there instead of on the template (upstream always names it; the launches
+    // are the same, and templates of node classes without such settings keep their names).
+    let network_interfaces =
+        if spec.associate_public_ip_address.is_some() || spec.connection_tracking.is_some() {
+            vec![NetworkInterfaceRequest {
+                device_index: 0,
+                security_group_ids: std::mem::take(&mut security_group_ids),
+                associate_public_ip_address: spec.associate_public_ip_address,
+                connection_tracking: spec.connection_tracking.map(|ct| ConnectionTracking {
+                    tcp_established_timeout: ct.tcp_established_timeout,
+                    udp_stream_timeout: ct.udp_stream_timeout,
+                    udp_timeout: ct.udp_timeout,
+                }),
+            }]
+        } else {
+            Vec::new()
+        };
     let mut request = LaunchTemplateRequest {
         name: String::new(),
         image_id: config.image_id.to_owned(),
         security_group_ids,
+        network_interfaces,
+        detailed_monitoring: spec.detailed_monitoring.unwrap_or(false),
         user_data: config.user_data.clone(),
         instance_profile: config.instance_profile.clone(),
         block_device_mappings: block_device_mappings(config.node_class, config.family)?,
@@ -101,15 +124,43 @@ pub fn name_of(request: &LaunchTemplateRequest) -> String {
         .map(|t| [t.key.as_str(), t.value.as_str()])
         .collect();
     // An array, not an object: its text does not depend on how serde_json orders keys.
-    let canonical = serde_json::json!([
-        request.image_id,
-        request.security_group_ids,
-        request.user_data,
-        request.instance_profile,
-        devices,
-        metadata,
-        tags,
-    ]);
+    let mut canonical = vec![
+        serde_json::json!(request.image_id),
+        serde_json::json!(request.security_group_ids),
+        serde_json::json!(request.user_data),
+        serde_json::json!(request.instance_profile),
+        serde_json::json!(devices),
+        serde_json::json!(metadata),
+        serde_json::json!(tags),
+    ];
+    // Appended only when set, so that the templates of configurations without them keep
+    // the names they had before these settings reached the template.
+    if !request.network_interfaces.is_empty() {
+        let interfaces: Vec<serde_json::Value> = request
+            .network_interfaces
+            .iter()
+            .map(|ni| {
+                let tracking = ni.connection_tracking.map(|ct| {
+                    [
+                        ct.tcp_established_timeout,
+                        ct.udp_stream_timeout,
+                        ct.udp_timeout,
+                    ]
+                });
+                serde_json::json!([
+                    ni.device_index,
+                    ni.security_group_ids,
+                    ni.associate_public_ip_address,
+                    tracking,
+                ])
+            })
+            .collect();
+        canonical.push(serde_json::json!(["networkInterfaces", interfaces]));
+    }
+    if request.detailed_monitoring {
+        canonical.push(serde_json::json!("detailedMonitoring"));
+    }
+    let canonical = serde_json::Value::Array(canonical);
     format!(
         "{NAME_PREFIX}/{}",
         fnv1a_64(canonical.to_string().as_bytes())
@@ -328,6 +379,60 @@ mod tests {
         let mut reordered = config(&nc, "ami-1");
         reordered.security_group_ids.reverse();
         assert_eq!(a.name, request(&reordered).unwrap().name);
+    }
+
+    /// A public IP setting or connection tracking names the primary interface, which takes the
+    /// groups; detailed monitoring is asked for; each makes another template. Without them the
+    /// template is as it was, under the name it had.
+    #[test]
+    fn interface_settings_and_monitoring_reach_the_template() {
+        let plain = request(&config(&node_class(json!({})), "ami-1")).unwrap();
+        assert!(plain.network_interfaces.is_empty());
+        assert!(!plain.detailed_monitoring);
+        assert_eq!(
+            plain.name, "karpenter.k8s.aws/5129015451268291919",
+            "the name such a template had before interface settings reached templates"
+        );
+
+        let nc = node_class(json!({
+            "associatePublicIPAddress": false,
+            "connectionTracking": {"tcpEstablishedTimeout": 300, "udpTimeout": 45},
+            "detailedMonitoring": true,
+        }));
+        let tuned = request(&config(&nc, "ami-1")).unwrap();
+        assert!(
+            tuned.security_group_ids.is_empty(),
+            "the groups move to the interface"
+        );
+        assert_eq!(
+            tuned.network_interfaces,
+            [NetworkInterfaceRequest {
+                device_index: 0,
+                security_group_ids: vec!["sg-1".to_owned(), "sg-2".to_owned()],
+                associate_public_ip_address: Some(false),
+                connection_tracking: Some(ConnectionTracking {
+                    tcp_established_timeout: Some(300),
+                    udp_stream_timeout: None,
+                    udp_timeout: Some(45),
+                }),
+            }]
+        );
+        assert!(tuned.detailed_monitoring);
+        assert_ne!(tuned.name, plain.name);
+
+        let other_timeout = node_class(json!({
+            "associatePublicIPAddress": false,
+            "connectionTracking": {"tcpEstablishedTimeout": 600, "udpTimeout": 45},
+            "detailedMonitoring": true,
+        }));
+        assert_ne!(
+            request(&config(&other_timeout, "ami-1")).unwrap().name,
+            tuned.name
+        );
+        let monitored = node_class(json!({"detailedMonitoring": true}));
+        let monitored = request(&config(&monitored, "ami-1")).unwrap();
+        assert!(monitored.network_interfaces.is_empty());
+        assert_ne!(monitored.name, plain.name);
     }
 
     #[test]

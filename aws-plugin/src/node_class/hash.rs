@@ -7,7 +7,11 @@ use crate::apis::EC2NodeClass;
 /// upstream Karpenter carries `v6` and is re-stamped on adoption instead of drifting.
 /// Bump it when a field enters or leaves the hash, a hashed field's default or type changes,
 /// or the canonical form of `karpenter_api::hash` changes.
-pub const HASH_VERSION: &str = "rs-v1";
+///
+/// - `rs-v2`: `kubelet` is v1.14's closed object, so a class with kubelet fields it does not
+///   type hashes without them now (those fields never reached a node's configuration again);
+///   `connectionTracking` entered the spec (a class without it hashes as before).
+pub const HASH_VERSION: &str = "rs-v2";
 
 /// The spec fields resolved dynamically (drift for them is computed from what they select,
 /// not from their text) or hashed in another form.
@@ -98,6 +102,8 @@ mod tests {
             json!({"blockDeviceMappings": [{"deviceName": "/dev/xvda", "rootVolume": true,
                 "ebs": {"volumeSize": "40Gi", "volumeType": "gp3"}}]}),
             json!({"detailedMonitoring": true}),
+            json!({"associatePublicIPAddress": true}),
+            json!({"connectionTracking": {"tcpEstablishedTimeout": 300}}),
             json!({"kubelet": {"maxPods": 20}}),
             json!({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}),
         ] {
