@@ -123,12 +123,18 @@ pub struct NetworkInfo {
     /// EFA.
     #[serde(default)]
     pub efa_info: Option<EfaInfo>,
+    /// `required`, `supported` or `unsupported`; absent where the source has no word.
+    #[serde(default)]
+    pub ena_support: Option<String>,
 }
 
 /// One network card.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(rename_all = "PascalCase")]
 pub struct NetworkCard {
+    /// The card's index.
+    #[serde(default)]
+    pub network_card_index: Option<i64>,
     /// Interfaces on this card.
     pub maximum_network_interfaces: i64,
     /// Baseline bandwidth, Gbps.

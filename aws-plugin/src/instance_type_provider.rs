@@ -24,7 +24,9 @@ use core_domain::labels::LABEL_ARCH;
 use provider_sdk::v1::{Availability, InstanceType};
 use serde::de::DeserializeOwned;
 
-use crate::apis::ec2nodeclass::{BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy};
+use crate::apis::ec2nodeclass::{
+    BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType,
+};
 use crate::apis::kubelet::KubeletConfiguration;
 use crate::catalogue::CatalogueError;
 use crate::ec2::{AwsError, Ec2, InstanceTypeInfo};
@@ -382,7 +384,8 @@ impl InstanceTypeProvider {
 
 /// What of the node class changes the instance types: kubelet `maxPods`, `podsPerCore`,
 /// `kubeReserved`, `systemReserved`, the root volume's size, `instanceStorePolicy`, and
-/// `connectionTracking` (which only Nitro types take).
+/// `connectionTracking` (which only Nitro types take) and `networkInterfaces` (which only
+/// types with the cards and EFA devices take).
 /// `None` or an empty object means the defaults. The object is EC2NodeClass JSON; its `spec`
 /// must parse as one.
 pub fn node_settings(
@@ -431,6 +434,17 @@ pub fn node_settings(
         root_volume_gib,
         instance_store_raid0: spec.instance_store_policy == Some(InstanceStorePolicy::Raid0),
         nitro_only: spec.connection_tracking.is_some(),
+        network_interfaces: spec
+            .network_interfaces
+            .iter()
+            .map(|ni| {
+                (
+                    i64::from(ni.network_card_index),
+                    i64::from(ni.device_index),
+                    ni.interface_type == InterfaceType::EfaOnly,
+                )
+            })
+            .collect(),
     })
 }
 
@@ -682,6 +696,34 @@ mod tests {
         );
     }
 
+    /// Network interfaces need their cards, room for their device index and EFA devices
+    /// (upstream `networkInterfaceCompatibility`): a second card with an EFA device rules out
+    /// the common types; the primary interface alone rules out none that has ENA.
+    #[tokio::test]
+    async fn network_interfaces_offer_the_types_with_their_cards_and_efa_devices() {
+        let (_, _, provider) = setup();
+        let with = |interfaces: serde_json::Value| {
+            let mut node_class = node_class();
+            node_class["spec"]["networkInterfaces"] = interfaces;
+            node_class
+        };
+        let primary =
+            json!([{"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"}]);
+        let types = provider.instance_types(Some(&with(primary))).await.unwrap();
+        assert!(types.iter().any(|t| t.name == "m5.large"));
+        let efa = json!([
+            {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
+        ]);
+        let types = provider.instance_types(Some(&with(efa))).await.unwrap();
+        assert!(!types.is_empty(), "types with two cards and EFA exist");
+        assert!(!types.iter().any(|t| t.name == "m5.large"));
+        assert!(
+            types.iter().any(|t| t.name == "p4d.24xlarge"),
+            "4 cards, EFA"
+        );
+    }
+
     #[test]
     fn node_settings_read_kubelet_root_volume_and_instance_store_policy() {
         let node_class = json!({"spec": {
@@ -712,6 +754,7 @@ mod tests {
                 root_volume_gib: Some(100),
                 instance_store_raid0: true,
                 nitro_only: false,
+                network_interfaces: Vec::new(),
             }
         );
         assert_eq!(node_settings(None).unwrap(), NodeSettings::default());

@@ -42,12 +42,54 @@ pub struct NodeSettings {
     /// `connectionTracking` is set: only Nitro instance types take its timeouts (upstream
     /// `connectionTrackingCompatibility`), so no other type is offered.
     pub nitro_only: bool,
+    /// `networkInterfaces` as (network card, device index, EFA-only): only types with those
+    /// cards, interfaces and EFA devices are offered.
+    pub network_interfaces: Vec<(i64, i64, bool)>,
 }
 
 impl NodeSettings {
-    /// Whether nodes of these settings can be launched as `info` at all.
+    /// Whether nodes of these settings can be launched as `info` at all (upstream
+    /// `IsCompatibleWithNodeClass`: connection tracking and network interfaces).
     pub fn accepts(&self, info: &InstanceTypeInfo) -> bool {
-        !self.nitro_only || info.hypervisor.as_deref() == Some("nitro")
+        (!self.nitro_only || info.hypervisor.as_deref() == Some("nitro"))
+            && self.interfaces_fit(info)
+    }
+
+    /// Upstream `networkInterfaceCompatibility`: ENA supported, each interface's card present
+    /// with room for its device index, and enough EFA devices.
+    fn interfaces_fit(&self, info: &InstanceTypeInfo) -> bool {
+        if self.network_interfaces.is_empty() {
+            return true;
+        }
+        let network = &info.network_info;
+        if network.network_cards.is_empty() || network.ena_support.as_deref() == Some("unsupported")
+        {
+            return false;
+        }
+        let cards_fit = self.network_interfaces.iter().all(|&(card, device, _)| {
+            let index = usize::try_from(card).unwrap_or(usize::MAX);
+            network.network_cards.len() > index
+                && network
+                    .network_cards
+                    .iter()
+                    .enumerate()
+                    .find(|(i, c)| {
+                        c.network_card_index
+                            .or_else(|| i64::try_from(*i).ok())
+                            .is_some_and(|index| index == card)
+                    })
+                    .is_some_and(|(_, c)| c.maximum_network_interfaces > device)
+        });
+        let efas = self
+            .network_interfaces
+            .iter()
+            .filter(|(_, _, efa)| *efa)
+            .count();
+        let efas_fit = efas == 0
+            || network.efa_info.as_ref().is_some_and(|e| {
+                usize::try_from(e.maximum_efa_interfaces).is_ok_and(|max| efas <= max)
+            });
+        cards_fit && efas_fit
     }
 }
 

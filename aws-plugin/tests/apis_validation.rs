@@ -350,6 +350,33 @@ fn kubelet_values_follow_upstream_v1_14_patterns() {
 }
 
 #[test]
+fn network_interfaces() {
+    check(
+        "spec: {networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}, {networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}]}",
+        &[],
+    );
+    check(
+        "spec: {networkInterfaces: [{networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}]}",
+        &[
+            "spec.networkInterfaces: networkInterfaces must include a primary interface with interfaceType='interface'",
+        ],
+    );
+    let collide = "spec.networkInterfaces: networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card";
+    check(
+        "spec: {networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}, {networkCardIndex: 0, deviceIndex: 0, interfaceType: efa-only}]}",
+        &[collide],
+    );
+    check(
+        "spec: {networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}, {networkCardIndex: 1, deviceIndex: 0, interfaceType: efa-only}, {networkCardIndex: 1, deviceIndex: 1, interfaceType: efa-only}]}",
+        &[collide],
+    );
+    check(
+        "spec: {networkInterfaces: [{networkCardIndex: 0, deviceIndex: 0, interfaceType: interface}, {networkCardIndex: -1, deviceIndex: 0, interfaceType: interface}]}",
+        &["spec.networkInterfaces[1].networkCardIndex: must be greater than or equal to 0"],
+    );
+}
+
+#[test]
 fn kubelet() {
     check("spec: {kubelet: {maxPods: 0, podsPerCore: 0}}", &[]);
     check(

@@ -242,6 +242,9 @@ fn node_class() -> Value {
             "associatePublicIPAddress": false,
             "connectionTracking": {"tcpEstablishedTimeout": 300, "udpTimeout": 45},
             "detailedMonitoring": true,
+            "networkInterfaces": [
+                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            ],
         }
     })
 }
@@ -696,13 +699,15 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
         fixtures.image_id
     );
     for template in &templates {
-        // The node class's interface settings name the primary interface, which takes the
-        // groups, its public IP setting and its connection tracking; monitoring is on.
+        // The node class's interface, with the groups, its public IP setting and its
+        // connection tracking; monitoring is on.
         assert!(template.security_group_ids().is_empty(), "{template:?}");
         let [primary] = template.network_interfaces() else {
             panic!("one network interface: {template:?}");
         };
         assert_eq!(primary.device_index(), Some(0), "{template:?}");
+        assert_eq!(primary.network_card_index(), Some(0), "{template:?}");
+        assert_eq!(primary.interface_type(), Some("interface"), "{template:?}");
         assert_eq!(
             primary.groups(),
             [fixtures.security_group_id.as_str()],

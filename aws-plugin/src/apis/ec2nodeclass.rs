@@ -130,6 +130,27 @@ pub struct EC2NodeClassSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub connection_tracking: Option<ConnectionTracking>,
+    /// The network interfaces attached at launch, by network card and device index (an EFA
+    /// interface is one of type `efa-only`). Empty: one primary interface.
+    #[serde(
+        default,
+        rename = "networkInterfaces",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    #[schemars(
+        length(max = 150),
+        extend("x-kubernetes-validations" = [
+            {
+                "rule": "self.size() == 0 || self.exists(x, x.deviceIndex == 0 && x.networkCardIndex == 0 && x.interfaceType == 'interface')",
+                "message": "networkInterfaces must include a primary interface with interfaceType='interface'",
+            },
+            {
+                "rule": "self.all(x, self.filter(y, x.networkCardIndex == y.networkCardIndex && x.deviceIndex == y.deviceIndex).size() == 1 && (x.interfaceType != 'efa-only' || self.filter(y, x.networkCardIndex == y.networkCardIndex && y.interfaceType == 'efa-only').size() == 1))",
+                "message": "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and can have at most one efa device per network card",
+            },
+        ])
+    )]
+    pub network_interfaces: Vec<NetworkInterface>,
     /// How many IPv4 prefixes to assign to the primary network interface.
     #[serde(
         default,
@@ -271,6 +292,41 @@ fn spec_rules(schema: &mut Schema) {
         "message": "must specify amiFamily if amiSelectorTerms does not contain an alias",
     }));
     schema.insert("x-kubernetes-validations".into(), rules.into());
+}
+
+/// A network interface attached at launch (upstream `NetworkInterface`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkInterface {
+    /// The network card it is on.
+    #[schemars(range(min = 0))]
+    pub network_card_index: i32,
+    /// Its device index on that card.
+    #[schemars(range(min = 0))]
+    pub device_index: i32,
+    /// What it is.
+    pub interface_type: InterfaceType,
+}
+
+/// A network interface's type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, JsonSchema)]
+pub enum InterfaceType {
+    /// An ENA interface, with IP addresses.
+    #[serde(rename = "interface")]
+    Interface,
+    /// An EFA device without an IP address.
+    #[serde(rename = "efa-only")]
+    EfaOnly,
+}
+
+impl InterfaceType {
+    /// EC2's name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Interface => "interface",
+            Self::EfaOnly => "efa-only",
+        }
+    }
 }
 
 /// Idle connection tracking timeouts, in seconds (upstream `ConnectionTracking`); at least one

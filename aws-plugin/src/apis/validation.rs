@@ -22,9 +22,9 @@ use karpenter_api::validation::Violation as CommonViolation;
 use super::{
     ec2nodeclass::{
         ALIAS_FAMILIES, ALIAS_VERSION_LATEST, AMIFamily, AMISelectorTerm, BlockDeviceMapping,
-        CapacityReservationSelectorTerm, EC2NodeClass, EC2NodeClassSpec, MAX_BLOCK_DEVICE_MAPPINGS,
-        MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESTRICTED_TAGS, SecurityGroupSelectorTerm,
-        SubnetSelectorTerm, WINDOWS_ALIAS_FAMILIES,
+        CapacityReservationSelectorTerm, EC2NodeClass, EC2NodeClassSpec, InterfaceType,
+        MAX_BLOCK_DEVICE_MAPPINGS, MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESTRICTED_TAGS,
+        SecurityGroupSelectorTerm, SubnetSelectorTerm, WINDOWS_ALIAS_FAMILIES,
     },
     kubelet::{EVICTION_SIGNALS, KubeletConfiguration, RESERVED_RESOURCES},
     patterns,
@@ -122,6 +122,15 @@ pub enum Violation {
     /// An initialization rate without a snapshot to initialize from.
     #[error("snapshotID must be set when volumeInitializationRate is set")]
     InitializationRateWithoutSnapshot,
+    /// `networkInterfaces` without the primary interface.
+    #[error("networkInterfaces must include a primary interface with interfaceType='interface'")]
+    NoPrimaryInterface,
+    /// Two interfaces at one place, or two EFA devices on one card.
+    #[error(
+        "networkInterfaces must not have duplicate networkCardIndex and deviceIndex pairs, and \
+         can have at most one efa device per network card"
+    )]
+    InterfacesCollide,
     /// `connectionTracking` without any timeout.
     #[error("at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set")]
     NoConnectionTrackingTimeout,
@@ -290,6 +299,7 @@ impl EC2NodeClassSpec {
         if let Some(count) = self.ip_prefix_count {
             errors.range(&path.field("ipPrefixCount"), count.into(), Some(0), None);
         }
+        self.check_network_interfaces(errors, &path.field("networkInterfaces"));
         if let Some(tracking) = &self.connection_tracking {
             let at = path.field("connectionTracking");
             let timeouts = [
@@ -310,6 +320,54 @@ impl EC2NodeClassSpec {
                     errors.range(&at.field(field), value.into(), Some(min), Some(max));
                 }
             }
+        }
+    }
+
+    /// Upstream's rules on `networkInterfaces`: at most 150, non-negative indices, the primary
+    /// interface present, no two at one place, at most one EFA device per card.
+    fn check_network_interfaces(&self, errors: &mut Errors, path: &FieldPath) {
+        let interfaces = &self.network_interfaces;
+        if interfaces.is_empty() {
+            return;
+        }
+        errors.max_items(path, interfaces, 150);
+        for (i, ni) in interfaces.iter().enumerate() {
+            let at = path.index(i);
+            let card = ni.network_card_index.into();
+            errors.range(&at.field("networkCardIndex"), card, Some(0), None);
+            errors.range(
+                &at.field("deviceIndex"),
+                ni.device_index.into(),
+                Some(0),
+                None,
+            );
+        }
+        let primary = interfaces.iter().any(|ni| {
+            ni.network_card_index == 0
+                && ni.device_index == 0
+                && ni.interface_type == InterfaceType::Interface
+        });
+        if !primary {
+            errors.push(path.clone(), Violation::NoPrimaryInterface);
+        }
+        let collides = interfaces.iter().any(|x| {
+            let same_place = interfaces
+                .iter()
+                .filter(|y| {
+                    x.network_card_index == y.network_card_index && x.device_index == y.device_index
+                })
+                .count();
+            let efa_on_card = interfaces
+                .iter()
+                .filter(|y| {
+                    x.network_card_index == y.network_card_index
+                        && y.interface_type == InterfaceType::EfaOnly
+                })
+                .count();
+            same_place != 1 || (x.interface_type == InterfaceType::EfaOnly && efa_on_card != 1)
+        });
+        if collides {
+            errors.push(path.clone(), Violation::InterfacesCollide);
         }
     }
 

@@ -427,7 +427,7 @@ impl State {
                     security_group_ids: template
                         .network_interfaces
                         .iter()
-                        .find(|ni| ni.device_index == 0)
+                        .find(|ni| ni.device_index == 0 && ni.network_card_index.unwrap_or(0) == 0)
                         .map_or_else(
                             || template.security_group_ids.clone(),
                             |ni| ni.security_group_ids.clone(),

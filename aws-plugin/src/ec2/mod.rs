@@ -332,8 +332,12 @@ pub struct LaunchTemplateRequest {
 /// One network interface of a launch template.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct NetworkInterfaceRequest {
-    /// Its device index (0: the primary interface).
+    /// Its network card; `None`: EC2's default card.
+    pub network_card_index: Option<i32>,
+    /// Its device index on the card (0 on card 0: the primary interface).
     pub device_index: i32,
+    /// `interface` or `efa-only`; `None`: an ENA interface.
+    pub interface_type: Option<String>,
     /// Its security groups, by id.
     pub security_group_ids: Vec<String>,
     /// Whether it gets a public IPv4 address; `None`: the subnet's setting decides.

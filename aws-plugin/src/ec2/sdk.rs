@@ -100,6 +100,8 @@ fn network_interface(
 ) -> sdk::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest {
     sdk::LaunchTemplateInstanceNetworkInterfaceSpecificationRequest::builder()
         .device_index(ni.device_index)
+        .set_network_card_index(ni.network_card_index)
+        .set_interface_type(ni.interface_type.clone())
         .set_groups(some_if_any(ni.security_group_ids.clone()))
         .set_associate_public_ip_address(ni.associate_public_ip_address)
         .set_connection_tracking_specification(ni.connection_tracking.map(|ct| {
@@ -167,6 +169,7 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
                     n.network_cards()
                         .iter()
                         .map(|c| catalogue::NetworkCard {
+                            network_card_index: c.network_card_index().map(i64::from),
                             maximum_network_interfaces: int(c.maximum_network_interfaces()),
                             baseline_bandwidth_in_gbps: c.baseline_bandwidth_in_gbps(),
                         })
@@ -181,6 +184,9 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
                 .map(|e| catalogue::EfaInfo {
                     maximum_efa_interfaces: int(e.maximum_efa_interfaces()),
                 }),
+            ena_support: network
+                .and_then(|n| n.ena_support())
+                .map(|e| e.as_str().to_owned()),
         },
         gpu_info: t.gpu_info().map(|g| catalogue::GpuInfo {
             gpus: g

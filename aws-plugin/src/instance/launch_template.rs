@@ -18,7 +18,7 @@ use core_domain::hash::fnv1a_64;
 
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::{
-    AMIFamily, BlockDeviceMapping as ApiBlockDeviceMapping, HttpTokens,
+    AMIFamily, BlockDeviceMapping as ApiBlockDeviceMapping, HttpTokens, InterfaceType,
     MetadataOptions as ApiMetadataOptions, Toggle,
 };
 use crate::ec2::{
@@ -57,24 +57,7 @@ pub fn request(config: &LaunchConfig<'_>) -> Result<LaunchTemplateRequest, Field
     security_group_ids.sort();
     security_group_ids.dedup();
     let spec = &config.node_class.spec;
-    // The primary interface is named only when it carries a setting of its own: EC2 takes
-    // the groups there instead of on the template (upstream always names it; the launches
-    // are the same, and templates of node classes without such settings keep their names).
-    let network_interfaces =
-        if spec.associate_public_ip_address.is_some() || spec.connection_tracking.is_some() {
-            vec![NetworkInterfaceRequest {
-                device_index: 0,
-                security_group_ids: std::mem::take(&mut security_group_ids),
-                associate_public_ip_address: spec.associate_public_ip_address,
-                connection_tracking: spec.connection_tracking.map(|ct| ConnectionTracking {
-                    tcp_established_timeout: ct.tcp_established_timeout,
-                    udp_stream_timeout: ct.udp_stream_timeout,
-                    udp_timeout: ct.udp_timeout,
-                }),
-            }]
-        } else {
-            Vec::new()
-        };
+    let network_interfaces = network_interfaces(config.node_class, &mut security_group_ids);
     let mut request = LaunchTemplateRequest {
         name: String::new(),
         image_id: config.image_id.to_owned(),
@@ -89,6 +72,58 @@ pub fn request(config: &LaunchConfig<'_>) -> Result<LaunchTemplateRequest, Field
     };
     request.name = name_of(&request);
     Ok(request)
+}
+
+/// The interfaces the template names, as upstream's `generateNetworkInterfaces` builds them
+/// (but the EFA interfaces it adds by itself for EFA types): the node class's
+/// `networkInterfaces`, each with the security groups, and, but on an `efa-only` device, the
+/// public IP setting and the connection tracking; without them, the primary interface alone
+/// when the node class sets its public IP or connection tracking. The groups move from
+/// `security_group_ids` onto the interfaces (EC2 refuses them in both places). Without any such
+/// setting none is named (upstream always names the primary interface; the launches are the
+/// same, and the templates of such node classes keep their names).
+fn network_interfaces(
+    node_class: &EC2NodeClass,
+    security_group_ids: &mut Vec<String>,
+) -> Vec<NetworkInterfaceRequest> {
+    let spec = &node_class.spec;
+    let tracking = spec.connection_tracking.map(|ct| ConnectionTracking {
+        tcp_established_timeout: ct.tcp_established_timeout,
+        udp_stream_timeout: ct.udp_stream_timeout,
+        udp_timeout: ct.udp_timeout,
+    });
+    if !spec.network_interfaces.is_empty() {
+        let groups = std::mem::take(security_group_ids);
+        return spec
+            .network_interfaces
+            .iter()
+            .map(|ni| {
+                // Assigning an address setting to an EFA-only device makes RunInstances fail.
+                let addressed = ni.interface_type != InterfaceType::EfaOnly;
+                NetworkInterfaceRequest {
+                    network_card_index: Some(ni.network_card_index),
+                    device_index: ni.device_index,
+                    interface_type: Some(ni.interface_type.as_str().to_owned()),
+                    security_group_ids: groups.clone(),
+                    associate_public_ip_address: spec
+                        .associate_public_ip_address
+                        .filter(|_| addressed),
+                    connection_tracking: tracking.filter(|_| addressed),
+                }
+            })
+            .collect();
+    }
+    if spec.associate_public_ip_address.is_none() && tracking.is_none() {
+        return Vec::new();
+    }
+    vec![NetworkInterfaceRequest {
+        network_card_index: None,
+        device_index: 0,
+        interface_type: None,
+        security_group_ids: std::mem::take(security_group_ids),
+        associate_public_ip_address: spec.associate_public_ip_address,
+        connection_tracking: tracking,
+    }]
 }
 
 /// `karpenter.k8s.aws/<hash>` of everything in `request` but its name.
@@ -148,7 +183,9 @@ pub fn name_of(request: &LaunchTemplateRequest) -> String {
                     ]
                 });
                 serde_json::json!([
+                    ni.network_card_index,
                     ni.device_index,
+                    ni.interface_type,
                     ni.security_group_ids,
                     ni.associate_public_ip_address,
                     tracking,
@@ -407,7 +444,9 @@ mod tests {
         assert_eq!(
             tuned.network_interfaces,
             [NetworkInterfaceRequest {
+                network_card_index: None,
                 device_index: 0,
+                interface_type: None,
                 security_group_ids: vec!["sg-1".to_owned(), "sg-2".to_owned()],
                 associate_public_ip_address: Some(false),
                 connection_tracking: Some(ConnectionTracking {
@@ -433,6 +472,59 @@ mod tests {
         let monitored = request(&config(&monitored, "ami-1")).unwrap();
         assert!(monitored.network_interfaces.is_empty());
         assert_ne!(monitored.name, plain.name);
+    }
+
+    /// The node class's interfaces, each with the groups; an EFA-only device takes neither
+    /// the public IP setting nor connection tracking.
+    #[test]
+    fn network_interfaces_reach_the_template_as_upstream_builds_them() {
+        let nc = node_class(json!({
+            "associatePublicIPAddress": true,
+            "connectionTracking": {"udpTimeout": 45},
+            "networkInterfaces": [
+                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+                {"networkCardIndex": 1, "deviceIndex": 0, "interfaceType": "efa-only"},
+            ],
+        }));
+        let with_efa = request(&config(&nc, "ami-1")).unwrap();
+        assert!(with_efa.security_group_ids.is_empty());
+        let groups = vec!["sg-1".to_owned(), "sg-2".to_owned()];
+        let tracking = ConnectionTracking {
+            udp_timeout: Some(45),
+            ..ConnectionTracking::default()
+        };
+        assert_eq!(
+            with_efa.network_interfaces,
+            [
+                NetworkInterfaceRequest {
+                    network_card_index: Some(0),
+                    device_index: 0,
+                    interface_type: Some("interface".to_owned()),
+                    security_group_ids: groups.clone(),
+                    associate_public_ip_address: Some(true),
+                    connection_tracking: Some(tracking),
+                },
+                NetworkInterfaceRequest {
+                    network_card_index: Some(1),
+                    device_index: 0,
+                    interface_type: Some("efa-only".to_owned()),
+                    security_group_ids: groups,
+                    associate_public_ip_address: None,
+                    connection_tracking: None,
+                },
+            ]
+        );
+        let primary_only = node_class(json!({
+            "associatePublicIPAddress": true,
+            "connectionTracking": {"udpTimeout": 45},
+            "networkInterfaces": [
+                {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
+            ],
+        }));
+        assert_ne!(
+            request(&config(&primary_only, "ami-1")).unwrap().name,
+            with_efa.name
+        );
     }
 
     #[test]
