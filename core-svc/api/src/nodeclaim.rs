@@ -218,15 +218,6 @@ impl NodeClaim {
         errors.into_result()
     }
 
-    /// What the CRD admits although it cannot work as written (see [`Errors`]): a requirement
-    /// value no node could carry as a label.
-    pub fn warnings(&self, policy: &LabelPolicy) -> Vec<ValidationError> {
-        let mut errors = Errors::default();
-        self.spec
-            .check(&mut errors, &FieldPath::root("spec"), policy);
-        errors.into_warnings()
-    }
-
     /// Checks an update from `old`: the creation rules, and that the spec did not change.
     pub fn validate_update(
         &self,

@@ -378,10 +378,18 @@ impl NodePool {
     /// What the CRD admits although it cannot work as written (see [`Errors`]): a requirement
     /// value no node could carry as a label.
     pub fn warnings(&self, policy: &LabelPolicy) -> Vec<ValidationError> {
+        self.errors_and_warnings(policy).1
+    }
+
+    /// [`Self::validate`]'s errors and [`Self::warnings`], from one check.
+    pub fn errors_and_warnings(
+        &self,
+        policy: &LabelPolicy,
+    ) -> (Vec<ValidationError>, Vec<ValidationError>) {
         let mut errors = Errors::default();
         self.spec
             .check(&mut errors, &FieldPath::root("spec"), policy);
-        errors.into_warnings()
+        errors.into_parts()
     }
 
     /// Checks an update from `old`: the creation rules, plus the transition rules (nodeClassRef

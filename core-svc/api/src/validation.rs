@@ -228,6 +228,11 @@ impl<V> Errors<V> {
     pub fn into_warnings(self) -> Vec<ValidationError<V>> {
         self.warnings
     }
+
+    /// The errors and the warnings recorded.
+    pub fn into_parts(self) -> (Vec<ValidationError<V>>, Vec<ValidationError<V>>) {
+        (self.errors, self.warnings)
+    }
 }
 
 impl<V: From<Violation>> Errors<V> {

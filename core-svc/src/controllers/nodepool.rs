@@ -31,7 +31,7 @@ use serde_json::{Map, Value, json};
 
 use super::nodeclaim::kube_quantities;
 use super::provisioning::input::usage_by_node_pool;
-use super::provisioning::selection::{validation, validation_warnings};
+use super::provisioning::selection::validation_with_warnings;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::CloudProvider;
 use crate::cluster::Cluster;
@@ -219,8 +219,7 @@ impl<C: Cluster, P: CloudProvider> NodePoolStatusController<C, P> {
                 let node_class = snapshot.node_class_for(&pool.spec.template.spec.node_class_ref);
                 let desired = desired_status(
                     pool.status.as_ref(),
-                    validation(pool, &self.label_policy)
-                        .map(|()| validation_warnings(pool, &self.label_policy)),
+                    validation_with_warnings(pool, &self.label_policy),
                     node_class_ready(node_class, self.require_ready_node_class),
                     usage.get(&name),
                     now.clone(),
@@ -276,6 +275,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::controllers::provisioning::selection::validation;
     use crate::controllers::testing;
 
     fn at(seconds: i64) -> Time {
@@ -489,7 +489,7 @@ mod tests {
         );
         let policy = LabelPolicy::core();
         assert!(validation(&pool, &policy).is_ok());
-        let warnings = validation_warnings(&pool, &policy);
+        let warnings = validation_with_warnings(&pool, &policy).unwrap();
         assert!(
             warnings
                 .starts_with("spec.template.spec.requirements[0].values[0]: value \"blue team\""),

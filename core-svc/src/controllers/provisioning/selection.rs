@@ -333,23 +333,24 @@ fn usability<'a>(
 
 /// Whether a NodePool is valid under `policy`: every validation error, joined, when it is not.
 pub fn validation(pool: &NodePool, policy: &LabelPolicy) -> Result<(), String> {
-    pool.validate(policy).map_err(|errors| {
-        errors
-            .iter()
+    validation_with_warnings(pool, policy).map(|_| ())
+}
+
+/// [`validation`], and when the NodePool is valid, what its CRD admits although it cannot
+/// work as written ([`NodePool::warnings`]), joined (empty when nothing), from one check.
+pub fn validation_with_warnings(pool: &NodePool, policy: &LabelPolicy) -> Result<String, String> {
+    let joined = |list: Vec<karpenter_api::validation::ValidationError>| {
+        list.iter()
             .map(ToString::to_string)
             .collect::<Vec<_>>()
             .join("; ")
-    })
-}
-
-/// What a NodePool's CRD admits although it cannot work as written
-/// ([`NodePool::warnings`]), joined; empty when nothing.
-pub fn validation_warnings(pool: &NodePool, policy: &LabelPolicy) -> String {
-    pool.warnings(policy)
-        .iter()
-        .map(ToString::to_string)
-        .collect::<Vec<_>>()
-        .join("; ")
+    };
+    let (errors, warnings) = pool.errors_and_warnings(policy);
+    if errors.is_empty() {
+        Ok(joined(warnings))
+    } else {
+        Err(joined(errors))
+    }
 }
 
 /// Whether a node class's `Ready` condition is True; otherwise its reason and message.
