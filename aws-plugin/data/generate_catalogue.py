@@ -62,7 +62,11 @@ KEPT_FIELDS: dict[str, Any] = {
         "SupportedArchitectures": True,
         "Manufacturer": True,
         "SustainedClockSpeedInGhz": True,
+        # `nested-virtualization`, for EC2NodeClass `cpuOptions.nestedVirtualization`.
+        "SupportedFeatures": True,
     },
+    # The placement group strategies the type supports, for `placementGroupSelector`.
+    "PlacementGroupInfo": True,
     "VCpuInfo": {
         "DefaultVCpus": True,
         "DefaultCores": True,

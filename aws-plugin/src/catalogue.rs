@@ -70,6 +70,18 @@ pub struct InstanceTypeInfo {
     /// EBS.
     #[serde(default)]
     pub ebs_info: Option<EbsInfo>,
+    /// The placement group strategies it supports; absent where the source has no word.
+    #[serde(default)]
+    pub placement_group_info: Option<PlacementGroupInfo>,
+}
+
+/// `PlacementGroupInfo`.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(rename_all = "PascalCase")]
+pub struct PlacementGroupInfo {
+    /// `cluster`, `partition`, `spread`.
+    #[serde(default)]
+    pub supported_strategies: Vec<String>,
 }
 
 /// `ProcessorInfo`.
@@ -85,6 +97,9 @@ pub struct ProcessorInfo {
     /// GHz.
     #[serde(default)]
     pub sustained_clock_speed_in_ghz: Option<f64>,
+    /// Additional features, such as `nested-virtualization`.
+    #[serde(default)]
+    pub supported_features: Vec<String>,
 }
 
 /// `VCpuInfo`.

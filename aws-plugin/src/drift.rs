@@ -2,7 +2,7 @@
 //! compares what an instance was launched with against what its node class resolves to now,
 //! and says what differs in words an operator can act on. IsDrifted applies them in
 //! upstream's order, first match wins: NodeClassDrift (static hash), AMIDrift,
-//! SecurityGroupDrift, SubnetDrift.
+//! SecurityGroupDrift, SubnetDrift, PlacementGroupDrift.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -120,6 +120,40 @@ pub fn subnet_drift(instance_subnet: Option<&str>, resolved: &ResolvedNodeClass)
     })
 }
 
+/// PlacementGroupDrift: the NodeClaim's `karpenter.k8s.aws/placement-group-id` label is not
+/// the group the node class resolves to now (the selector added, removed or pointed
+/// elsewhere). Unlike upstream, a selector whose group is not found says nothing: the node
+/// class is not ready, so no replacement could launch, and the nodes in the old group are no
+/// worse for it.
+pub fn placement_group_drift(
+    claim_group: Option<&str>,
+    resolved: &ResolvedNodeClass,
+) -> Option<Drift> {
+    let want = resolved.placement_group.as_ref().map(|g| g.id.as_str());
+    if want.is_none() && resolved.node_class.spec.placement_group_selector.is_some() {
+        return None;
+    }
+    let have = claim_group.filter(|g| !g.is_empty());
+    if have == want {
+        return None;
+    }
+    let shown = |group: Option<&str>| {
+        group.map_or_else(
+            || "no placement group".to_owned(),
+            |g| format!("placement group {g}"),
+        )
+    };
+    Some(Drift {
+        reason: "PlacementGroupDrift",
+        message: format!(
+            "instance was launched into {}; EC2NodeClass {} now selects {}",
+            shown(have),
+            resolved.name(),
+            shown(want)
+        ),
+    })
+}
+
 fn join(items: &BTreeSet<&str>) -> String {
     items.iter().copied().collect::<Vec<_>>().join(", ")
 }
@@ -161,6 +195,47 @@ mod tests {
         assert_eq!(static_drift(&BTreeMap::new(), &class, &r), None);
         // No annotations on the node class: the plugin's own hash and version stand in.
         assert!(static_drift(&annotations("1", HASH_VERSION), &BTreeMap::new(), &r).is_some());
+    }
+
+    /// The NodeClaim's group label against what the selector resolves to now: added, changed
+    /// and removed selectors drift; a selector whose group is gone says nothing.
+    #[tokio::test]
+    async fn placement_group_drift_follows_the_selector() {
+        let fixture = Fixture::new();
+        let a = fixture.cloud.ec2.add_placement_group("a", "cluster", None);
+        let b = fixture.cloud.ec2.add_placement_group("b", "spread", None);
+        let mut in_a = node_class();
+        in_a["spec"]["placementGroupSelector"] = json!({"name": "a"});
+        let in_a = fixture.resolver().resolve(&in_a).await.unwrap();
+        let mut in_b = node_class();
+        in_b["spec"]["placementGroupSelector"] = json!({"id": b.id});
+        let in_b = fixture.resolver().resolve(&in_b).await.unwrap();
+        let none = fixture.resolver().resolve(&node_class()).await.unwrap();
+        let mut gone = node_class();
+        gone["spec"]["placementGroupSelector"] = json!({"name": "gone"});
+        let gone = fixture.resolver().resolve(&gone).await.unwrap();
+
+        assert_eq!(placement_group_drift(Some(&a.id), &in_a), None);
+        assert_eq!(placement_group_drift(None, &none), None);
+        let changed = placement_group_drift(Some(&a.id), &in_b).unwrap();
+        assert_eq!(changed.reason, "PlacementGroupDrift");
+        assert!(
+            changed.message.contains(&a.id) && changed.message.contains(&b.id),
+            "{}",
+            changed.message
+        );
+        let added = placement_group_drift(None, &in_a).unwrap();
+        assert!(
+            added.message.contains("no placement group"),
+            "{}",
+            added.message
+        );
+        assert!(
+            placement_group_drift(Some(&a.id), &none).is_some(),
+            "removed"
+        );
+        assert_eq!(placement_group_drift(Some(&a.id), &gone), None);
+        assert!(!gone.is_ready());
     }
 
     #[tokio::test]

@@ -21,28 +21,45 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime};
 
 use core_domain::labels::LABEL_ARCH;
-use provider_sdk::v1::{Availability, InstanceType};
+use provider_sdk::v1::{Availability, InstanceType, Requirement};
 use serde::de::DeserializeOwned;
 
 use crate::apis::ec2nodeclass::{
-    BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType,
+    BlockDeviceMapping, EC2NodeClassSpec, InstanceStorePolicy, InterfaceType, Toggle,
 };
 use crate::apis::kubelet::KubeletConfiguration;
 use crate::catalogue::CatalogueError;
-use crate::ec2::{AwsError, Ec2, InstanceTypeInfo};
+use crate::ec2::{AwsError, Ec2, InstanceTypeInfo, PlacementGroup};
 use crate::instance_types::{NodeSettings, Prices, Zone, instance_type};
+use crate::labels::{LABEL_PLACEMENT_GROUP_ID, LABEL_PLACEMENT_GROUP_PARTITION};
+use crate::node_class::ResolvedNodeClass;
 
-/// What a node class can launch: the zones it has subnets in and the architectures it has
-/// images for.
+/// What a node class can launch: the zones it has subnets in, the architectures it has
+/// images for, and the placement group it launches into.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Launchable {
     /// Zone names.
     pub zones: BTreeSet<String>,
     /// Kubernetes architectures (`amd64`, `arm64`).
     pub architectures: BTreeSet<String>,
+    /// The placement group `placementGroupSelector` resolved to.
+    pub placement_group: Option<PlacementGroup>,
 }
 
 impl Launchable {
+    /// What `resolved` can launch.
+    pub fn of(resolved: &ResolvedNodeClass) -> Self {
+        Self {
+            zones: resolved.subnets.iter().map(|s| s.zone.clone()).collect(),
+            architectures: resolved
+                .images
+                .iter()
+                .map(|i| i.architecture.clone())
+                .collect(),
+            placement_group: resolved.placement_group.clone(),
+        }
+    }
+
     /// Marks every offering of `instance_type` unavailable when its architecture has no image.
     fn mark_imageless(&self, instance_type: &mut InstanceType) {
         let arch = instance_type
@@ -57,6 +74,53 @@ impl Launchable {
             }
         }
     }
+}
+
+/// Whether `info` can launch into `group` (upstream `placementGroupCompatibility`: the type
+/// supports the group's strategy). A type the source says nothing about is kept: EC2 has the
+/// last word.
+fn fits_placement(group: Option<&PlacementGroup>, info: &InstanceTypeInfo) -> bool {
+    let (Some(group), Some(supported)) = (group, &info.placement_group_info) else {
+        return true;
+    };
+    supported.supported_strategies.contains(&group.strategy)
+}
+
+/// The labels of `group` on `instance_type`, as upstream's offering provider adds them:
+/// `placement-group-id` on the type; for a partition group, every partition on the type and
+/// one offering per partition, so spreading over `karpenter.k8s.aws/placement-group-partition`
+/// sees them as topology domains.
+fn place(group: Option<&PlacementGroup>, instance_type: &mut InstanceType) {
+    let Some(group) = group else {
+        return;
+    };
+    instance_type.requirements.push(Requirement::in_values(
+        LABEL_PLACEMENT_GROUP_ID,
+        [group.id.as_str()],
+    ));
+    let partitions: Vec<String> = match group.partition_count {
+        Some(count) if group.strategy == "partition" && count > 0 => {
+            (1..=count).map(|p| p.to_string()).collect()
+        }
+        _ => return,
+    };
+    instance_type.requirements.push(Requirement::in_values(
+        LABEL_PLACEMENT_GROUP_PARTITION,
+        partitions.iter().map(String::as_str),
+    ));
+    instance_type.offerings = std::mem::take(&mut instance_type.offerings)
+        .into_iter()
+        .flat_map(|offering| {
+            partitions.iter().map(move |partition| {
+                let mut offering = offering.clone();
+                offering.requirements.push(Requirement::in_values(
+                    LABEL_PLACEMENT_GROUP_PARTITION,
+                    [partition.as_str()],
+                ));
+                offering
+            })
+        })
+        .collect();
 }
 
 /// How long the EC2 answers are reused before they are fetched again (upstream refreshes
@@ -267,6 +331,29 @@ impl InstanceTypeProvider {
         node_class: Option<&serde_json::Value>,
         launchable: Option<&Launchable>,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        let placement_group = launchable.and_then(|l| l.placement_group.as_ref());
+        self.catalogue(node_class, launchable, placement_group)
+            .await
+    }
+
+    /// The catalogue for a launch into `placement_group`: its types and offerings as
+    /// [`Self::launchable_instance_types`] gives them, with every offering as available as
+    /// EC2 and the insufficient-capacity cache say (the launch plan checks zones and images
+    /// itself, and says which of them left nothing).
+    pub async fn placed_instance_types(
+        &self,
+        node_class: Option<&serde_json::Value>,
+        placement_group: Option<&PlacementGroup>,
+    ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        self.catalogue(node_class, None, placement_group).await
+    }
+
+    async fn catalogue(
+        &self,
+        node_class: Option<&serde_json::Value>,
+        launchable: Option<&Launchable>,
+        placement_group: Option<&PlacementGroup>,
+    ) -> Result<Vec<InstanceType>, InstanceTypeError> {
         let zones = launchable.map(|l| &l.zones);
         // The node class first: a bad one is the caller's error whatever EC2 says.
         let settings = node_settings(node_class)?;
@@ -295,6 +382,7 @@ impl InstanceTypeProvider {
             .types
             .iter()
             .filter(|info| settings.accepts(info))
+            .filter(|info| fits_placement(placement_group, info))
             .map(|info| {
                 let name = &info.instance_type;
                 let prices = Prices {
@@ -313,6 +401,7 @@ impl InstanceTypeProvider {
                 if let Some(launchable) = launchable {
                     launchable.mark_imageless(&mut instance_type);
                 }
+                place(placement_group, &mut instance_type);
                 instance_type
             })
             .collect())
@@ -384,8 +473,9 @@ impl InstanceTypeProvider {
 
 /// What of the node class changes the instance types: kubelet `maxPods`, `podsPerCore`,
 /// `kubeReserved`, `systemReserved`, the root volume's size, `instanceStorePolicy`, and
-/// `connectionTracking` (which only Nitro types take) and `networkInterfaces` (which only
-/// types with the cards and EFA devices take).
+/// `connectionTracking` (which only Nitro types take), `networkInterfaces` (which only
+/// types with the cards and EFA devices take) and `cpuOptions.nestedVirtualization: enabled`
+/// (which only types whose processors support it take).
 /// `None` or an empty object means the defaults. The object is EC2NodeClass JSON; its `spec`
 /// must parse as one.
 pub fn node_settings(
@@ -434,6 +524,8 @@ pub fn node_settings(
         root_volume_gib,
         instance_store_raid0: spec.instance_store_policy == Some(InstanceStorePolicy::Raid0),
         nitro_only: spec.connection_tracking.is_some(),
+        nested_virtualization: spec.cpu_options.and_then(|cpu| cpu.nested_virtualization)
+            == Some(Toggle::Enabled),
         network_interfaces: spec
             .network_interfaces
             .iter()
@@ -669,6 +761,96 @@ mod tests {
         assert_eq!(pods(&types), "17");
     }
 
+    /// `cpuOptions.nestedVirtualization: enabled` offers only the types whose processors
+    /// support it (upstream `nestedVirtualizationCompatibility`); `disabled` changes nothing.
+    #[tokio::test]
+    async fn nested_virtualization_offers_the_types_that_support_it() {
+        let (_, _, provider) = setup();
+        let every = provider.instance_types(None).await.unwrap();
+        let mut node_class = node_class();
+        node_class["spec"]["cpuOptions"] = json!({"nestedVirtualization": "enabled"});
+        let nested = provider.instance_types(Some(&node_class)).await.unwrap();
+        let names: BTreeSet<&str> = nested.iter().map(|t| t.name.as_str()).collect();
+        assert!(
+            names.contains("m8i.large") && names.contains("c8i.large"),
+            "{names:?}"
+        );
+        assert!(!names.contains("m5.large") && !names.contains("m7i.large"));
+        assert_eq!(
+            nested.len(),
+            54,
+            "the catalogue's types with nested-virtualization"
+        );
+        node_class["spec"]["cpuOptions"] = json!({"nestedVirtualization": "disabled"});
+        let disabled = provider.instance_types(Some(&node_class)).await.unwrap();
+        assert_eq!(disabled.len(), every.len());
+    }
+
+    /// A placement group narrows the types to those supporting its strategy and labels them
+    /// with the group; a partition group's partitions are requirements of the type and one
+    /// offering each, so a spread over them sees every partition in every zone.
+    #[tokio::test]
+    async fn a_placement_group_narrows_the_types_and_splits_offerings_by_partition() {
+        let (_, _, provider) = setup();
+        let every = provider.instance_types(None).await.unwrap();
+        let placed = |strategy: &str, partitions: Option<i32>| Launchable {
+            zones: ["us-east-1a".to_owned()].into(),
+            architectures: ["amd64".to_owned()].into(),
+            placement_group: Some(PlacementGroup {
+                id: "pg-0abc".to_owned(),
+                name: "nodes".to_owned(),
+                strategy: strategy.to_owned(),
+                partition_count: partitions,
+                spread_level: None,
+                state: "available".to_owned(),
+            }),
+        };
+        let cluster = provider
+            .launchable_instance_types(None, Some(&placed("cluster", None)))
+            .await
+            .unwrap();
+        // t2 and other older types support only partition and spread groups.
+        assert!(every.iter().any(|t| t.name == "t2.micro"));
+        assert!(!cluster.iter().any(|t| t.name == "t2.micro"));
+        assert!(cluster.len() < every.len());
+        let m5 = find(&cluster, "m5.large");
+        assert!(m5.requirements.contains(&Requirement::in_values(
+            LABEL_PLACEMENT_GROUP_ID,
+            ["pg-0abc"]
+        )));
+        assert_eq!(
+            m5.offerings.len(),
+            find(&every, "m5.large").offerings.len(),
+            "one offering per zone and capacity type, as without a group"
+        );
+
+        let partition = provider
+            .launchable_instance_types(None, Some(&placed("partition", Some(3))))
+            .await
+            .unwrap();
+        assert!(partition.iter().any(|t| t.name == "t2.micro"));
+        let m5 = find(&partition, "m5.large");
+        assert!(m5.requirements.contains(&Requirement::in_values(
+            LABEL_PLACEMENT_GROUP_PARTITION,
+            ["1", "2", "3"]
+        )));
+        assert_eq!(
+            m5.offerings.len(),
+            3 * find(&every, "m5.large").offerings.len()
+        );
+        let partitions_of = |zone: &str, capacity_type: &str| -> Vec<String> {
+            m5.offerings
+                .iter()
+                .filter(|o| o.zone == zone && o.capacity_type == capacity_type)
+                .flat_map(|o| &o.requirements)
+                .filter(|r| r.key == LABEL_PLACEMENT_GROUP_PARTITION)
+                .flat_map(|r| r.values.clone())
+                .collect()
+        };
+        assert_eq!(partitions_of("us-east-1a", "spot"), ["1", "2", "3"]);
+        assert_eq!(partitions_of("us-east-1b", "on-demand"), ["1", "2", "3"]);
+    }
+
     /// Connection tracking timeouts need Nitro: with them, a Xen type is not offered at all
     /// (upstream `connectionTrackingCompatibility`).
     #[tokio::test]
@@ -755,6 +937,7 @@ mod tests {
                 instance_store_raid0: true,
                 nitro_only: false,
                 network_interfaces: Vec::new(),
+                nested_virtualization: false,
             }
         );
         assert_eq!(node_settings(None).unwrap(), NodeSettings::default());

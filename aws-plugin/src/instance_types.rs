@@ -45,14 +45,27 @@ pub struct NodeSettings {
     /// `networkInterfaces` as (network card, device index, EFA-only): only types with those
     /// cards, interfaces and EFA devices are offered.
     pub network_interfaces: Vec<(i64, i64, bool)>,
+    /// `cpuOptions.nestedVirtualization: enabled`: only types whose processors support it
+    /// are offered (upstream `nestedVirtualizationCompatibility`).
+    pub nested_virtualization: bool,
 }
+
+/// DescribeInstanceTypes' `ProcessorInfo.SupportedFeatures` value for nested virtualization.
+pub const NESTED_VIRTUALIZATION_FEATURE: &str = "nested-virtualization";
 
 impl NodeSettings {
     /// Whether nodes of these settings can be launched as `info` at all (upstream
-    /// `IsCompatibleWithNodeClass`: connection tracking and network interfaces).
+    /// `IsCompatibleWithNodeClass`: connection tracking, network interfaces, nested
+    /// virtualization).
     pub fn accepts(&self, info: &InstanceTypeInfo) -> bool {
         (!self.nitro_only || info.hypervisor.as_deref() == Some("nitro"))
             && self.interfaces_fit(info)
+            && (!self.nested_virtualization
+                || info
+                    .processor_info
+                    .supported_features
+                    .iter()
+                    .any(|f| f == NESTED_VIRTUALIZATION_FEATURE))
     }
 
     /// Upstream `networkInterfaceCompatibility`: ENA supported, each interface's card present

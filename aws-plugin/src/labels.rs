@@ -16,6 +16,10 @@ pub const AWS_GROUP: &str = "karpenter.k8s.aws";
 pub const LABEL_CAPACITY_RESERVATION_ID: &str = "karpenter.k8s.aws/capacity-reservation-id";
 /// The type of that capacity reservation (`default` or `capacity-block`).
 pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-reservation-type";
+/// The placement group an instance was launched into (`placementGroupSelector`), by id.
+pub const LABEL_PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
+/// The partition of a `partition` placement group an instance runs in (`1`, `2`, ...).
+pub const LABEL_PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
 /// The hypervisor of the instance type (`nitro`, `xen`, or empty for bare metal).
 pub const LABEL_INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
 /// Whether the instance type supports encryption in transit.
@@ -106,7 +110,7 @@ impl Label {
 /// The labels the AWS provider sets on its nodes and honours in requirements, in addition to
 /// core's (the Windows build label is core's already; upstream AWS inserts it again, harmlessly,
 /// and here it is left out: a vocabulary may not list core's labels).
-pub const VOCABULARY: [Label; 26] = [
+pub const VOCABULARY: [Label; 28] = [
     Label::new(
         LABEL_CAPACITY_RESERVATION_ID,
         LabelValueType::String,
@@ -116,6 +120,16 @@ pub const VOCABULARY: [Label; 26] = [
         LABEL_CAPACITY_RESERVATION_TYPE,
         LabelValueType::String,
         "The type of that capacity reservation (default or capacity-block).",
+    ),
+    Label::new(
+        LABEL_PLACEMENT_GROUP_ID,
+        LabelValueType::String,
+        "The placement group an instance was launched into, by id.",
+    ),
+    Label::new(
+        LABEL_PLACEMENT_GROUP_PARTITION,
+        LabelValueType::Integer,
+        "The partition of a partition placement group an instance runs in (1, 2, ...).",
     ),
     Label::new(
         LABEL_INSTANCE_HYPERVISOR,

@@ -36,6 +36,7 @@ use crate::ec2::Ec2;
 use crate::iam::Iam;
 use crate::instance::InstanceProvider;
 use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, Launchable};
+use crate::labels::LABEL_PLACEMENT_GROUP_ID;
 use crate::node_class::{
     ClusterIdentity, NodeClassResolver, RESOLVE_AGAIN_AFTER, ResolveError, ResolvedNodeClass,
 };
@@ -238,7 +239,16 @@ impl AwsCloudProvider {
         };
         Ok(drift::ami_drift(&image_id, &architecture, resolved)
             .or_else(|| drift::security_group_drift(&instance.security_group_ids, resolved))
-            .or_else(|| drift::subnet_drift(instance.subnet_id.as_deref(), resolved)))
+            .or_else(|| drift::subnet_drift(instance.subnet_id.as_deref(), resolved))
+            .or_else(|| {
+                drift::placement_group_drift(
+                    node_claim
+                        .labels
+                        .get(LABEL_PLACEMENT_GROUP_ID)
+                        .map(String::as_str),
+                    resolved,
+                )
+            }))
     }
 
     /// The `kubernetes.io/arch` of an instance type, from the catalogue.
@@ -447,14 +457,7 @@ impl CloudProviderService for AwsCloudProvider {
                         resolved.not_ready_message().unwrap_or_default(),
                     ));
                 }
-                Some(Launchable {
-                    zones: resolved.subnets.iter().map(|s| s.zone.clone()).collect(),
-                    architectures: resolved
-                        .images
-                        .iter()
-                        .map(|i| i.architecture.clone())
-                        .collect(),
-                })
+                Some(Launchable::of(&resolved))
             }
             None => None,
         };

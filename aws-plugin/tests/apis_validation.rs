@@ -181,6 +181,38 @@ fn capacity_reservation_selector_terms() {
 }
 
 #[test]
+fn placement_group_selector() {
+    check("spec: {placementGroupSelector: {name: my-group}}", &[]);
+    check("spec: {placementGroupSelector: {id: pg-0123abcd}}", &[]);
+    check(
+        "spec: {placementGroupSelector: {}}",
+        &["spec.placementGroupSelector: expected at least one, got none, ['name', 'id']"],
+    );
+    check(
+        "spec: {placementGroupSelector: {name: my-group, id: pg-0123abcd}}",
+        &["spec.placementGroupSelector: 'name' and 'id' are mutually exclusive"],
+    );
+    check(
+        "spec: {placementGroupSelector: {name: ''}}",
+        &["spec.placementGroupSelector.name: name cannot be empty"],
+    );
+    check(
+        "spec: {placementGroupSelector: {id: my-group}}",
+        &[&format!(
+            "spec.placementGroupSelector.id: \"my-group\" does not match {}",
+            patterns::PLACEMENT_GROUP_ID
+        )],
+    );
+}
+
+#[test]
+fn cpu_options() {
+    check("spec: {cpuOptions: {nestedVirtualization: enabled}}", &[]);
+    check("spec: {cpuOptions: {nestedVirtualization: disabled}}", &[]);
+    check("spec: {cpuOptions: {}}", &[]);
+}
+
+#[test]
 fn ami_selector_terms() {
     check(
         "spec: {amiSelectorTerms: []}",

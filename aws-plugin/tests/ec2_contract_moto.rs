@@ -1,7 +1,7 @@
 //! The EC2 contract suite (`src/ec2/contract.rs`) against the SDK implementation talking to
-//! `moto_server`, which the test starts on 127.0.0.1 with a free port and kills when done.
-//! `moto_server` comes from `MOTO_SERVER` or `PATH` (`.ci/install-tools` installs it); without
-//! it the test fails, it never skips.
+//! moto (through `tests/moto/moto_launcher.py`, see `tests/common/mod.rs`), which the test
+//! starts on 127.0.0.1 with a free port and kills when done; without it the test fails, it
+//! never skips.
 
 #![allow(
     clippy::expect_used,
@@ -15,8 +15,8 @@ use aws_plugin::ec2::sdk::SdkEc2;
 // The contract module refers to the port's items through `super::`, which is this crate's root.
 use aws_plugin::ec2::{
     AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
-    InstanceState, LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter,
-    wildcard_match,
+    InstanceState, LaunchTemplateRequest, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery,
+    Tag, TagFilter, wildcard_match,
 };
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
 use aws_sdk_ec2::types as sdk;
@@ -84,7 +84,34 @@ async fn fixtures(client: &aws_sdk_ec2::Client) -> contract::Fixtures {
             .expect("RegisterImage");
         images.push(image.image_id().expect("an image id").to_owned());
     }
+    let mut group_ids = Vec::new();
+    for (name, strategy, partitions) in [
+        (
+            "contract-partition",
+            sdk::PlacementStrategy::Partition,
+            Some(3),
+        ),
+        ("contract-cluster", sdk::PlacementStrategy::Cluster, None),
+    ] {
+        let group = client
+            .create_placement_group()
+            .group_name(name)
+            .strategy(strategy)
+            .set_partition_count(partitions)
+            .send()
+            .await
+            .expect("CreatePlacementGroup (moto_launcher.py adds it)");
+        group_ids.push(
+            group
+                .placement_group()
+                .and_then(|g| g.group_id())
+                .expect("a placement group id")
+                .to_owned(),
+        );
+    }
     contract::Fixtures {
+        partition_group_id: group_ids[0].clone(),
+        cluster_group_id: group_ids[1].clone(),
         subnet_id: subnet.subnet_id().expect("a subnet id").to_owned(),
         zone: subnet.availability_zone().expect("a zone").to_owned(),
         security_group_id: group.group_id().expect("a group id").to_owned(),

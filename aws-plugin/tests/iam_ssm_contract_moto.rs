@@ -1,8 +1,7 @@
 //! The IAM and SSM contract suites (`src/iam/contract.rs`, `src/ssm/contract.rs`) against the
-//! SDK implementations talking to `moto_server`, which serves every service on one port; the
-//! test starts it on 127.0.0.1 with a free port and kills it when done. `moto_server` comes
-//! from `MOTO_SERVER` or `PATH` (`.ci/install-tools` installs it); without it the test fails,
-//! it never skips.
+//! SDK implementations talking to moto, which serves every service on one port; the test
+//! starts it (see `tests/common/mod.rs`) on 127.0.0.1 with a free port and kills it when done;
+//! without it the test fails, it never skips.
 
 #![allow(
     clippy::expect_used,

@@ -43,8 +43,9 @@
 //! annotations core stamps, when there are any). It answers `{}` when nothing drifted and
 //! `{"reason": "AMIDrift", "message": ...}` once a newer image matches `it-node-*`.
 //!
-//! `moto_server` comes from `MOTO_SERVER` and grpcurl from `GRPCURL`, or both from `PATH`
-//! (`.ci/install-tools` installs them); without them the test fails, it never skips.
+//! moto runs through `tests/moto/moto_launcher.py` (see `tests/common/mod.rs`) and grpcurl
+//! comes from `GRPCURL` or `PATH` (`.ci/install-tools` installs both); without them the test
+//! fails, it never skips.
 
 #![allow(
     clippy::unwrap_used,
@@ -84,6 +85,7 @@ const NODE_CLAIM: &str = "default-abcde";
 const DISCOVERY_KEY: &str = "karpenter.sh/discovery";
 const DISCOVERY_VALUE: &str = "it";
 const ROLE: &str = "ItNodeRole";
+const PLACEMENT_GROUP: &str = "it-nodes";
 const IS_DRIFTED: &str = "karpenter.cloudprovider.v1.CloudProviderService/IsDrifted";
 
 /// A role EC2 may assume: IAM needs a trust policy to create one; nothing reads it.
@@ -99,6 +101,7 @@ struct Fixtures {
     security_group_id: String,
     image_id: String,
     image_creation_date: String,
+    placement_group_id: String,
 }
 
 async fn fixtures(ec2: &aws_sdk_ec2::Client, iam: &aws_sdk_iam::Client) -> Fixtures {
@@ -145,7 +148,20 @@ async fn fixtures(ec2: &aws_sdk_ec2::Client, iam: &aws_sdk_iam::Client) -> Fixtu
         .await
         .expect("CreateRole");
     let image_id = register_image(ec2, "it-node-1").await;
+    let placement_group = ec2
+        .create_placement_group()
+        .group_name(PLACEMENT_GROUP)
+        .strategy(ec2::PlacementStrategy::Partition)
+        .partition_count(2)
+        .send()
+        .await
+        .expect("CreatePlacementGroup (moto_launcher.py adds it)");
     Fixtures {
+        placement_group_id: placement_group
+            .placement_group()
+            .and_then(|g| g.group_id())
+            .expect("a placement group id")
+            .to_owned(),
         subnet_id: subnet
             .subnet()
             .and_then(|s| s.subnet_id())
@@ -245,6 +261,10 @@ fn node_class() -> Value {
             "networkInterfaces": [
                 {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
             ],
+            "placementGroupSelector": {"name": PLACEMENT_GROUP},
+            // `enabled` would offer only the types whose processors support it (m8i, ...);
+            // either value reaches the launch template.
+            "cpuOptions": {"nestedVirtualization": "disabled"},
         }
     })
 }
@@ -688,10 +708,7 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
         assert_eq!(tags.get(key), Some(&value), "tag {key}: {tags:?}");
     }
 
-    // moto 5.2.1's CreateFleet drops the launch template's security groups (it reads a
-    // `GroupSet` key the template data does not have), so its instances have none, where EC2
-    // gives them the template's. Check the plugin asked for the group, then give the instance
-    // what EC2 would have, or IsDrifted would rightly answer SecurityGroupDrift.
+    // What the plugin asked of EC2, as moto records it.
     let templates = launch_template_data_with_image(&ec2, &fixtures.image_id).await;
     assert!(
         !templates.is_empty(),
@@ -721,13 +738,33 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
         assert_eq!(tracking.udp_timeout(), Some(45));
         assert_eq!(tracking.udp_stream_timeout(), None);
         assert_eq!(template.monitoring().and_then(|m| m.enabled()), Some(true));
+        // The placement group, partition left to EC2 (the NodeClaim allows every one).
+        let placement = template.placement().expect("the placement EC2 records");
+        assert_eq!(
+            placement.group_id(),
+            Some(fixtures.placement_group_id.as_str())
+        );
+        assert_eq!(placement.partition_number(), None, "{template:?}");
+        assert_eq!(
+            template
+                .cpu_options()
+                .and_then(|c| c.nested_virtualization())
+                .map(|n| n.as_str()),
+            Some("disabled"),
+            "{template:?}"
+        );
     }
-    ec2.modify_instance_attribute()
-        .instance_id(&instance_id)
-        .groups(&fixtures.security_group_id)
-        .send()
-        .await
-        .expect("ModifyInstanceAttribute");
+    // The instance got the interface's groups (moto through moto_launcher.py, as EC2).
+    let groups: Vec<&str> = running
+        .security_groups()
+        .iter()
+        .filter_map(|g| g.group_id())
+        .collect();
+    assert_eq!(groups, [fixtures.security_group_id.as_str()], "{running:?}");
+    assert_eq!(
+        label("karpenter.k8s.aws/placement-group-id"),
+        Some(fixtures.placement_group_id.as_str())
+    );
 
     // 4. Create again with the same name: the same instance, nothing new launched.
     let again = call("Create again", client.create(create()))

@@ -241,21 +241,27 @@ pub fn start_aws_plugin(socket: &Path, extra_env: &[(&str, &str)]) -> ChildGuard
     process
 }
 
-/// A script of `integration-tests/moto/` (`moto_launcher.py`, `e2e_fixtures.py`).
+/// A script of `integration-tests/moto/` (`e2e_fixtures.py`).
 pub fn moto_script(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("moto")
         .join(name)
 }
 
-/// Starts `moto_server` through `moto/moto_launcher.py` (which gives fleet instances their
-/// launch template's security groups, as EC2 does), logging to `dir/moto.log`; the process and
+/// moto with its EC2 gaps fixed: aws-plugin's `tests/moto/moto_launcher.py`, which every test
+/// against moto starts (it gives fleet instances their launch template's security groups, as
+/// EC2 does, and adds placement groups).
+pub fn moto_launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../aws-plugin/tests/moto/moto_launcher.py")
+}
+
+/// Starts `moto_server` through [`moto_launcher`], logging to `dir/moto.log`; the process and
 /// its endpoint URL once it listens.
 pub fn start_moto(dir: &Path) -> (ChildGuard, String) {
     let port_file = dir.join("moto.port");
     let mut moto = ChildGuard::spawn_logging_to(
         Command::new(tool("python3", "TOOLS_PYTHON"))
-            .arg(moto_script("moto_launcher.py"))
+            .arg(moto_launcher())
             .arg("--port-file")
             .arg(&port_file),
         &dir.join("moto.log"),

@@ -1,6 +1,6 @@
 //! The plugin API's conformance suite (`provider-conformance`, the binary an author runs)
 //! against both plugins this project ships, each a real process: aws-plugin over `moto_server`
-//! (started through `moto/moto_launcher.py`, with a VPC, subnets in two zones, a security
+//! (started through aws-plugin's `tests/moto/moto_launcher.py`, with a VPC, subnets in two zones, a security
 //! group, a role and an x86_64 and an arm64 image from `moto/e2e_fixtures.py`), and the
 //! example Python plugin, copied into an empty directory as docs/plugin-authoring.md says.
 //! Both must pass every check and skip none, so a check that silently stops applying fails

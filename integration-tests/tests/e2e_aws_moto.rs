@@ -1,6 +1,6 @@
 //! The whole product end to end on an emulated AWS, every part a real process: `moto_server`
-//! (EC2, IAM and SSM, started through `moto/moto_launcher.py`, which fixes one emulator gap,
-//! see there), the `aws-plugin` binary on a Unix socket pointed at it, the `fake-apiserver`
+//! (EC2, IAM and SSM, started through aws-plugin's `tests/moto/moto_launcher.py`, which fixes moto's
+//! gaps, see there), the `aws-plugin` binary on a Unix socket pointed at it, the `fake-apiserver`
 //! binary serving `EC2NodeClass` (with its kubelet, scheduler and Deployment controller
 //! stand-ins), and `core-svc run`. The user's side is stock kubectl; the test watches through
 //! kube-rs and looks into moto with boto3 (`moto/e2e_fixtures.py`, which also makes the VPC,

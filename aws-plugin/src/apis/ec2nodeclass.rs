@@ -115,6 +115,15 @@ pub struct EC2NodeClassSpec {
         ])
     )]
     pub capacity_reservation_selector_terms: Vec<CapacityReservationSelectorTerm>,
+    /// The placement group instances launch into, by name or by id. Only instance types that
+    /// support its strategy are offered; a partition group's partitions are a topology (the
+    /// `karpenter.k8s.aws/placement-group-partition` label).
+    #[serde(
+        default,
+        rename = "placementGroupSelector",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub placement_group_selector: Option<PlacementGroupSelector>,
     /// Whether instances get a public IP address; unset, the subnet's setting decides.
     #[serde(
         default,
@@ -265,6 +274,13 @@ pub struct EC2NodeClassSpec {
     /// The reserved `Context` field of EC2 Fleet requests.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<String>,
+    /// CPU options of the instances.
+    #[serde(
+        default,
+        rename = "cpuOptions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub cpu_options: Option<CpuOptions>,
 }
 
 /// The rules on the spec as a whole, generated from the family list so new families cannot be
@@ -406,6 +422,36 @@ pub struct CapacityReservationSelectorTerm {
     /// Which instance launches the capacity reservation accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub instance_match_criteria: Option<InstanceMatchCriteria>,
+}
+
+/// The placement group a node class launches into (upstream `PlacementGroupSelector`): exactly
+/// one of `name` and `id`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    { "rule": "has(self.name) || has(self.id)", "message": "expected at least one, got none, ['name', 'id']" },
+    { "rule": "!(has(self.name) && has(self.id))", "message": "'name' and 'id' are mutually exclusive" },
+]))]
+pub struct PlacementGroupSelector {
+    /// The placement group's name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub name: Option<String>,
+    /// The placement group's id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = patterns::PLACEMENT_GROUP_ID))]
+    pub id: Option<String>,
+}
+
+/// CPU options of the instances (upstream `CPUOptions`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CpuOptions {
+    /// Nested virtualization on the instance. `enabled` offers only the instance types whose
+    /// processors support it (`nested-virtualization` in DescribeInstanceTypes'
+    /// `ProcessorInfo.SupportedFeatures`); either value goes into the launch template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nested_virtualization: Option<Toggle>,
 }
 
 /// How instances are matched to a capacity reservation.
@@ -747,6 +793,16 @@ pub enum Toggle {
     Enabled,
     /// Off.
     Disabled,
+}
+
+impl Toggle {
+    /// EC2's spelling, which is also the API's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Enabled => "enabled",
+            Self::Disabled => "disabled",
+        }
+    }
 }
 
 /// Whether IMDS requires session tokens.

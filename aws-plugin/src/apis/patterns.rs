@@ -18,6 +18,8 @@ pub const AMI_ID: Pattern = Pattern::new("ami-[0-9a-z]+", is_ami_id);
 /// Capacity reservation IDs.
 pub const CAPACITY_RESERVATION_ID: Pattern =
     Pattern::new("^cr-[0-9a-z]+$", is_capacity_reservation_id);
+/// `placementGroupSelector.id`.
+pub const PLACEMENT_GROUP_ID: Pattern = Pattern::new("^pg-[0-9a-z]+$", is_placement_group_id);
 /// AWS account IDs.
 pub const ACCOUNT_ID: Pattern = Pattern::new("^[0-9]{12}$", is_account_id);
 /// `amiSelectorTerms[].alias` (checked by CEL `matches`).
@@ -90,7 +92,17 @@ pub fn is_ami_id(s: &str) -> bool {
 
 /// The matcher of [`CAPACITY_RESERVATION_ID`].
 pub fn is_capacity_reservation_id(s: &str) -> bool {
-    s.strip_prefix("cr-").is_some_and(|rest| {
+    is_anchored_id(s, "cr-")
+}
+
+/// The matcher of [`PLACEMENT_GROUP_ID`].
+pub fn is_placement_group_id(s: &str) -> bool {
+    is_anchored_id(s, "pg-")
+}
+
+/// `^<prefix>[0-9a-z]+$`.
+fn is_anchored_id(s: &str, prefix: &str) -> bool {
+    s.strip_prefix(prefix).is_some_and(|rest| {
         !rest.is_empty()
             && rest
                 .bytes()
@@ -175,6 +187,10 @@ mod tests {
         assert!(is_capacity_reservation_id("cr-123"));
         assert!(!is_capacity_reservation_id("cr-123 "));
         assert!(!is_capacity_reservation_id("xcr-123"));
+        assert!(is_placement_group_id("pg-0123abc"));
+        assert!(!is_placement_group_id("pg-"));
+        assert!(!is_placement_group_id("pg-ABC"));
+        assert!(!is_placement_group_id("my-pg-1"));
         assert!(is_account_id("012345678901"));
         assert!(!is_account_id("12345678901"));
     }

@@ -19,6 +19,8 @@ pub const CONDITION_AMIS_READY: &str = "AMIsReady";
 pub const CONDITION_INSTANCE_PROFILE_READY: &str = "InstanceProfileReady";
 /// CapacityReservationsReady: the capacity reservation selectors were resolved.
 pub const CONDITION_CAPACITY_RESERVATIONS_READY: &str = "CapacityReservationsReady";
+/// PlacementGroupReady: the placement group selector found its group (true without one).
+pub const CONDITION_PLACEMENT_GROUP_READY: &str = "PlacementGroupReady";
 /// ValidationSucceeded: the runtime validation passed.
 pub const CONDITION_VALIDATION_SUCCEEDED: &str = "ValidationSucceeded";
 

@@ -23,8 +23,8 @@ use super::{
     ec2nodeclass::{
         ALIAS_FAMILIES, ALIAS_VERSION_LATEST, AMIFamily, AMISelectorTerm, BlockDeviceMapping,
         CapacityReservationSelectorTerm, EC2NodeClass, EC2NodeClassSpec, InterfaceType,
-        MAX_BLOCK_DEVICE_MAPPINGS, MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, RESTRICTED_TAGS,
-        SecurityGroupSelectorTerm, SubnetSelectorTerm, WINDOWS_ALIAS_FAMILIES,
+        MAX_BLOCK_DEVICE_MAPPINGS, MAX_SELECTOR_TAGS, MAX_SELECTOR_TERMS, PlacementGroupSelector,
+        RESTRICTED_TAGS, SecurityGroupSelectorTerm, SubnetSelectorTerm, WINDOWS_ALIAS_FAMILIES,
     },
     kubelet::{EVICTION_SIGNALS, KubeletConfiguration, RESERVED_RESOURCES},
     patterns,
@@ -134,6 +134,9 @@ pub enum Violation {
     /// `connectionTracking` without any timeout.
     #[error("at least one of tcpEstablishedTimeout, udpStreamTimeout, or udpTimeout must be set")]
     NoConnectionTrackingTimeout,
+    /// `placementGroupSelector` with both `name` and `id`.
+    #[error("'name' and 'id' are mutually exclusive")]
+    PlacementGroupNameAndId,
 }
 
 /// Each item in single quotes, joined by `separator`: how upstream's messages and CEL rules quote
@@ -300,6 +303,9 @@ impl EC2NodeClassSpec {
             errors.range(&path.field("ipPrefixCount"), count.into(), Some(0), None);
         }
         self.check_network_interfaces(errors, &path.field("networkInterfaces"));
+        if let Some(selector) = &self.placement_group_selector {
+            selector.check(errors, &path.field("placementGroupSelector"));
+        }
         if let Some(tracking) = &self.connection_tracking {
             let at = path.field("connectionTracking");
             let timeouts = [
@@ -437,6 +443,25 @@ fn exclusive_fields(errors: &mut Errors, path: &FieldPath, mixing: &[Mixing]) {
                 errors.warn(path.index(i), Violation::MutuallyExclusive(field));
             }
         }
+    }
+}
+
+impl PlacementGroupSelector {
+    /// Upstream's rules: exactly one of `name` (not empty) and `id` (`pg-...`).
+    fn check(&self, errors: &mut Errors, path: &FieldPath) {
+        match (&self.name, &self.id) {
+            (None, None) => errors.push(path.clone(), Violation::NoSelector(&["name", "id"])),
+            (Some(_), Some(_)) => errors.push(path.clone(), Violation::PlacementGroupNameAndId),
+            _ => {}
+        }
+        if self.name.as_deref() == Some("") {
+            errors.push(path.field("name"), Violation::Empty("name"));
+        }
+        errors.pattern(
+            &path.field("id"),
+            self.id.as_deref(),
+            patterns::PLACEMENT_GROUP_ID,
+        );
     }
 }
 

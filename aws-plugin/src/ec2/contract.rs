@@ -25,8 +25,8 @@
 // `super::` resolves in both places.
 use super::{
     AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
-    InstanceState, LaunchTemplateRequest, ResourceQuery, SecurityGroupQuery, Tag, TagFilter,
-    wildcard_match,
+    InstanceState, LaunchTemplateRequest, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery,
+    Tag, TagFilter, wildcard_match,
 };
 
 /// What each implementation creates before the suite runs, through its own means.
@@ -44,6 +44,10 @@ pub(crate) struct Fixtures {
     pub(crate) image_name_pattern: String,
     /// The newest (by creation date) image matching the pattern.
     pub(crate) newest_image_id: String,
+    /// A `partition` placement group named `contract-partition` with 3 partitions.
+    pub(crate) partition_group_id: String,
+    /// A `cluster` placement group named `contract-cluster`.
+    pub(crate) cluster_group_id: String,
 }
 
 /// Runs every case, in an order where later ones build on nothing earlier ones left behind
@@ -54,6 +58,7 @@ pub(crate) async fn run_all(ec2: &dyn Ec2, f: &Fixtures) {
     spot_prices(ec2).await;
     images(ec2, f).await;
     subnets_and_security_groups(ec2, f).await;
+    placement_groups(ec2, f).await;
     launch_terminate(ec2, f).await;
     errors(ec2).await;
 }
@@ -224,6 +229,55 @@ async fn subnets_and_security_groups(ec2: &dyn Ec2, f: &Fixtures) {
         .await
         .expect("security groups by id");
     assert_eq!(by_id, groups);
+}
+
+async fn placement_groups(ec2: &dyn Ec2, f: &Fixtures) {
+    let by_name = ec2
+        .describe_placement_groups(&PlacementGroupQuery {
+            names: vec!["contract-partition".to_owned()],
+            ..PlacementGroupQuery::default()
+        })
+        .await
+        .expect("placement group by name");
+    assert_eq!(by_name.len(), 1, "{by_name:?}");
+    let partition = &by_name[0];
+    assert_eq!(partition.id, f.partition_group_id);
+    assert_eq!(partition.name, "contract-partition");
+    assert_eq!(partition.strategy, "partition");
+    assert_eq!(partition.partition_count, Some(3));
+    assert_eq!(partition.state, "available");
+    let by_id = ec2
+        .describe_placement_groups(&PlacementGroupQuery {
+            ids: vec![f.cluster_group_id.clone()],
+            ..PlacementGroupQuery::default()
+        })
+        .await
+        .expect("placement group by id");
+    assert_eq!(by_id.len(), 1, "{by_id:?}");
+    assert_eq!(by_id[0].name, "contract-cluster");
+    assert_eq!(by_id[0].strategy, "cluster");
+    assert_eq!(by_id[0].partition_count, None);
+    let every = ec2
+        .describe_placement_groups(&PlacementGroupQuery::default())
+        .await
+        .expect("every placement group");
+    let mut ids: Vec<&str> = every.iter().map(|g| g.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want = [f.partition_group_id.as_str(), f.cluster_group_id.as_str()];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    let unknown = ec2
+        .describe_placement_groups(&PlacementGroupQuery {
+            names: vec!["no-such-group".to_owned()],
+            ..PlacementGroupQuery::default()
+        })
+        .await
+        .expect_err("an unknown name is an error, as in EC2");
+    assert_eq!(
+        unknown.code(),
+        "InvalidPlacementGroup.Unknown",
+        "{unknown:?}"
+    );
 }
 
 async fn launch_terminate(ec2: &dyn Ec2, f: &Fixtures) {

@@ -12,8 +12,9 @@ use std::time::Duration;
 use super::{
     AwsError, AwsFuture, CapacityType, Ec2, FleetError, FleetInstance, FleetOverride, FleetRequest,
     FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
-    InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, ResourceQuery, SecurityGroup,
-    SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
+    InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, PlacementGroup,
+    PlacementGroupQuery, ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag,
+    TagFilter, wildcard_match,
 };
 use crate::catalogue::{self, CatalogueError};
 use crate::memory_cloud::{CallCounts, lock_state};
@@ -54,6 +55,7 @@ struct State {
     images: BTreeMap<String, Image>,
     subnets: BTreeMap<String, Subnet>,
     security_groups: BTreeMap<String, SecurityGroup>,
+    placement_groups: BTreeMap<String, PlacementGroup>,
     launch_templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateRequest)>,
     instances: BTreeMap<String, InstanceRecord>,
     now: Duration,
@@ -109,6 +111,7 @@ impl MemoryEc2 {
                 images: BTreeMap::new(),
                 subnets: BTreeMap::new(),
                 security_groups: BTreeMap::new(),
+                placement_groups: BTreeMap::new(),
                 launch_templates: BTreeMap::new(),
                 instances: BTreeMap::new(),
                 now: START,
@@ -275,6 +278,29 @@ impl MemoryEc2 {
         group
     }
 
+    /// Adds an `available` placement group of `strategy` (`cluster`, `partition` with
+    /// `partitions`, or `spread`) and returns it.
+    pub fn add_placement_group(
+        &self,
+        name: &str,
+        strategy: &str,
+        partitions: Option<i32>,
+    ) -> PlacementGroup {
+        let mut state = self.state();
+        let group = PlacementGroup {
+            id: state.new_id("pg"),
+            name: name.to_owned(),
+            strategy: strategy.to_owned(),
+            partition_count: partitions.filter(|_| strategy == "partition"),
+            spread_level: (strategy == "spread").then(|| "rack".to_owned()),
+            state: "available".to_owned(),
+        };
+        state
+            .placement_groups
+            .insert(group.id.clone(), group.clone());
+        group
+    }
+
     /// Adds an image owned by [`ACCOUNT_ID`] with the given creation date (ISO 8601), and
     /// returns it.
     pub fn add_image(
@@ -308,6 +334,25 @@ impl MemoryEc2 {
 
 impl State {
     /// The next id with EC2's prefix: one counter for every kind, so ids never repeat.
+    /// The partition an instance launched with `placement` runs in: the one asked for, or,
+    /// in a partition group, the one with the fewest live instances (EC2 spreads them).
+    fn partition_for(&self, placement: Option<&super::Placement>) -> Option<i32> {
+        let placement = placement?;
+        if placement.partition_number.is_some() {
+            return placement.partition_number;
+        }
+        let count = self
+            .placement_groups
+            .get(&placement.group_id)?
+            .partition_count?;
+        (1..=count).min_by_key(|p| {
+            self.instances
+                .values()
+                .filter(|r| r.terminated_at.is_none() && r.instance.partition_number == Some(*p))
+                .count()
+        })
+    }
+
     fn new_id(&mut self, prefix: &str) -> String {
         let n = self.next_id;
         self.next_id += 1;
@@ -434,6 +479,7 @@ impl State {
                         ),
                     private_dns_name: Some(format!("ip-10-0-{}.ec2.internal", self.next_id)),
                     launch_time: i64::try_from(self.now.as_secs()).ok(),
+                    partition_number: self.partition_for(template.placement.as_ref()),
                     tags: request.tags.clone(),
                 };
                 result.instances.push(FleetInstance {
@@ -628,6 +674,40 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
+    fn describe_placement_groups<'a>(
+        &'a self,
+        query: &'a PlacementGroupQuery,
+    ) -> AwsFuture<'a, Vec<PlacementGroup>> {
+        let state = self.state();
+        let groups = &state.placement_groups;
+        let unknown = query
+            .ids
+            .iter()
+            .find(|id| !groups.contains_key(*id))
+            .or_else(|| {
+                query
+                    .names
+                    .iter()
+                    .find(|name| !groups.values().any(|g| &g.name == *name))
+            });
+        let answer = match unknown {
+            Some(unknown) => Err(AwsError::from_code(
+                "InvalidPlacementGroup.Unknown",
+                format!("The Placement Group '{unknown}' is unknown."),
+            )),
+            None => Ok(groups
+                .values()
+                .filter(|g| {
+                    g.state == "available"
+                        && (query.ids.is_empty() || query.ids.contains(&g.id))
+                        && (query.names.is_empty() || query.names.contains(&g.name))
+                })
+                .cloned()
+                .collect()),
+        };
+        Box::pin(async move { answer })
+    }
+
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
@@ -793,6 +873,12 @@ mod tests {
             image_id: old.id,
             image_name_pattern: "contract-ami-*-x86_64".to_owned(),
             newest_image_id: new.id,
+            partition_group_id: ec2
+                .add_placement_group("contract-partition", "partition", Some(3))
+                .id,
+            cluster_group_id: ec2
+                .add_placement_group("contract-cluster", "cluster", None)
+                .id,
         }
     }
 
@@ -861,7 +947,7 @@ mod tests {
             .expect("fleet");
         let id = launched.instances[0].id.clone();
         assert_eq!(
-            id, "i-0000000000000006",
+            id, "i-0000000000000008",
             "ids are one deterministic counter"
         );
         let state = async || {

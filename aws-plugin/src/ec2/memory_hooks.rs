@@ -195,6 +195,7 @@ impl MemoryEc2 {
             security_group_ids: running.security_group_ids,
             private_dns_name: Some(private_dns_name),
             launch_time,
+            partition_number: None,
             tags: running.tags,
         };
         state.instances.insert(

@@ -53,6 +53,13 @@ pub trait Ec2: Send + Sync + std::fmt::Debug {
         query: &'a SecurityGroupQuery,
     ) -> AwsFuture<'a, Vec<SecurityGroup>>;
 
+    /// DescribePlacementGroups by ids or names, `available` ones only. An unknown name or id
+    /// is an error (EC2's `InvalidPlacementGroup.Unknown`), not an empty answer.
+    fn describe_placement_groups<'a>(
+        &'a self,
+        query: &'a PlacementGroupQuery,
+    ) -> AwsFuture<'a, Vec<PlacementGroup>>;
+
     /// CreateLaunchTemplate. A name already taken is [`AwsError::AlreadyExists`].
     fn create_launch_template<'a>(
         &'a self,
@@ -302,6 +309,41 @@ pub struct MetadataOptions {
     pub http_protocol_ipv6: Option<String>,
 }
 
+/// Which placement groups to describe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PlacementGroupQuery {
+    /// By id (`pg-...`).
+    pub ids: Vec<String>,
+    /// By name.
+    pub names: Vec<String>,
+}
+
+/// A placement group.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacementGroup {
+    /// `pg-...`.
+    pub id: String,
+    /// Its name.
+    pub name: String,
+    /// `cluster`, `partition` or `spread`.
+    pub strategy: String,
+    /// How many partitions a `partition` group has.
+    pub partition_count: Option<i32>,
+    /// `rack` or `host`, for a `spread` group.
+    pub spread_level: Option<String>,
+    /// `pending`, `available`, `deleting`, `deleted`.
+    pub state: String,
+}
+
+/// Where in a placement group instances launch (a launch template's `Placement`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Placement {
+    /// The group, by id.
+    pub group_id: String,
+    /// The partition of a `partition` group; `None`: EC2 spreads instances over them.
+    pub partition_number: Option<i32>,
+}
+
 /// A CreateLaunchTemplate request.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LaunchTemplateRequest {
@@ -325,6 +367,10 @@ pub struct LaunchTemplateRequest {
     pub block_device_mappings: Vec<BlockDeviceMapping>,
     /// IMDS options.
     pub metadata_options: Option<MetadataOptions>,
+    /// The placement group instances launch into.
+    pub placement: Option<Placement>,
+    /// `CpuOptions.NestedVirtualization`, `enabled` or `disabled`; `None`: EC2's default.
+    pub nested_virtualization: Option<String>,
     /// Tags of the template itself.
     pub tags: Vec<Tag>,
 }
@@ -532,6 +578,8 @@ pub struct Instance {
     pub private_dns_name: Option<String>,
     /// When it was launched, seconds since the Unix epoch, when EC2 says.
     pub launch_time: Option<i64>,
+    /// Its partition, when it runs in a `partition` placement group and EC2 says.
+    pub partition_number: Option<i32>,
     /// Its tags.
     pub tags: Vec<Tag>,
 }

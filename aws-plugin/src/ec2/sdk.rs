@@ -15,7 +15,8 @@ use super::{
     AwsError, AwsFuture, BlockDeviceMapping, CapacityType, Ec2, FleetError, FleetInstance,
     FleetRequest, FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange,
     InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, MetadataOptions,
-    ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter,
+    PlacementGroup, PlacementGroupQuery, ResourceQuery, SecurityGroup, SecurityGroupQuery,
+    SpotPrice, Subnet, Tag, TagFilter,
 };
 use crate::aws::classify;
 use crate::catalogue;
@@ -145,6 +146,14 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
                 .unwrap_or_default(),
             manufacturer: processor.and_then(|p| p.manufacturer()).map(str::to_owned),
             sustained_clock_speed_in_ghz: processor.and_then(|p| p.sustained_clock_speed_in_ghz()),
+            supported_features: processor
+                .map(|p| {
+                    p.supported_features()
+                        .iter()
+                        .map(|f| f.as_str().to_owned())
+                        .collect()
+                })
+                .unwrap_or_default(),
         },
         v_cpu_info: catalogue::VCpuInfo {
             default_v_cpus: int(t.v_cpu_info().and_then(|v| v.default_v_cpus())),
@@ -224,6 +233,15 @@ fn instance_type_info(t: &sdk::InstanceTypeInfo) -> InstanceTypeInfo {
                 total_size_in_gb: s.total_size_in_gb().unwrap_or_default(),
                 nvme_support: s.nvme_support().map(|n| n.as_str().to_owned()),
             }),
+        placement_group_info: t
+            .placement_group_info()
+            .map(|p| catalogue::PlacementGroupInfo {
+                supported_strategies: p
+                    .supported_strategies()
+                    .iter()
+                    .map(|s| s.as_str().to_owned())
+                    .collect(),
+            }),
         ebs_info: t.ebs_info().map(|e| catalogue::EbsInfo {
             ebs_optimized_support: e.ebs_optimized_support().map(|s| s.as_str().to_owned()),
             ebs_optimized_info: e.ebs_optimized_info().map(|o| catalogue::EbsOptimizedInfo {
@@ -282,6 +300,7 @@ fn instance(i: &sdk::Instance) -> Instance {
             .filter(|n| !n.is_empty())
             .map(str::to_owned),
         launch_time: i.launch_time().map(DateTime::secs),
+        partition_number: i.placement().and_then(|p| p.partition_number()),
         tags: tags(i.tags()),
     }
 }
@@ -515,6 +534,44 @@ impl Ec2 for SdkEc2 {
         })
     }
 
+    fn describe_placement_groups<'a>(
+        &'a self,
+        query: &'a PlacementGroupQuery,
+    ) -> AwsFuture<'a, Vec<PlacementGroup>> {
+        Box::pin(async move {
+            // Not paginated: EC2 answers every match at once.
+            let answer = self
+                .client
+                .describe_placement_groups()
+                .set_group_ids(some_if_any(query.ids.clone()))
+                .set_group_names(some_if_any(query.names.clone()))
+                .filters(
+                    sdk::Filter::builder()
+                        .name("state")
+                        .values(sdk::PlacementGroupState::Available.as_str())
+                        .build(),
+                )
+                .send()
+                .await
+                .map_err(classify)?;
+            Ok(answer
+                .placement_groups()
+                .iter()
+                .map(|g| PlacementGroup {
+                    id: g.group_id().unwrap_or_default().to_owned(),
+                    name: g.group_name().unwrap_or_default().to_owned(),
+                    strategy: g
+                        .strategy()
+                        .map(|s| s.as_str().to_owned())
+                        .unwrap_or_default(),
+                    partition_count: g.partition_count(),
+                    spread_level: g.spread_level().map(|l| l.as_str().to_owned()),
+                    state: g.state().map(|s| s.as_str().to_owned()).unwrap_or_default(),
+                })
+                .collect())
+        })
+    }
+
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
@@ -547,6 +604,17 @@ impl Ec2 for SdkEc2 {
                 .set_monitoring(request.detailed_monitoring.then(|| {
                     sdk::LaunchTemplatesMonitoringRequest::builder()
                         .enabled(true)
+                        .build()
+                }))
+                .set_placement(request.placement.as_ref().map(|p| {
+                    sdk::LaunchTemplatePlacementRequest::builder()
+                        .group_id(&p.group_id)
+                        .set_partition_number(p.partition_number)
+                        .build()
+                }))
+                .set_cpu_options(request.nested_virtualization.as_deref().map(|nested| {
+                    sdk::LaunchTemplateCpuOptionsRequest::builder()
+                        .nested_virtualization(sdk::NestedVirtualizationSpecification::from(nested))
                         .build()
                 }))
                 .build();

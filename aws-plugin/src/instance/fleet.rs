@@ -222,6 +222,9 @@ pub fn plan(catalogue: &[InstanceType], constraints: &Constraints<'_>) -> Result
             .then_with(|| a.instance_type.cmp(&b.instance_type))
             .then_with(|| a.zone.cmp(&b.zone))
     });
+    // One option per type and zone: a partition placement group offers each once per
+    // partition, and the partition goes into the launch template, not the override.
+    options.dedup_by(|(a, _), (b, _)| a.instance_type == b.instance_type && a.zone == b.zone);
     let options = truncate(options, requirements)?;
     Ok(Plan {
         capacity_type,

@@ -1,6 +1,6 @@
 //! Launch templates: one per distinct launch configuration (image, security groups, instance
 //! profile, user data, block devices, metadata options, network interface settings,
-//! monitoring, tags), named after a hash of that
+//! monitoring, placement group and partition, nested virtualization, tags), named after a hash of that
 //! configuration (`karpenter.k8s.aws/<hash>`, upstream's `LaunchTemplateName`), so every
 //! launch with the same configuration shares one template and a changed configuration gets a
 //! new one instead of editing a template instances were launched from.
@@ -19,11 +19,11 @@ use core_domain::hash::fnv1a_64;
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::{
     AMIFamily, BlockDeviceMapping as ApiBlockDeviceMapping, HttpTokens, InterfaceType,
-    MetadataOptions as ApiMetadataOptions, Toggle,
+    MetadataOptions as ApiMetadataOptions,
 };
 use crate::ec2::{
     AwsError, BlockDeviceMapping, ConnectionTracking, Ec2, LaunchTemplateRequest, MetadataOptions,
-    NetworkInterfaceRequest, ResourceQuery,
+    NetworkInterfaceRequest, Placement, ResourceQuery,
 };
 
 use super::fleet::FieldError;
@@ -46,6 +46,9 @@ pub struct LaunchConfig<'a> {
     pub instance_profile: Option<String>,
     /// Base64 user data.
     pub user_data: Option<String>,
+    /// The placement group (and partition) the node class's `placementGroupSelector`
+    /// resolved to.
+    pub placement: Option<Placement>,
     /// The template's tags.
     pub tags: Vec<crate::ec2::Tag>,
 }
@@ -68,6 +71,12 @@ pub fn request(config: &LaunchConfig<'_>) -> Result<LaunchTemplateRequest, Field
         instance_profile: config.instance_profile.clone(),
         block_device_mappings: block_device_mappings(config.node_class, config.family)?,
         metadata_options: Some(metadata_options(&config.node_class.spec.metadata_options)),
+        placement: config.placement.clone(),
+        // Upstream sets it whenever the node class does, `disabled` included.
+        nested_virtualization: spec
+            .cpu_options
+            .and_then(|cpu| cpu.nested_virtualization)
+            .map(|toggle| toggle.as_str().to_owned()),
         tags: config.tags.clone(),
     };
     request.name = name_of(&request);
@@ -197,6 +206,16 @@ pub fn name_of(request: &LaunchTemplateRequest) -> String {
     if request.detailed_monitoring {
         canonical.push(serde_json::json!("detailedMonitoring"));
     }
+    if let Some(placement) = &request.placement {
+        canonical.push(serde_json::json!([
+            "placement",
+            placement.group_id,
+            placement.partition_number,
+        ]));
+    }
+    if let Some(nested) = &request.nested_virtualization {
+        canonical.push(serde_json::json!(["nestedVirtualization", nested]));
+    }
     let canonical = serde_json::Value::Array(canonical);
     format!(
         "{NAME_PREFIX}/{}",
@@ -291,12 +310,8 @@ fn block_device(
 
 /// The node class's IMDS options in EC2's spelling.
 pub fn metadata_options(options: &ApiMetadataOptions) -> MetadataOptions {
-    let toggle = |t: Toggle| match t {
-        Toggle::Enabled => "enabled",
-        Toggle::Disabled => "disabled",
-    };
     MetadataOptions {
-        http_endpoint: Some(toggle(options.http_endpoint).to_owned()),
+        http_endpoint: Some(options.http_endpoint.as_str().to_owned()),
         http_tokens: Some(
             match options.http_tokens {
                 HttpTokens::Required => "required",
@@ -305,7 +320,7 @@ pub fn metadata_options(options: &ApiMetadataOptions) -> MetadataOptions {
             .to_owned(),
         ),
         http_put_response_hop_limit: i32::try_from(options.http_put_response_hop_limit).ok(),
-        http_protocol_ipv6: Some(toggle(options.http_protocol_ipv6).to_owned()),
+        http_protocol_ipv6: Some(options.http_protocol_ipv6.as_str().to_owned()),
     }
 }
 
@@ -396,8 +411,47 @@ mod tests {
             security_group_ids: vec!["sg-2".to_owned(), "sg-1".to_owned()],
             instance_profile: Some("profile".to_owned()),
             user_data: Some("dXNlcg==".to_owned()),
+            placement: None,
             tags: vec![Tag::new("a", "b")],
         }
+    }
+
+    /// The placement group and partition, and nested virtualization either way, reach the
+    /// template and its name; a template without them keeps the name it had.
+    #[test]
+    fn placement_and_nested_virtualization_reach_the_template() {
+        let plain = request(&config(&node_class(json!({})), "ami-1")).unwrap();
+        assert_eq!(plain.placement, None);
+        assert_eq!(plain.nested_virtualization, None);
+        assert_eq!(plain.name, "karpenter.k8s.aws/5129015451268291919");
+
+        let nc = node_class(json!({}));
+        let mut placed = config(&nc, "ami-1");
+        placed.placement = Some(Placement {
+            group_id: "pg-1".to_owned(),
+            partition_number: Some(2),
+        });
+        let in_partition_2 = request(&placed).unwrap();
+        assert_eq!(in_partition_2.placement, placed.placement);
+        assert_ne!(in_partition_2.name, plain.name);
+        placed.placement = Some(Placement {
+            group_id: "pg-1".to_owned(),
+            partition_number: None,
+        });
+        let anywhere = request(&placed).unwrap();
+        assert_ne!(anywhere.name, in_partition_2.name);
+        assert_ne!(anywhere.name, plain.name);
+
+        let enabled = node_class(json!({"cpuOptions": {"nestedVirtualization": "enabled"}}));
+        let enabled = request(&config(&enabled, "ami-1")).unwrap();
+        assert_eq!(enabled.nested_virtualization.as_deref(), Some("enabled"));
+        let disabled = node_class(json!({"cpuOptions": {"nestedVirtualization": "disabled"}}));
+        let disabled = request(&config(&disabled, "ami-1")).unwrap();
+        assert_eq!(disabled.nested_virtualization.as_deref(), Some("disabled"));
+        assert_ne!(enabled.name, disabled.name);
+        assert_ne!(enabled.name, plain.name);
+        let empty = node_class(json!({"cpuOptions": {}}));
+        assert_eq!(request(&config(&empty, "ami-1")).unwrap().name, plain.name);
     }
 
     #[test]

@@ -28,12 +28,13 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::labels::LABEL_TOPOLOGY_ZONE_ID;
+use crate::labels::{LABEL_PLACEMENT_GROUP_PARTITION, LABEL_TOPOLOGY_ZONE_ID};
 use core_domain::instance_type::InstanceType;
 use core_domain::labels::{
     LABEL_CAPACITY_TYPE, LABEL_DO_NOT_SYNC_TAINTS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
     LABEL_TOPOLOGY_ZONE,
 };
+use core_domain::requirements::Requirements;
 use core_domain::resources::ResourceName;
 use k8s_openapi::api::core::v1::Taint;
 use provider_sdk::v1;
@@ -43,7 +44,7 @@ use crate::aws_error::AwsError;
 use crate::bootstrap::{self, Bootstrap, BootstrapError, ClusterSettings};
 use crate::ec2::{
     CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, FleetResult, Instance,
-    InstanceState, LaunchTemplateRequest, ResourceQuery, TagFilter,
+    InstanceState, LaunchTemplateRequest, Placement, PlacementGroup, ResourceQuery, TagFilter,
 };
 use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, SystemClock};
 use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
@@ -188,6 +189,8 @@ struct Launched {
     image_id: Option<String>,
     state: InstanceState,
     launch_time: Option<i64>,
+    /// Its partition of a partition placement group, when known.
+    partition: Option<i32>,
 }
 
 impl Launched {
@@ -202,8 +205,33 @@ impl Launched {
             image_id: instance.image_id.clone(),
             state: instance.state.clone(),
             launch_time: instance.launch_time,
+            partition: instance.partition_number,
         }
     }
+}
+
+/// Where in the node class's placement group to launch: the group, and in a partition group
+/// the lowest partition the NodeClaim allows when it narrows them (upstream also takes the
+/// lowest; EC2 takes one partition per launch); EC2 spreads the instances when every
+/// partition is allowed.
+fn placement(group: Option<&PlacementGroup>, requirements: &Requirements) -> Option<Placement> {
+    let group = group?;
+    let partition_number = group
+        .partition_count
+        .filter(|_| group.strategy == "partition")
+        .and_then(|count| {
+            let requirement = requirements.get(LABEL_PLACEMENT_GROUP_PARTITION)?;
+            let allowed: Vec<i32> = (1..=count)
+                .filter(|p| requirement.has(&p.to_string()))
+                .collect();
+            (allowed.len() < usize::try_from(count).unwrap_or(usize::MAX))
+                .then(|| allowed.first().copied())
+                .flatten()
+        });
+    Some(Placement {
+        group_id: group.id.clone(),
+        partition_number,
+    })
 }
 
 /// One launch template of a Create and the overrides launched from it.
@@ -274,9 +302,11 @@ impl InstanceProvider {
             });
         }
         let _creating = self.claim(&node_claim.name)?;
+        // The placement group narrows the types (and splits a partition group's offerings by
+        // partition); zones and images are the plan's to check, naming what left nothing.
         let catalogue = self
             .instance_types
-            .instance_types(Some(node_class_json))
+            .placed_instance_types(Some(node_class_json), resolved.placement_group.as_ref())
             .await?;
         if let Some(existing) = self.launched_for(&node_claim.name).await? {
             tracing::info!(
@@ -331,7 +361,15 @@ impl InstanceProvider {
             resolved.name(),
             &resolved.node_class.spec.tags,
         );
-        let groups = self.template_groups(&request, resolved, &types, &plan, &launch_tags)?;
+        let placement = placement(resolved.placement_group.as_ref(), &request.requirements);
+        let groups = self.template_groups(
+            &request,
+            resolved,
+            &types,
+            &plan,
+            &launch_tags,
+            placement.as_ref(),
+        )?;
         for group in &groups {
             self.launch_templates
                 .ensure(self.ec2.as_ref(), &group.request)
@@ -389,6 +427,21 @@ impl InstanceProvider {
             image_id,
             state: InstanceState::Pending,
             launch_time: None,
+            partition: match &placement {
+                Some(Placement {
+                    partition_number: Some(partition),
+                    ..
+                }) => Some(*partition),
+                Some(_)
+                    if resolved
+                        .placement_group
+                        .as_ref()
+                        .is_some_and(|g| g.strategy == "partition") =>
+                {
+                    self.partition_of(&instance.id).await
+                }
+                _ => None,
+            },
         };
         tracing::info!(
             node_claim = %node_claim.name,
@@ -412,6 +465,7 @@ impl InstanceProvider {
         types: &[InstanceType],
         plan: &Plan,
         launch_tags: &[crate::ec2::Tag],
+        placement: Option<&Placement>,
     ) -> Result<Vec<TemplateGroup>, InstanceError> {
         let by_name: HashMap<&str, &InstanceType> = types.iter().map(|t| (t.name(), t)).collect();
         let labels = self.bootstrap_labels(request.node_claim, resolved.family, plan.capacity_type);
@@ -454,6 +508,7 @@ impl InstanceProvider {
                             .collect(),
                         instance_profile: resolved.instance_profile.clone(),
                         user_data: (!user_data.is_empty()).then_some(user_data),
+                        placement: placement.cloned(),
                         tags: launch_tags.to_vec(),
                     })
                     .map_err(|(field, message)| InstanceError::invalid(field, message))?;
@@ -565,6 +620,26 @@ impl InstanceProvider {
     }
 
     /// The live (not shutting down, not terminated) instance launched for a NodeClaim.
+    /// The partition EC2 put `instance_id` in, for a launch into a partition group that left
+    /// the choice to EC2 (upstream reads it back at registration). Unknown when EC2 does not
+    /// say or cannot be asked now: the node then goes without the label, never with a wrong one.
+    async fn partition_of(&self, instance_id: &str) -> Option<i32> {
+        match self
+            .ec2
+            .describe_instances(&ResourceQuery::ids([instance_id]))
+            .await
+        {
+            Ok(instances) => instances
+                .iter()
+                .find(|i| i.id == instance_id)
+                .and_then(|i| i.partition_number),
+            Err(error) => {
+                tracing::warn!(instance = instance_id, %error, "could not read the instance's placement partition");
+                None
+            }
+        }
+    }
+
     async fn launched_for(&self, node_claim: &str) -> Result<Option<Instance>, InstanceError> {
         let mut live: Vec<Instance> = self
             .tagged_for(node_claim)
@@ -648,6 +723,12 @@ impl InstanceProvider {
             LABEL_CAPACITY_TYPE.to_owned(),
             launched.capacity_type.as_str().to_owned(),
         );
+        if let Some(partition) = launched.partition {
+            labels.insert(
+                LABEL_PLACEMENT_GROUP_PARTITION.to_owned(),
+                partition.to_string(),
+            );
+        }
         v1::NodeClaim {
             name: node_claim.name.clone(),
             uid: node_claim.uid.clone(),

@@ -13,6 +13,7 @@ use tonic::Code;
 use super::*;
 use crate::ec2::memory::MemoryEc2;
 use crate::ec2::{FleetOverride, LaunchTemplateRequest, Tag};
+use crate::labels::LABEL_PLACEMENT_GROUP_ID;
 use crate::node_class::fixture::{Fixture, node_class};
 
 const ZONE_A: &str = "us-east-1a";
@@ -33,7 +34,22 @@ impl Harness {
     }
 
     async fn with_node_class(node_class: serde_json::Value) -> Self {
+        Self::from_fixture(Fixture::new(), node_class).await
+    }
+
+    /// A node class launching into a new placement group of `strategy`.
+    async fn with_placement_group(strategy: &str, partitions: Option<i32>) -> (Self, String) {
         let fixture = Fixture::new();
+        let group = fixture
+            .cloud
+            .ec2
+            .add_placement_group("nodes", strategy, partitions);
+        let mut node_class = node_class();
+        node_class["spec"]["placementGroupSelector"] = json!({"name": "nodes"});
+        (Self::from_fixture(fixture, node_class).await, group.id)
+    }
+
+    async fn from_fixture(fixture: Fixture, node_class: serde_json::Value) -> Self {
         let resolved = fixture.resolver().resolve(&node_class).await.unwrap();
         let types = Arc::new(InstanceTypeProvider::new(
             Arc::clone(&fixture.cloud.ec2) as _,
@@ -838,4 +854,92 @@ fn aws_errors_map_to_the_documented_statuses_with_the_code() {
     }
     let transport = InstanceError::Aws(AwsError::transport("dispatch", "refused")).to_status();
     assert_eq!(transport.code(), Code::Unavailable);
+}
+
+/// A partition group: a NodeClaim narrowed to some partitions launches into the lowest of them
+/// (the launch template's placement); one that allows every partition leaves it to EC2 and is
+/// labelled with the partition EC2 chose. Both carry the group's id.
+#[tokio::test]
+async fn a_partition_group_places_the_launch_and_labels_the_partition() {
+    let (h, group) = Harness::with_placement_group("partition", Some(3)).await;
+    let mut narrowed = m5_on_demand("claim-1");
+    if let Some(spec) = narrowed.spec.as_mut() {
+        spec.requirements
+            .push(requirement(LABEL_PLACEMENT_GROUP_PARTITION, &["3", "2"]));
+    }
+    let launched = h.create(&narrowed).await.unwrap();
+    assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_ID), group);
+    assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_PARTITION), "2");
+    let fleet = h.last_fleet();
+    let template = h
+        .ec2()
+        .launch_template_request(&fleet.launch_templates[0].name)
+        .unwrap();
+    assert_eq!(
+        template.placement,
+        Some(Placement {
+            group_id: group.clone(),
+            partition_number: Some(2),
+        })
+    );
+    assert_eq!(
+        fleet
+            .launch_templates
+            .iter()
+            .map(|t| t.overrides.len())
+            .sum::<usize>(),
+        4,
+        "one override per type and zone, not one per partition: {fleet:?}"
+    );
+
+    let anywhere = h.create(&m5_on_demand("claim-2")).await.unwrap();
+    assert_eq!(label(&anywhere, LABEL_PLACEMENT_GROUP_ID), group);
+    let template = h
+        .ec2()
+        .launch_template_request(&h.last_fleet().launch_templates[0].name)
+        .unwrap();
+    assert_eq!(
+        template.placement,
+        Some(Placement {
+            group_id: group,
+            partition_number: None,
+        })
+    );
+    assert_eq!(
+        label(&anywhere, LABEL_PLACEMENT_GROUP_PARTITION),
+        "1",
+        "the emptiest partition, where the in-memory EC2 (as EC2) put it"
+    );
+}
+
+/// A cluster group: the group, no partition; types that cannot join a cluster group are not
+/// launched.
+#[tokio::test]
+async fn a_cluster_group_places_the_launch_without_a_partition() {
+    let (h, group) = Harness::with_placement_group("cluster", None).await;
+    let launched = h.create(&m5_on_demand("claim-1")).await.unwrap();
+    assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_ID), group);
+    assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_PARTITION), "");
+    let template = h
+        .ec2()
+        .launch_template_request(&h.last_fleet().launch_templates[0].name)
+        .unwrap();
+    assert_eq!(
+        template.placement,
+        Some(Placement {
+            group_id: group,
+            partition_number: None,
+        })
+    );
+    let err = h
+        .create(&claim(
+            "claim-2",
+            vec![requirement(LABEL_INSTANCE_TYPE, &["t2.micro"])],
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, InstanceError::InsufficientCapacity { .. }),
+        "t2 types support partition and spread groups only: {err:?}"
+    );
 }

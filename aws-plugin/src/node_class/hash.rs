@@ -10,7 +10,8 @@ use crate::apis::EC2NodeClass;
 ///
 /// - `rs-v2`: `kubelet` is v1.14's closed object, so a class with kubelet fields it does not
 ///   type hashes without them now (those fields never reached a node's configuration again);
-///   `connectionTracking` entered the spec (a class without it hashes as before).
+///   `connectionTracking`, `placementGroupSelector` and `cpuOptions` entered the spec (a class
+///   without them hashes as before).
 pub const HASH_VERSION: &str = "rs-v2";
 
 /// The spec fields resolved dynamically (drift for them is computed from what they select,
@@ -104,6 +105,9 @@ mod tests {
             json!({"detailedMonitoring": true}),
             json!({"associatePublicIPAddress": true}),
             json!({"connectionTracking": {"tcpEstablishedTimeout": 300}}),
+            // Hashed as upstream does (no `hash:"ignore"` on either).
+            json!({"placementGroupSelector": {"name": "nodes"}}),
+            json!({"cpuOptions": {"nestedVirtualization": "enabled"}}),
             json!({"kubelet": {"maxPods": 20}}),
             json!({"amiSelectorTerms": [{"alias": "bottlerocket@latest"}]}),
         ] {

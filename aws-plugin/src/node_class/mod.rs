@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::AMIFamily;
 use crate::apis::status::{
-    CONDITION_AMIS_READY, CONDITION_INSTANCE_PROFILE_READY, CONDITION_SECURITY_GROUPS_READY,
-    CONDITION_SUBNETS_READY, CONDITION_VALIDATION_SUCCEEDED,
+    CONDITION_AMIS_READY, CONDITION_INSTANCE_PROFILE_READY, CONDITION_PLACEMENT_GROUP_READY,
+    CONDITION_SECURITY_GROUPS_READY, CONDITION_SUBNETS_READY, CONDITION_VALIDATION_SUCCEEDED,
 };
 use crate::aws_error::AwsError;
-use crate::ec2::{Ec2, ResourceQuery, SecurityGroupQuery};
+use crate::ec2::{Ec2, PlacementGroup, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery};
 use crate::iam::Iam;
 use crate::instance_type_provider::Clock;
 use crate::ssm::Ssm;
@@ -98,8 +98,10 @@ pub struct ResolvedNodeClass {
     pub security_groups: Vec<ResolvedSecurityGroup>,
     /// The instance profile nodes run with, when it exists.
     pub instance_profile: Option<String>,
+    /// The placement group `placementGroupSelector` found, when it names one that exists.
+    pub placement_group: Option<PlacementGroup>,
     /// AMIsReady, SubnetsReady, SecurityGroupsReady, InstanceProfileReady,
-    /// ValidationSucceeded.
+    /// PlacementGroupReady, ValidationSucceeded.
     pub conditions: Vec<Readiness>,
     /// The static hash ([`hash::static_hash`]).
     pub static_hash: String,
@@ -341,6 +343,7 @@ impl NodeClassResolver {
         let (security_groups, group_problems) = self.security_groups(&node_class).await?;
         let profile =
             instance_profile::resolve(self.iam.as_ref(), &self.cluster, &node_class).await?;
+        let (placement_group, placement_problem) = self.placement_group(&node_class).await?;
 
         let mut conditions = vec![
             readiness(
@@ -380,6 +383,13 @@ impl NodeClassResolver {
             instance_profile.is_some(),
             profile_problem,
         ));
+        // Always there, true without a selector, as upstream's.
+        conditions.push(readiness(
+            CONDITION_PLACEMENT_GROUP_READY,
+            "PlacementGroupNotFound",
+            placement_problem.is_none(),
+            placement_problem.unwrap_or_default(),
+        ));
         // The object parsed and passed the CRD's rules (parse_node_class refuses otherwise);
         // the condition exists so tools that read upstream's status find it, and its message
         // names what the CRD admits as upstream's does but its own rules' messages refuse.
@@ -403,9 +413,52 @@ impl NodeClassResolver {
             subnets,
             security_groups,
             instance_profile,
+            placement_group,
             conditions,
             node_class,
         })
+    }
+
+    /// The placement group `placementGroupSelector` names (upstream's placement group
+    /// provider: by id, else by name, `available` only), and why there is none when the
+    /// selector names one. Throttling and transport errors are errors (try again, keep the
+    /// last status); any other EC2 error (an unknown group) is the problem.
+    async fn placement_group(
+        &self,
+        node_class: &EC2NodeClass,
+    ) -> Result<(Option<PlacementGroup>, Option<String>), AwsError> {
+        let Some(selector) = &node_class.spec.placement_group_selector else {
+            return Ok((None, None));
+        };
+        let (query, shown) = match (&selector.id, &selector.name) {
+            (Some(id), _) => (
+                PlacementGroupQuery {
+                    ids: vec![id.clone()],
+                    names: Vec::new(),
+                },
+                id,
+            ),
+            (None, Some(name)) => (
+                PlacementGroupQuery {
+                    ids: Vec::new(),
+                    names: vec![name.clone()],
+                },
+                name,
+            ),
+            // The validation refuses a selector with neither.
+            (None, None) => return Ok((None, Some("placementGroupSelector is empty".to_owned()))),
+        };
+        match self.ec2.describe_placement_groups(&query).await {
+            Ok(groups) => Ok(match groups.into_iter().next() {
+                Some(group) => (Some(group), None),
+                None => (None, Some(format!("Placement group {shown:?} not found"))),
+            }),
+            Err(e) if amis::retryable(&e) => Err(e),
+            Err(e) => Ok((
+                None,
+                Some(format!("Placement group {shown:?} not found: {e}")),
+            )),
+        }
     }
 
     async fn subnets(
@@ -723,6 +776,47 @@ mod tests {
         assert_eq!(resolved.images.len(), 3);
         assert_eq!(resolved.image_for("amd64").unwrap().name, "team-node-3");
         assert!(resolved.image_for("arm64").is_none());
+    }
+
+    /// PlacementGroupReady holds without a selector and with a group that exists (by name or
+    /// id); an unknown group makes the class not ready, naming it.
+    #[tokio::test]
+    async fn placement_group_ready_says_whether_the_selector_found_its_group() {
+        let fixture = Fixture::new();
+        let group = fixture
+            .cloud
+            .ec2
+            .add_placement_group("nodes", "partition", Some(2));
+        let condition = |resolved: &ResolvedNodeClass| {
+            resolved
+                .conditions
+                .iter()
+                .find(|c| c.type_ == CONDITION_PLACEMENT_GROUP_READY)
+                .cloned()
+                .expect("always there")
+        };
+        let plain = fixture.resolver().resolve(&node_class()).await.unwrap();
+        assert!(condition(&plain).ready);
+        assert_eq!(plain.placement_group, None);
+        for selector in [json!({"name": "nodes"}), json!({"id": group.id})] {
+            let mut class = node_class();
+            class["spec"]["placementGroupSelector"] = selector;
+            let resolved = fixture.resolver().resolve(&class).await.unwrap();
+            assert!(condition(&resolved).ready);
+            assert_eq!(resolved.placement_group.as_ref(), Some(&group));
+        }
+        let mut class = node_class();
+        class["spec"]["placementGroupSelector"] = json!({"name": "other"});
+        let resolved = fixture.resolver().resolve(&class).await.unwrap();
+        let not_ready = condition(&resolved);
+        assert!(!not_ready.ready);
+        assert_eq!(not_ready.reason, "PlacementGroupNotFound");
+        assert!(
+            not_ready.message.contains("\"other\""),
+            "{}",
+            not_ready.message
+        );
+        assert!(!resolved.is_ready());
     }
 
     #[tokio::test]

@@ -1,7 +1,9 @@
-//! Shared by the tests that run against `moto_server`: finding it, starting it on 127.0.0.1
-//! with a free port, an SDK configuration pointing at it, and killing it when done.
-//! `moto_server` comes from `MOTO_SERVER` or `PATH` (`.ci/install-tools` installs it); without
-//! it the tests fail, they never skip.
+//! Shared by the tests that run against moto: starting it on 127.0.0.1 with a free port, an
+//! SDK configuration pointing at it, and killing it when done. moto runs through
+//! `tests/moto/moto_launcher.py`, which fixes the emulator's gaps aws-plugin meets (see there),
+//! in the Python that has moto: `TOOLS_PYTHON`, else `python3` beside `MOTO_SERVER`, else
+//! `python3` on `PATH` (`.ci/install-tools` installs moto and prints these); without it the
+//! tests fail, they never skip.
 
 #![allow(
     clippy::expect_used,
@@ -16,24 +18,37 @@ use std::time::{Duration, Instant};
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
 
-/// `moto_server`, from `MOTO_SERVER` or `PATH`.
-fn moto_server() -> PathBuf {
-    if let Some(path) = std::env::var_os("MOTO_SERVER").filter(|p| !p.is_empty()) {
+/// The Python that has moto.
+fn python_with_moto() -> PathBuf {
+    let non_empty = |name: &str| std::env::var_os(name).filter(|p| !p.is_empty());
+    if let Some(path) = non_empty("TOOLS_PYTHON") {
         return PathBuf::from(path);
+    }
+    if let Some(beside) = non_empty("MOTO_SERVER")
+        .map(PathBuf::from)
+        .and_then(|server| Some(server.parent()?.join("python3")))
+        .filter(|python| python.is_file())
+    {
+        return beside;
     }
     std::env::var_os("PATH")
         .iter()
         .flat_map(std::env::split_paths)
-        .map(|dir| dir.join("moto_server"))
+        .map(|dir| dir.join("python3"))
         .find(|candidate| candidate.is_file())
         .unwrap_or_else(|| {
             panic!(
-                "moto_server not found: set MOTO_SERVER, or run `.ci/install-tools` and `source` the environment it prints"
+                "no Python with moto: set TOOLS_PYTHON, or run `.ci/install-tools` and `source` the environment it prints"
             )
         })
 }
 
-/// A running `moto_server`, killed on drop.
+/// The launcher of moto with its gaps fixed.
+fn moto_launcher() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/moto/moto_launcher.py")
+}
+
+/// A running moto server, killed on drop.
 #[derive(Debug)]
 pub(crate) struct Moto {
     child: Child,
@@ -41,7 +56,7 @@ pub(crate) struct Moto {
 }
 
 impl Moto {
-    /// Starts `moto_server` and waits until it listens.
+    /// Starts moto through the launcher and waits until it listens.
     pub(crate) fn start() -> Self {
         // Bind port 0 to learn a free port, then hand it to moto: a race with other processes
         // is possible but harmless here (moto would fail to bind and the wait below reports it).
@@ -49,9 +64,10 @@ impl Moto {
             .and_then(|l| l.local_addr())
             .expect("a free port")
             .port();
-        let program = moto_server();
+        let program = python_with_moto();
         let child = Command::new(&program)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .arg(moto_launcher())
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
