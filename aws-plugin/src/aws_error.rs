@@ -89,6 +89,8 @@ impl AwsError {
             | "InsufficientCapacity"
             | "InsufficientHostCapacity"
             | "InsufficientReservedInstanceCapacity"
+            // A targeted capacity reservation is full.
+            | "ReservationCapacityExceeded"
             | "InsufficientFreeAddressesInSubnet"
             | "MaxSpotInstanceCountExceeded"
             | "MaxFleetCountExceeded"

@@ -2,7 +2,7 @@
 //! compares what an instance was launched with against what its node class resolves to now,
 //! and says what differs in words an operator can act on. IsDrifted applies them in
 //! upstream's order, first match wins: NodeClassDrift (static hash), AMIDrift,
-//! SecurityGroupDrift, SubnetDrift, PlacementGroupDrift.
+//! SecurityGroupDrift, SubnetDrift, CapacityReservationDrift, PlacementGroupDrift.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -114,6 +114,35 @@ pub fn subnet_drift(instance_subnet: Option<&str>, resolved: &ResolvedNodeClass)
         reason: "SubnetDrift",
         message: format!(
             "instance is in subnet {subnet}; EC2NodeClass {} now selects [{}]",
+            resolved.name(),
+            join(&selected)
+        ),
+    })
+}
+
+/// CapacityReservationDrift: the instance runs in a capacity reservation the node class no
+/// longer selects (upstream `isCapacityReservationDrifted`).
+pub fn capacity_reservation_drift(
+    instance_reservation: Option<&str>,
+    resolved: &ResolvedNodeClass,
+) -> Option<Drift> {
+    let reservation = instance_reservation?;
+    if resolved
+        .capacity_reservations
+        .iter()
+        .any(|r| r.reservation.id == reservation)
+    {
+        return None;
+    }
+    let selected: BTreeSet<&str> = resolved
+        .capacity_reservations
+        .iter()
+        .map(|r| r.reservation.id.as_str())
+        .collect();
+    Some(Drift {
+        reason: "CapacityReservationDrift",
+        message: format!(
+            "instance runs in capacity reservation {reservation}; EC2NodeClass {} now selects [{}]",
             resolved.name(),
             join(&selected)
         ),
@@ -236,6 +265,29 @@ mod tests {
         );
         assert_eq!(placement_group_drift(Some(&a.id), &gone), None);
         assert!(!gone.is_ready());
+    }
+
+    /// An instance in a reservation the selectors no longer match drifts; one outside any
+    /// reservation never does for this reason.
+    #[tokio::test]
+    async fn capacity_reservation_drift_follows_the_selectors() {
+        let fixture = Fixture::new();
+        let ec2 = &fixture.cloud.ec2;
+        let tagged = vec![crate::ec2::Tag::new("team", "ml")];
+        let kept = ec2.add_capacity_reservation("m5.large", "us-east-1a", 2, false, false, tagged);
+        let gone = ec2.add_capacity_reservation("m5.large", "us-east-1a", 2, false, false, vec![]);
+        let mut class = node_class();
+        class["spec"]["capacityReservationSelectorTerms"] = json!([{"tags": {"team": "ml"}}]);
+        let r = fixture.resolver().resolve(&class).await.unwrap();
+        assert_eq!(capacity_reservation_drift(Some(&kept.id), &r), None);
+        assert_eq!(capacity_reservation_drift(None, &r), None);
+        let found = capacity_reservation_drift(Some(&gone.id), &r).unwrap();
+        assert_eq!(found.reason, "CapacityReservationDrift");
+        assert!(
+            found.message.contains(&gone.id) && found.message.contains(&kept.id),
+            "{}",
+            found.message
+        );
     }
 
     #[tokio::test]

@@ -30,20 +30,61 @@ use crate::apis::ec2nodeclass::{
 use crate::apis::kubelet::KubeletConfiguration;
 use crate::catalogue::CatalogueError;
 use crate::ec2::{AwsError, Ec2, InstanceTypeInfo, PlacementGroup};
-use crate::instance_types::{NodeSettings, Prices, Zone, instance_type};
+use crate::instance_types::{NodeSettings, Prices, ReservedCapacity, Zone, instance_type};
 use crate::labels::{LABEL_PLACEMENT_GROUP_ID, LABEL_PLACEMENT_GROUP_PARTITION};
 use crate::node_class::ResolvedNodeClass;
 
 /// What a node class can launch: the zones it has subnets in, the architectures it has
-/// images for, and the placement group it launches into.
+/// images for, the placement group it launches into and the capacity reservations it may use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Launchable {
     /// Zone names.
     pub zones: BTreeSet<String>,
     /// Kubernetes architectures (`amd64`, `arm64`).
     pub architectures: BTreeSet<String>,
+    /// What the node class resolved beyond its spec.
+    pub resolved: Resolved,
+}
+
+/// What a node class resolved that shapes its catalogue: the placement group and the capacity
+/// reservations.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Resolved {
     /// The placement group `placementGroupSelector` resolved to.
     pub placement_group: Option<PlacementGroup>,
+    /// The capacity reservations `capacityReservationSelectorTerms` select.
+    pub reservations: Vec<ReservedCapacity>,
+}
+
+impl Resolved {
+    /// What `resolved` shapes its catalogue with.
+    pub fn of(resolved: &ResolvedNodeClass) -> Self {
+        Self {
+            placement_group: resolved.placement_group.clone(),
+            reservations: resolved
+                .capacity_reservations
+                .iter()
+                .map(|r| ReservedCapacity {
+                    id: r.reservation.id.clone(),
+                    instance_type: r.reservation.instance_type.clone(),
+                    zone: r.reservation.zone.clone(),
+                    reservation_type: r.reservation.reservation_type.clone(),
+                    interruptible: r.reservation.interruptible,
+                    available: r.reservation.available_instance_count,
+                    expiring: r.expiring,
+                })
+                .collect(),
+        }
+    }
+
+    /// The reservations of `instance_type`.
+    fn reservations_of(&self, instance_type: &str) -> Vec<ReservedCapacity> {
+        self.reservations
+            .iter()
+            .filter(|r| r.instance_type == instance_type)
+            .cloned()
+            .collect()
+    }
 }
 
 impl Launchable {
@@ -56,7 +97,7 @@ impl Launchable {
                 .iter()
                 .map(|i| i.architecture.clone())
                 .collect(),
-            placement_group: resolved.placement_group.clone(),
+            resolved: Resolved::of(resolved),
         }
     }
 
@@ -331,29 +372,30 @@ impl InstanceTypeProvider {
         node_class: Option<&serde_json::Value>,
         launchable: Option<&Launchable>,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
-        let placement_group = launchable.and_then(|l| l.placement_group.as_ref());
-        self.catalogue(node_class, launchable, placement_group)
-            .await
+        let none = Resolved::default();
+        let resolved = launchable.map_or(&none, |l| &l.resolved);
+        self.catalogue(node_class, launchable, resolved).await
     }
 
-    /// The catalogue for a launch into `placement_group`: its types and offerings as
-    /// [`Self::launchable_instance_types`] gives them, with every offering as available as
-    /// EC2 and the insufficient-capacity cache say (the launch plan checks zones and images
-    /// itself, and says which of them left nothing).
+    /// The catalogue for a launch from a node class that `resolved` what it did: its types
+    /// and offerings as [`Self::launchable_instance_types`] gives them, with every offering as
+    /// available as EC2 and the insufficient-capacity cache say (the launch plan checks zones
+    /// and images itself, and says which of them left nothing).
     pub async fn placed_instance_types(
         &self,
         node_class: Option<&serde_json::Value>,
-        placement_group: Option<&PlacementGroup>,
+        resolved: &Resolved,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
-        self.catalogue(node_class, None, placement_group).await
+        self.catalogue(node_class, None, resolved).await
     }
 
     async fn catalogue(
         &self,
         node_class: Option<&serde_json::Value>,
         launchable: Option<&Launchable>,
-        placement_group: Option<&PlacementGroup>,
+        resolved: &Resolved,
     ) -> Result<Vec<InstanceType>, InstanceTypeError> {
+        let placement_group = resolved.placement_group.as_ref();
         let zones = launchable.map(|l| &l.zones);
         // The node class first: a bad one is the caller's error whatever EC2 says.
         let settings = node_settings(node_class)?;
@@ -395,6 +437,7 @@ impl InstanceTypeProvider {
                     &snapshot.zones,
                     snapshot.offered_in.get(name).unwrap_or(&no_zones),
                     &prices,
+                    &resolved.reservations_of(name),
                     &settings,
                     &is_unavailable,
                 );
@@ -597,8 +640,13 @@ mod tests {
 
     use super::*;
     use crate::ec2::memory::MemoryEc2;
-    use crate::labels::LABEL_INSTANCE_HYPERVISOR;
+    use crate::labels::{
+        LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+        LABEL_CAPACITY_RESERVATION_TYPE, LABEL_INSTANCE_HYPERVISOR,
+    };
     use crate::node_class::fixture::node_class;
+    use core_domain::labels::LABEL_CAPACITY_TYPE;
+    use provider_sdk::v1::Operator;
 
     fn setup() -> (Arc<MemoryEc2>, Arc<FakeClock>, InstanceTypeProvider) {
         let ec2 = Arc::new(MemoryEc2::new("us-east-1").unwrap());
@@ -796,14 +844,17 @@ mod tests {
         let placed = |strategy: &str, partitions: Option<i32>| Launchable {
             zones: ["us-east-1a".to_owned()].into(),
             architectures: ["amd64".to_owned()].into(),
-            placement_group: Some(PlacementGroup {
-                id: "pg-0abc".to_owned(),
-                name: "nodes".to_owned(),
-                strategy: strategy.to_owned(),
-                partition_count: partitions,
-                spread_level: None,
-                state: "available".to_owned(),
-            }),
+            resolved: Resolved {
+                placement_group: Some(PlacementGroup {
+                    id: "pg-0abc".to_owned(),
+                    name: "nodes".to_owned(),
+                    strategy: strategy.to_owned(),
+                    partition_count: partitions,
+                    spread_level: None,
+                    state: "available".to_owned(),
+                }),
+                reservations: Vec::new(),
+            },
         };
         let cluster = provider
             .launchable_instance_types(None, Some(&placed("cluster", None)))
@@ -849,6 +900,79 @@ mod tests {
         };
         assert_eq!(partitions_of("us-east-1a", "spot"), ["1", "2", "3"]);
         assert_eq!(partitions_of("us-east-1b", "on-demand"), ["1", "2", "3"]);
+    }
+
+    /// A reservation adds a `reserved` offering to its type, all but free, with its room,
+    /// labelled with the reservation; the type's other offerings say they are in none, and
+    /// its requirements name its reservations (others' say none).
+    #[tokio::test]
+    async fn a_capacity_reservation_adds_a_reserved_offering() {
+        let (_, _, provider) = setup();
+        let reserved = Launchable {
+            zones: ["us-east-1a".to_owned(), "us-east-1b".to_owned()].into(),
+            architectures: ["amd64".to_owned()].into(),
+            resolved: Resolved {
+                placement_group: None,
+                reservations: vec![ReservedCapacity {
+                    id: "cr-0abc".to_owned(),
+                    instance_type: "m5.large".to_owned(),
+                    zone: "us-east-1b".to_owned(),
+                    reservation_type: "default".to_owned(),
+                    interruptible: true,
+                    available: 3,
+                    expiring: false,
+                }],
+            },
+        };
+        let types = provider
+            .launchable_instance_types(None, Some(&reserved))
+            .await
+            .unwrap();
+        let m5 = find(&types, "m5.large");
+        let reserved_offering = offering(m5, "us-east-1b", "reserved");
+        assert!(reserved_offering.is_available());
+        assert_eq!(reserved_offering.reservation_capacity, Some(3));
+        let on_demand = offering(m5, "us-east-1b", "on-demand").price.unwrap();
+        assert_eq!(reserved_offering.price, Some(on_demand / 10_000_000.0));
+        let has = |reqs: &[Requirement], key: &str, values: &[&str]| {
+            reqs.contains(&Requirement::in_values(key, values.iter().copied()))
+        };
+        let reqs = &reserved_offering.requirements;
+        assert!(has(reqs, LABEL_CAPACITY_RESERVATION_ID, &["cr-0abc"]));
+        assert!(has(
+            reqs,
+            LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+            &["true"]
+        ));
+        assert!(has(reqs, LABEL_CAPACITY_RESERVATION_TYPE, &["default"]));
+        let base = offering(m5, "us-east-1a", "on-demand");
+        assert!(base.requirements.iter().any(|r| {
+            r.key == LABEL_CAPACITY_RESERVATION_ID && r.operator == Operator::DoesNotExist as i32
+        }));
+        assert!(has(
+            &m5.requirements,
+            LABEL_CAPACITY_RESERVATION_ID,
+            &["cr-0abc"]
+        ));
+        assert!(has(
+            &m5.requirements,
+            LABEL_CAPACITY_TYPE,
+            &["on-demand", "reserved", "spot"]
+        ));
+        let c5 = find(&types, "c5.large");
+        assert!(c5.offerings.iter().all(|o| o.capacity_type != "reserved"));
+        assert!(c5.requirements.iter().any(|r| {
+            r.key == LABEL_CAPACITY_RESERVATION_ID && r.operator == Operator::DoesNotExist as i32
+        }));
+
+        // Full, or expiring: offered, not available.
+        let mut full = reserved.clone();
+        full.resolved.reservations[0].available = 0;
+        let types = provider
+            .launchable_instance_types(None, Some(&full))
+            .await
+            .unwrap();
+        assert!(!offering(find(&types, "m5.large"), "us-east-1b", "reserved").is_available());
     }
 
     /// Connection tracking timeouts need Nitro: with them, a Xen type is not offered at all

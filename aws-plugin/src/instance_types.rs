@@ -12,8 +12,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::labels::*;
 use core_domain::labels::{
-    ARCHITECTURE_AMD64, ARCHITECTURE_ARM64, LABEL_ARCH, LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE,
-    LABEL_OS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE, LABEL_WINDOWS_BUILD,
+    ARCHITECTURE_AMD64, ARCHITECTURE_ARM64, CAPACITY_TYPE_RESERVED, LABEL_ARCH,
+    LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_OS, LABEL_TOPOLOGY_REGION, LABEL_TOPOLOGY_ZONE,
+    LABEL_WINDOWS_BUILD,
 };
 use provider_sdk::v1::{Availability, InstanceType, Offering, Operator, Overhead, Requirement};
 
@@ -127,20 +128,61 @@ pub struct Prices {
 /// The currency AWS prices in.
 pub const CURRENCY: &str = "USD";
 
-/// The instance type `info`, offered in `zones` at `prices`. An offering is available when the
-/// type is offered in the zone, has a price, and `is_unavailable` (recent insufficient-capacity
-/// errors) does not say otherwise; every type is returned, with unavailable offerings marked,
-/// never omitted.
+/// A reserved offering costs the on-demand price divided by this: all but free (the instances
+/// are paid for already) while keeping the types' relative order for consolidation (upstream's
+/// `ReservedCapacityResolver`).
+pub const RESERVED_PRICE_DIVISOR: f64 = 10_000_000.0;
+
+/// A capacity reservation of an instance type, as its reserved offering shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedCapacity {
+    /// `cr-...`.
+    pub id: String,
+    /// The instance type it reserves.
+    pub instance_type: String,
+    /// Its zone.
+    pub zone: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    /// Whether its owner may reclaim it.
+    pub interruptible: bool,
+    /// How many more instances it holds.
+    pub available: i64,
+    /// A capacity block about to end: nothing more is launched into it.
+    pub expiring: bool,
+}
+
+/// The instance type `info`, offered in `zones` at `prices`, and in its capacity
+/// `reservations` (capacity type `reserved`). An offering is available when the type is
+/// offered in the zone, has a price (a reservation: room left, not expiring), and
+/// `is_unavailable` (recent insufficient-capacity errors) does not say otherwise; every type
+/// is returned, with unavailable offerings marked, never omitted.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "each is one independent input of the computation; a struct would only rename them"
+)]
 pub fn instance_type(
     info: &InstanceTypeInfo,
     region: &str,
     zones: &[Zone],
     offered_in: &[String],
     prices: &Prices,
+    reservations: &[ReservedCapacity],
     settings: &NodeSettings,
     is_unavailable: &dyn Fn(&str, &str, &str) -> bool,
 ) -> InstanceType {
-    let offerings = offerings(info, zones, offered_in, prices, is_unavailable);
+    let mut offerings = offerings(info, zones, offered_in, prices, is_unavailable);
+    if !reservations.is_empty() {
+        add_reserved_offerings(
+            &mut offerings,
+            info,
+            zones,
+            offered_in,
+            prices,
+            reservations,
+            is_unavailable,
+        );
+    }
     let pods = pods(info, settings);
     let memory_mib = memory_mib(info);
     let ephemeral_bytes = ephemeral_storage_bytes(info, settings);
@@ -200,6 +242,75 @@ fn offerings(
     }
     offerings
 }
+
+/// Upstream's `ReservedCapacityResolver`: one `reserved` offering per reservation, labelled
+/// with its id, type and interruptibility, priced at [`RESERVED_PRICE_DIVISOR`]th of on-demand,
+/// its room as `reservation_capacity`; the other offerings then say they are in no
+/// reservation, so a NodeClaim asking for one is never launched outside it.
+fn add_reserved_offerings(
+    offerings: &mut Vec<Offering>,
+    info: &InstanceTypeInfo,
+    zones: &[Zone],
+    offered_in: &[String],
+    prices: &Prices,
+    reservations: &[ReservedCapacity],
+    is_unavailable: &dyn Fn(&str, &str, &str) -> bool,
+) {
+    for offering in offerings.iter_mut() {
+        for key in RESERVATION_LABELS {
+            offering.requirements.push(does_not_exist(key));
+        }
+    }
+    for reservation in reservations {
+        let zone_id = zones
+            .iter()
+            .find(|z| z.name == reservation.zone)
+            .and_then(|z| z.id.as_deref());
+        let available = reservation.available > 0
+            && !reservation.expiring
+            && offered_in.contains(&reservation.zone)
+            && !is_unavailable(
+                &info.instance_type,
+                &reservation.zone,
+                CAPACITY_TYPE_RESERVED,
+            );
+        let price = prices.on_demand.map_or(0.0, |p| p / RESERVED_PRICE_DIVISOR);
+        let mut requirements = vec![
+            requirement_in(LABEL_CAPACITY_RESERVATION_ID, [reservation.id.as_str()]),
+            requirement_in(
+                LABEL_CAPACITY_RESERVATION_TYPE,
+                [reservation.reservation_type.as_str()],
+            ),
+            requirement_in(
+                LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+                [if reservation.interruptible {
+                    "true"
+                } else {
+                    "false"
+                }],
+            ),
+        ];
+        requirements.extend(zone_id.map(|id| requirement_in(LABEL_TOPOLOGY_ZONE_ID, [id])));
+        offerings.push(Offering {
+            zone: reservation.zone.clone(),
+            capacity_type: CAPACITY_TYPE_RESERVED.to_owned(),
+            price: Some(price),
+            currency: CURRENCY.to_owned(),
+            availability: Availability::from_bool(available) as i32,
+            requirements,
+            reservation_capacity: Some(
+                i32::try_from(reservation.available.max(0)).unwrap_or(i32::MAX),
+            ),
+        });
+    }
+}
+
+/// The labels a reserved offering carries and the others say they lack.
+const RESERVATION_LABELS: [&str; 3] = [
+    LABEL_CAPACITY_RESERVATION_ID,
+    LABEL_CAPACITY_RESERVATION_TYPE,
+    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+];
 
 /// `key In [values]`; with no values (a type with no available offering has no zone to
 /// offer), `DoesNotExist`, which selects the same nodes (none carrying a value) in a form the
@@ -333,10 +444,22 @@ fn requirements(info: &InstanceTypeInfo, region: &str, offerings: &[Offering]) -
     ];
     let zone_ids: Vec<&str> = available()
         .flat_map(|o| o.requirements.iter())
+        .filter(|r| r.key == LABEL_TOPOLOGY_ZONE_ID)
         .flat_map(|r| r.values.iter().map(String::as_str))
         .collect();
     if !zone_ids.is_empty() {
         requirements.push(requirement_in(LABEL_TOPOLOGY_ZONE_ID, zone_ids));
+    }
+    // Upstream's: the reservations the type is offered in, or none.
+    for key in RESERVATION_LABELS {
+        let values: Vec<&str> = offerings
+            .iter()
+            .filter(|o| o.capacity_type == CAPACITY_TYPE_RESERVED)
+            .flat_map(|o| o.requirements.iter())
+            .filter(|r| r.key == key)
+            .flat_map(|r| r.values.iter().map(String::as_str))
+            .collect();
+        requirements.push(requirement_in(key, values));
     }
     for (key, value) in labels {
         requirements.push(match value {
@@ -600,6 +723,7 @@ mod tests {
             &zones(),
             &["us-east-1a".to_owned(), "us-east-1b".to_owned()],
             &prices,
+            &[],
             settings,
             unavailable,
         )
@@ -711,6 +835,7 @@ mod tests {
                 &zones(),
                 &[],
                 &Prices::default(),
+                &[],
                 &NodeSettings::default(),
                 &|_, _, _| false,
             )

@@ -20,6 +20,9 @@ pub const LABEL_CAPACITY_RESERVATION_TYPE: &str = "karpenter.k8s.aws/capacity-re
 pub const LABEL_PLACEMENT_GROUP_ID: &str = "karpenter.k8s.aws/placement-group-id";
 /// The partition of a `partition` placement group an instance runs in (`1`, `2`, ...).
 pub const LABEL_PLACEMENT_GROUP_PARTITION: &str = "karpenter.k8s.aws/placement-group-partition";
+/// Whether that capacity reservation is interruptible (`true`: its owner may reclaim it).
+pub const LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE: &str =
+    "karpenter.k8s.aws/capacity-reservation-interruptible";
 /// The hypervisor of the instance type (`nitro`, `xen`, or empty for bare metal).
 pub const LABEL_INSTANCE_HYPERVISOR: &str = "karpenter.k8s.aws/instance-hypervisor";
 /// Whether the instance type supports encryption in transit.
@@ -110,7 +113,7 @@ impl Label {
 /// The labels the AWS provider sets on its nodes and honours in requirements, in addition to
 /// core's (the Windows build label is core's already; upstream AWS inserts it again, harmlessly,
 /// and here it is left out: a vocabulary may not list core's labels).
-pub const VOCABULARY: [Label; 28] = [
+pub const VOCABULARY: [Label; 29] = [
     Label::new(
         LABEL_CAPACITY_RESERVATION_ID,
         LabelValueType::String,
@@ -120,6 +123,11 @@ pub const VOCABULARY: [Label; 28] = [
         LABEL_CAPACITY_RESERVATION_TYPE,
         LabelValueType::String,
         "The type of that capacity reservation (default or capacity-block).",
+    ),
+    Label::new(
+        LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+        LabelValueType::String,
+        "Whether that capacity reservation is interruptible: true or false.",
     ),
     Label::new(
         LABEL_PLACEMENT_GROUP_ID,

@@ -241,6 +241,12 @@ impl AwsCloudProvider {
             .or_else(|| drift::security_group_drift(&instance.security_group_ids, resolved))
             .or_else(|| drift::subnet_drift(instance.subnet_id.as_deref(), resolved))
             .or_else(|| {
+                drift::capacity_reservation_drift(
+                    instance.capacity_reservation_id.as_deref(),
+                    resolved,
+                )
+            })
+            .or_else(|| {
                 drift::placement_group_drift(
                     node_claim
                         .labels

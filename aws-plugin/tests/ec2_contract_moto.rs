@@ -14,9 +14,9 @@ use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_plugin::ec2::sdk::SdkEc2;
 // The contract module refers to the port's items through `super::`, which is this crate's root.
 use aws_plugin::ec2::{
-    AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
-    InstanceState, LaunchTemplateRequest, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery,
-    Tag, TagFilter, wildcard_match,
+    AwsError, CapacityReservationQuery, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride,
+    FleetRequest, ImageQuery, InstanceState, LaunchTemplateRequest, PlacementGroupQuery,
+    ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
 };
 use aws_sdk_ec2::config::{Credentials, SharedCredentialsProvider};
 use aws_sdk_ec2::types as sdk;
@@ -109,7 +109,46 @@ async fn fixtures(client: &aws_sdk_ec2::Client) -> contract::Fixtures {
                 .to_owned(),
         );
     }
+    let discovered = || discovery(sdk::ResourceType::CapacityReservation);
+    let reservation = client
+        .create_capacity_reservation()
+        .instance_type("m5.large")
+        .instance_platform(sdk::CapacityReservationInstancePlatform::LinuxUnix)
+        .availability_zone("us-east-1a")
+        .instance_count(3)
+        .instance_match_criteria(sdk::InstanceMatchCriteria::Targeted)
+        .tag_specifications(discovered())
+        .send()
+        .await
+        .expect("CreateCapacityReservation (moto_launcher.py adds it)");
+    let reservation_id = reservation
+        .capacity_reservation()
+        .and_then(|r| r.capacity_reservation_id())
+        .expect("a capacity reservation id")
+        .to_owned();
+    // One of its three instances made interruptible, as its owner does: a reservation of 1.
+    client
+        .create_interruptible_capacity_reservation_allocation()
+        .capacity_reservation_id(&reservation_id)
+        .instance_count(1)
+        .tag_specifications(discovered())
+        .send()
+        .await
+        .expect("CreateInterruptibleCapacityReservationAllocation (moto_launcher.py adds it)");
+    let interruptible_reservation_id = client
+        .describe_capacity_reservations()
+        .send()
+        .await
+        .expect("DescribeCapacityReservations")
+        .capacity_reservations()
+        .iter()
+        .find(|r| r.interruptible() == Some(true))
+        .and_then(|r| r.capacity_reservation_id())
+        .expect("the interruptible allocation")
+        .to_owned();
     contract::Fixtures {
+        reservation_id,
+        interruptible_reservation_id,
         partition_group_id: group_ids[0].clone(),
         cluster_group_id: group_ids[1].clone(),
         subnet_id: subnet.subnet_id().expect("a subnet id").to_owned(),

@@ -102,6 +102,7 @@ struct Fixtures {
     image_id: String,
     image_creation_date: String,
     placement_group_id: String,
+    reservation_id: String,
 }
 
 async fn fixtures(ec2: &aws_sdk_ec2::Client, iam: &aws_sdk_iam::Client) -> Fixtures {
@@ -156,7 +157,23 @@ async fn fixtures(ec2: &aws_sdk_ec2::Client, iam: &aws_sdk_iam::Client) -> Fixtu
         .send()
         .await
         .expect("CreatePlacementGroup (moto_launcher.py adds it)");
+    let reservation = ec2
+        .create_capacity_reservation()
+        .instance_type("m5.large")
+        .instance_platform(ec2::CapacityReservationInstancePlatform::LinuxUnix)
+        .availability_zone("us-east-1a")
+        .instance_count(1)
+        .instance_match_criteria(ec2::InstanceMatchCriteria::Targeted)
+        .tag_specifications(discovery(ec2::ResourceType::CapacityReservation))
+        .send()
+        .await
+        .expect("CreateCapacityReservation (moto_launcher.py adds it)");
     Fixtures {
+        reservation_id: reservation
+            .capacity_reservation()
+            .and_then(|r| r.capacity_reservation_id())
+            .expect("a capacity reservation id")
+            .to_owned(),
         placement_group_id: placement_group
             .placement_group()
             .and_then(|g| g.group_id())
@@ -262,6 +279,7 @@ fn node_class() -> Value {
                 {"networkCardIndex": 0, "deviceIndex": 0, "interfaceType": "interface"},
             ],
             "placementGroupSelector": {"name": PLACEMENT_GROUP},
+            "capacityReservationSelectorTerms": [{"tags": {DISCOVERY_KEY: DISCOVERY_VALUE}}],
             // `enabled` would offer only the types whose processors support it (m8i, ...);
             // either value reaches the launch template.
             "cpuOptions": {"nestedVirtualization": "disabled"},
@@ -845,6 +863,65 @@ async fn the_plugin_binary_resolves_launches_drifts_and_terminates_against_moto(
     assert_eq!(err.code(), tonic::Code::NotFound, "{err:?}");
     let listed = call("List after Delete", client.list(ListRequest::default())).await;
     assert!(listed.node_claims.is_empty(), "{listed:?}");
+
+    // 7. A launch into the capacity reservation the node class selects: the NodeClaim is
+    // `reserved`, labelled with it, and its launch template targets it.
+    let reservations = status["capacityReservations"].clone();
+    assert_eq!(
+        reservations[0]["id"],
+        fixtures.reservation_id.as_str(),
+        "{status}"
+    );
+    assert_eq!(reservations[0]["interruptible"], false, "{status}");
+    let mut reserved_claim = node_claim();
+    reserved_claim.name = "reserved-abcde".to_owned();
+    if let Some(spec) = reserved_claim.spec.as_mut() {
+        spec.requirements = vec![
+            requirement("node.kubernetes.io/instance-type", &["m5.large"]),
+            requirement("karpenter.sh/capacity-type", &["reserved"]),
+        ];
+    }
+    let reserved = call(
+        "Create reserved",
+        client.create(CreateRequest {
+            node_claim: Some(reserved_claim),
+            node_class: json_to_struct(&node_class_published),
+        }),
+    )
+    .await
+    .node_claim
+    .expect("a NodeClaim");
+    let reserved_label = |key: &str| reserved.labels.get(key).map(String::as_str);
+    assert_eq!(
+        reserved_label("karpenter.sh/capacity-type"),
+        Some("reserved")
+    );
+    assert_eq!(
+        reserved_label("karpenter.k8s.aws/capacity-reservation-id"),
+        Some(fixtures.reservation_id.as_str())
+    );
+    assert_eq!(
+        reserved_label("karpenter.k8s.aws/capacity-reservation-interruptible"),
+        Some("false")
+    );
+    let targets: Vec<String> = launch_template_data_with_image(&ec2, &newer_image)
+        .await
+        .iter()
+        .filter_map(|t| t.capacity_reservation_specification())
+        .filter_map(|c| c.capacity_reservation_target())
+        .filter_map(|t| t.capacity_reservation_id())
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(targets, std::slice::from_ref(&fixtures.reservation_id));
+    let reserved_provider_id = reserved.status.map(|s| s.provider_id).unwrap_or_default();
+    call(
+        "Delete reserved",
+        client.delete(DeleteRequest {
+            provider_id: reserved_provider_id,
+            node_claim_name: "reserved-abcde".to_owned(),
+        }),
+    )
+    .await;
 
     // --log-format json: one JSON object per line, the launch among them.
     let log = plugin.log();

@@ -64,6 +64,7 @@ pub fn instance_types(
                 &zones,
                 &entry.zones,
                 &prices,
+                &[],
                 &settings,
                 &|_, _, _| false,
             )

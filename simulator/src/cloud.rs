@@ -9,8 +9,10 @@ use std::time::Duration;
 use aws_plugin::apis::ec2nodeclass::{ALIAS_VERSION_LATEST, Alias};
 use aws_plugin::ec2::memory::hooks::RunningInstance;
 use aws_plugin::ec2::{AwsError, CapacityType, Ec2, Instance, InstanceState, ResourceQuery, Tag};
+use aws_plugin::instance_types::RESERVED_PRICE_DIVISOR;
 use aws_plugin::memory_cloud::MemoryCloud;
 use aws_plugin::node_class::amis::alias_parameters;
+use core_domain::labels::CAPACITY_TYPE_RESERVED;
 use jiff::Timestamp;
 
 use crate::catalogue::spot_fraction;
@@ -222,15 +224,29 @@ impl SimCloud {
 
     fn view(&self, instance: &Instance) -> InstanceView {
         let zone = instance.zone.clone().unwrap_or_default();
+        // An instance in a capacity reservation costs what its reserved offering does: the
+        // reservation is paid for whether it runs or not.
+        let reserved = instance.capacity_reservation_id.is_some();
         let price = match instance.capacity_type {
-            CapacityType::OnDemand => self.aws.ec2.on_demand_price(&instance.instance_type),
+            _ if reserved => self
+                .aws
+                .ec2
+                .on_demand_price(&instance.instance_type)
+                .map(|p| p / RESERVED_PRICE_DIVISOR),
+            CapacityType::OnDemand | CapacityType::CapacityBlock => {
+                self.aws.ec2.on_demand_price(&instance.instance_type)
+            }
             CapacityType::Spot => self.aws.ec2.spot_price(&instance.instance_type, &zone),
         };
         InstanceView {
             provider_id: format!("aws:///{zone}/{}", instance.id),
             instance_type: instance.instance_type.clone(),
             zone,
-            capacity_type: instance.capacity_type.as_str().to_owned(),
+            capacity_type: if reserved {
+                CAPACITY_TYPE_RESERVED.to_owned()
+            } else {
+                instance.capacity_type.as_str().to_owned()
+            },
             image_id: instance.image_id.clone().unwrap_or_default(),
             state: instance.state.as_str().to_owned(),
             price,

@@ -464,6 +464,16 @@ pub enum InstanceMatchCriteria {
     Targeted,
 }
 
+impl InstanceMatchCriteria {
+    /// EC2's spelling, which is also the API's.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Open => "open",
+            Self::Targeted => "targeted",
+        }
+    }
+}
+
 /// An AMI selector term: an alias (alone), or tags, an ID, a name and owner, or an SSM
 /// parameter.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]

@@ -138,6 +138,9 @@ pub struct CapacityReservation {
     #[serde(default)]
     #[schemars(extend("default" = "active"))]
     pub state: CapacityReservationState,
+    /// Whether its owner may reclaim it (an interruptible allocation of another reservation).
+    #[serde(default)]
+    pub interruptible: bool,
 }
 
 /// The kind of a capacity reservation.

@@ -24,9 +24,9 @@
 // The integration test includes this file by path and puts the port's items at its root, so
 // `super::` resolves in both places.
 use super::{
-    AwsError, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, ImageQuery,
-    InstanceState, LaunchTemplateRequest, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery,
-    Tag, TagFilter, wildcard_match,
+    AwsError, CapacityReservationQuery, CapacityType, Ec2, FleetLaunchTemplate, FleetOverride,
+    FleetRequest, ImageQuery, InstanceState, LaunchTemplateRequest, PlacementGroupQuery,
+    ResourceQuery, SecurityGroupQuery, Tag, TagFilter, wildcard_match,
 };
 
 /// What each implementation creates before the suite runs, through its own means.
@@ -48,6 +48,11 @@ pub(crate) struct Fixtures {
     pub(crate) partition_group_id: String,
     /// A `cluster` placement group named `contract-cluster`.
     pub(crate) cluster_group_id: String,
+    /// A targeted capacity reservation for 2 m5.large in the subnet's zone, tagged
+    /// `karpenter.sh/discovery=contract`.
+    pub(crate) reservation_id: String,
+    /// An interruptible one for 1 m5.large there, tagged the same.
+    pub(crate) interruptible_reservation_id: String,
 }
 
 /// Runs every case, in an order where later ones build on nothing earlier ones left behind
@@ -59,6 +64,7 @@ pub(crate) async fn run_all(ec2: &dyn Ec2, f: &Fixtures) {
     images(ec2, f).await;
     subnets_and_security_groups(ec2, f).await;
     placement_groups(ec2, f).await;
+    capacity_reservations(ec2, f).await;
     launch_terminate(ec2, f).await;
     errors(ec2).await;
 }
@@ -276,6 +282,78 @@ async fn placement_groups(ec2: &dyn Ec2, f: &Fixtures) {
     assert_eq!(
         unknown.code(),
         "InvalidPlacementGroup.Unknown",
+        "{unknown:?}"
+    );
+}
+
+async fn capacity_reservations(ec2: &dyn Ec2, f: &Fixtures) {
+    let by_id = ec2
+        .describe_capacity_reservations(&CapacityReservationQuery {
+            ids: vec![f.reservation_id.clone()],
+            ..CapacityReservationQuery::default()
+        })
+        .await
+        .expect("capacity reservation by id");
+    assert_eq!(by_id.len(), 1, "{by_id:?}");
+    let reservation = &by_id[0];
+    assert_eq!(reservation.instance_type, "m5.large");
+    assert_eq!(reservation.zone, f.zone);
+    assert_eq!(reservation.instance_match_criteria, "targeted");
+    assert_eq!(reservation.reservation_type, "default");
+    assert_eq!(reservation.state, "active");
+    assert_eq!(reservation.available_instance_count, 2);
+    assert_eq!(reservation.total_instance_count, 2);
+    assert!(!reservation.interruptible);
+    assert_eq!(
+        reservation.owner_id.len(),
+        12,
+        "an account id: {reservation:?}"
+    );
+
+    let discovery = vec![TagFilter::equals("karpenter.sh/discovery", "contract")];
+    let tagged = ec2
+        .describe_capacity_reservations(&CapacityReservationQuery {
+            tags: discovery.clone(),
+            owner_id: Some(reservation.owner_id.clone()),
+            instance_match_criteria: Some("targeted".to_owned()),
+            ..CapacityReservationQuery::default()
+        })
+        .await
+        .expect("capacity reservations by tags, owner and criteria");
+    let mut ids: Vec<&str> = tagged.iter().map(|r| r.id.as_str()).collect();
+    ids.sort_unstable();
+    let mut want = [
+        f.reservation_id.as_str(),
+        f.interruptible_reservation_id.as_str(),
+    ];
+    want.sort_unstable();
+    assert_eq!(ids, want);
+    let interruptible = tagged
+        .iter()
+        .find(|r| r.id == f.interruptible_reservation_id)
+        .expect("the interruptible reservation");
+    assert!(interruptible.interruptible, "{interruptible:?}");
+    assert_eq!(interruptible.available_instance_count, 1);
+
+    let open = ec2
+        .describe_capacity_reservations(&CapacityReservationQuery {
+            tags: discovery,
+            instance_match_criteria: Some("open".to_owned()),
+            ..CapacityReservationQuery::default()
+        })
+        .await
+        .expect("capacity reservations by criteria");
+    assert!(open.is_empty(), "{open:?}");
+    let unknown = ec2
+        .describe_capacity_reservations(&CapacityReservationQuery {
+            ids: vec!["cr-0123456789abcdef0".to_owned()],
+            ..CapacityReservationQuery::default()
+        })
+        .await
+        .expect_err("an unknown id is an error, as in EC2");
+    assert_eq!(
+        unknown.code(),
+        "InvalidCapacityReservationId.NotFound",
         "{unknown:?}"
     );
 }

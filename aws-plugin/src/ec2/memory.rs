@@ -10,11 +10,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::{
-    AwsError, AwsFuture, CapacityType, Ec2, FleetError, FleetInstance, FleetOverride, FleetRequest,
-    FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange, InstanceTypeInfo,
-    InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, PlacementGroup,
-    PlacementGroupQuery, ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag,
-    TagFilter, wildcard_match,
+    AwsError, AwsFuture, CapacityReservation, CapacityReservationQuery, CapacityType, Ec2,
+    FleetError, FleetInstance, FleetOverride, FleetRequest, FleetResult, Image, ImageQuery,
+    Instance, InstanceState, InstanceStateChange, InstanceTypeInfo, InstanceTypeOffering,
+    LaunchTemplate, LaunchTemplateRequest, PlacementGroup, PlacementGroupQuery, ResourceQuery,
+    SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter, wildcard_match,
 };
 use crate::catalogue::{self, CatalogueError};
 use crate::memory_cloud::{CallCounts, lock_state};
@@ -56,6 +56,7 @@ struct State {
     subnets: BTreeMap<String, Subnet>,
     security_groups: BTreeMap<String, SecurityGroup>,
     placement_groups: BTreeMap<String, PlacementGroup>,
+    capacity_reservations: BTreeMap<String, CapacityReservation>,
     launch_templates: BTreeMap<String, (LaunchTemplate, LaunchTemplateRequest)>,
     instances: BTreeMap<String, InstanceRecord>,
     now: Duration,
@@ -112,6 +113,7 @@ impl MemoryEc2 {
                 subnets: BTreeMap::new(),
                 security_groups: BTreeMap::new(),
                 placement_groups: BTreeMap::new(),
+                capacity_reservations: BTreeMap::new(),
                 launch_templates: BTreeMap::new(),
                 instances: BTreeMap::new(),
                 now: START,
@@ -301,6 +303,45 @@ impl MemoryEc2 {
         group
     }
 
+    /// Adds an `active` capacity reservation of this account for `count` instances of
+    /// `instance_type` in `zone`: `default` (an on-demand capacity reservation, `interruptible`
+    /// or not) or, with `capacity_block`, a capacity block. Launches targeting it take its
+    /// capacity; terminations give it back.
+    pub fn add_capacity_reservation(
+        &self,
+        instance_type: &str,
+        zone: &str,
+        count: i64,
+        interruptible: bool,
+        capacity_block: bool,
+        tags: Vec<Tag>,
+    ) -> CapacityReservation {
+        let mut state = self.state();
+        let reservation = CapacityReservation {
+            id: state.new_id("cr"),
+            owner_id: ACCOUNT_ID.to_owned(),
+            instance_type: instance_type.to_owned(),
+            zone: zone.to_owned(),
+            instance_match_criteria: "targeted".to_owned(),
+            reservation_type: if capacity_block {
+                "capacity-block"
+            } else {
+                "default"
+            }
+            .to_owned(),
+            state: "active".to_owned(),
+            available_instance_count: count,
+            total_instance_count: count,
+            end_date: None,
+            interruptible,
+            tags,
+        };
+        state
+            .capacity_reservations
+            .insert(reservation.id.clone(), reservation.clone());
+        reservation
+    }
+
     /// Adds an image owned by [`ACCOUNT_ID`] with the given creation date (ISO 8601), and
     /// returns it.
     pub fn add_image(
@@ -425,7 +466,7 @@ impl State {
                     zone: subnet.zone.clone(),
                 })
                 .is_ok();
-            let spot_ok = request.capacity_type == CapacityType::OnDemand
+            let spot_ok = request.capacity_type != CapacityType::Spot
                 || self
                     .instance_types
                     .get(&o.instance_type)
@@ -441,6 +482,35 @@ impl State {
                     ),
                 ));
                 continue;
+            }
+            if let Some(target) = &template.capacity_reservation {
+                // EC2 launches into a targeted reservation only what it reserves, where it
+                // reserves it, while it has room.
+                let fits = self.capacity_reservations.get(&target.id).is_some_and(|r| {
+                    r.instance_type == o.instance_type
+                        && r.zone == subnet.zone
+                        && r.state == "active"
+                });
+                let room = self.capacity_reservations.get(&target.id).is_some_and(|r| {
+                    r.available_instance_count >= i64::from(request.target_capacity)
+                });
+                if !fits || !room {
+                    result.errors.push(fail(
+                        if fits {
+                            "ReservationCapacityExceeded"
+                        } else {
+                            "InvalidParameterValue"
+                        },
+                        format!(
+                            "The capacity reservation {} cannot hold {} {} in {}.",
+                            target.id, request.target_capacity, o.instance_type, subnet.zone
+                        ),
+                    ));
+                    continue;
+                }
+                if let Some(reservation) = self.capacity_reservations.get_mut(&target.id) {
+                    reservation.available_instance_count -= i64::from(request.target_capacity);
+                }
             }
             let key = (
                 o.instance_type.clone(),
@@ -480,6 +550,10 @@ impl State {
                     private_dns_name: Some(format!("ip-10-0-{}.ec2.internal", self.next_id)),
                     launch_time: i64::try_from(self.now.as_secs()).ok(),
                     partition_number: self.partition_for(template.placement.as_ref()),
+                    capacity_reservation_id: template
+                        .capacity_reservation
+                        .as_ref()
+                        .map(|target| target.id.clone()),
                     tags: request.tags.clone(),
                 };
                 result.instances.push(FleetInstance {
@@ -708,6 +782,38 @@ impl Ec2 for MemoryEc2 {
         Box::pin(async move { answer })
     }
 
+    fn describe_capacity_reservations<'a>(
+        &'a self,
+        query: &'a CapacityReservationQuery,
+    ) -> AwsFuture<'a, Vec<CapacityReservation>> {
+        let state = self.state();
+        let reservations = &state.capacity_reservations;
+        let answer = match query.ids.iter().find(|id| !reservations.contains_key(*id)) {
+            Some(unknown) => Err(AwsError::from_code(
+                "InvalidCapacityReservationId.NotFound",
+                format!("The capacity reservation ID '{unknown}' does not exist"),
+            )),
+            None => Ok(reservations
+                .values()
+                .filter(|r| {
+                    r.state == "active"
+                        && if query.ids.is_empty() {
+                            query.owner_id.as_ref().is_none_or(|o| *o == r.owner_id)
+                                && query
+                                    .instance_match_criteria
+                                    .as_ref()
+                                    .is_none_or(|c| *c == r.instance_match_criteria)
+                                && all_pass(&query.tags, &r.tags)
+                        } else {
+                            query.ids.contains(&r.id)
+                        }
+                })
+                .cloned()
+                .collect()),
+        };
+        Box::pin(async move { answer })
+    }
+
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
@@ -809,8 +915,17 @@ impl Ec2 for MemoryEc2 {
             let mut changes = Vec::new();
             for id in ids {
                 let previous = state.instances.get(id).map(|r| state.instance_state(r));
-                if let Some(record) = state.instances.get_mut(id) {
-                    record.terminated_at.get_or_insert(now);
+                let mut released = None;
+                if let Some(record) = state.instances.get_mut(id)
+                    && record.terminated_at.is_none()
+                {
+                    record.terminated_at = Some(now);
+                    released = record.instance.capacity_reservation_id.clone();
+                }
+                if let Some(reservation) =
+                    released.and_then(|r| state.capacity_reservations.get_mut(&r))
+                {
+                    reservation.available_instance_count += 1;
                 }
                 if let (Some(previous), Some(record)) = (previous, state.instances.get(id)) {
                     changes.push(InstanceStateChange {
@@ -849,6 +964,10 @@ mod tests {
         MemoryEc2::new("us-east-1").expect("the embedded catalogue")
     }
 
+    fn discovery() -> Vec<Tag> {
+        vec![Tag::new("karpenter.sh/discovery", "contract")]
+    }
+
     /// The fixtures the contract suite needs, made through the in-memory EC2's own API.
     fn fixtures(ec2: &MemoryEc2) -> contract::Fixtures {
         let subnet = ec2.add_subnet(
@@ -878,6 +997,12 @@ mod tests {
                 .id,
             cluster_group_id: ec2
                 .add_placement_group("contract-cluster", "cluster", None)
+                .id,
+            reservation_id: ec2
+                .add_capacity_reservation("m5.large", "us-east-1a", 2, false, false, discovery())
+                .id,
+            interruptible_reservation_id: ec2
+                .add_capacity_reservation("m5.large", "us-east-1a", 1, true, false, discovery())
                 .id,
         }
     }
@@ -947,7 +1072,7 @@ mod tests {
             .expect("fleet");
         let id = launched.instances[0].id.clone();
         assert_eq!(
-            id, "i-0000000000000008",
+            id, "i-000000000000000a",
             "ids are one deterministic counter"
         );
         let state = async || {

@@ -196,6 +196,7 @@ impl MemoryEc2 {
             private_dns_name: Some(private_dns_name),
             launch_time,
             partition_number: None,
+            capacity_reservation_id: None,
             tags: running.tags,
         };
         state.instances.insert(

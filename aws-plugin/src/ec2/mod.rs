@@ -60,6 +60,14 @@ pub trait Ec2: Send + Sync + std::fmt::Debug {
         query: &'a PlacementGroupQuery,
     ) -> AwsFuture<'a, Vec<PlacementGroup>>;
 
+    /// DescribeCapacityReservations, `active` ones only: by ids, or by owner, tags and
+    /// instance match criteria (ANDed). An unknown id is an error
+    /// (`InvalidCapacityReservationId.NotFound`), not an empty answer.
+    fn describe_capacity_reservations<'a>(
+        &'a self,
+        query: &'a CapacityReservationQuery,
+    ) -> AwsFuture<'a, Vec<CapacityReservation>>;
+
     /// CreateLaunchTemplate. A name already taken is [`AwsError::AlreadyExists`].
     fn create_launch_template<'a>(
         &'a self,
@@ -335,6 +343,58 @@ pub struct PlacementGroup {
     pub state: String,
 }
 
+/// Which capacity reservations to describe.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CapacityReservationQuery {
+    /// By id (`cr-...`); the other criteria are then not used.
+    pub ids: Vec<String>,
+    /// The owning account.
+    pub owner_id: Option<String>,
+    /// Tag filters.
+    pub tags: Vec<TagFilter>,
+    /// `open` or `targeted`.
+    pub instance_match_criteria: Option<String>,
+}
+
+/// A capacity reservation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CapacityReservation {
+    /// `cr-...`.
+    pub id: String,
+    /// The owning account.
+    pub owner_id: String,
+    /// The instance type it reserves.
+    pub instance_type: String,
+    /// Its zone.
+    pub zone: String,
+    /// `open` or `targeted`.
+    pub instance_match_criteria: String,
+    /// `default` (an on-demand capacity reservation) or `capacity-block`.
+    pub reservation_type: String,
+    /// `active`, `expired`, `cancelled`, `pending`, `failed`, `scheduled`, ...
+    pub state: String,
+    /// How many more instances it can hold now.
+    pub available_instance_count: i64,
+    /// How many instances it holds in all.
+    pub total_instance_count: i64,
+    /// When it ends, seconds since the Unix epoch; `None`: it does not.
+    pub end_date: Option<i64>,
+    /// Whether its owner may reclaim it (an interruptible allocation of another reservation).
+    pub interruptible: bool,
+    /// Its tags.
+    pub tags: Vec<Tag>,
+}
+
+/// The capacity reservation a launch targets (a launch template's
+/// `CapacityReservationSpecification`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservationTarget {
+    /// The reservation, by id.
+    pub id: String,
+    /// A capacity block: the launch's market type is `capacity-block`.
+    pub capacity_block: bool,
+}
+
 /// Where in a placement group instances launch (a launch template's `Placement`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
@@ -369,6 +429,8 @@ pub struct LaunchTemplateRequest {
     pub metadata_options: Option<MetadataOptions>,
     /// The placement group instances launch into.
     pub placement: Option<Placement>,
+    /// The capacity reservation instances launch into.
+    pub capacity_reservation: Option<ReservationTarget>,
     /// `CpuOptions.NestedVirtualization`, `enabled` or `disabled`; `None`: EC2's default.
     pub nested_virtualization: Option<String>,
     /// Tags of the template itself.
@@ -418,18 +480,22 @@ pub struct LaunchTemplate {
 /// On-demand or spot.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum CapacityType {
-    /// On-demand.
+    /// On-demand (also a launch into an on-demand capacity reservation).
     OnDemand,
     /// Spot.
     Spot,
+    /// A capacity block (a launch into a capacity block reservation).
+    CapacityBlock,
 }
 
 impl CapacityType {
-    /// EC2's name (`on-demand`, `spot`), also the `karpenter.sh/capacity-type` label value.
+    /// EC2's name (`on-demand`, `spot`, `capacity-block`); the first two are also
+    /// `karpenter.sh/capacity-type` label values.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::OnDemand => "on-demand",
             Self::Spot => "spot",
+            Self::CapacityBlock => "capacity-block",
         }
     }
 }
@@ -580,6 +646,8 @@ pub struct Instance {
     pub launch_time: Option<i64>,
     /// Its partition, when it runs in a `partition` placement group and EC2 says.
     pub partition_number: Option<i32>,
+    /// The capacity reservation it runs in.
+    pub capacity_reservation_id: Option<String>,
     /// Its tags.
     pub tags: Vec<Tag>,
 }

@@ -12,11 +12,11 @@ use aws_sdk_ec2::primitives::DateTime;
 use aws_sdk_ec2::types as sdk;
 
 use super::{
-    AwsError, AwsFuture, BlockDeviceMapping, CapacityType, Ec2, FleetError, FleetInstance,
-    FleetRequest, FleetResult, Image, ImageQuery, Instance, InstanceState, InstanceStateChange,
-    InstanceTypeInfo, InstanceTypeOffering, LaunchTemplate, LaunchTemplateRequest, MetadataOptions,
-    PlacementGroup, PlacementGroupQuery, ResourceQuery, SecurityGroup, SecurityGroupQuery,
-    SpotPrice, Subnet, Tag, TagFilter,
+    AwsError, AwsFuture, BlockDeviceMapping, CapacityReservation, CapacityReservationQuery,
+    CapacityType, Ec2, FleetError, FleetInstance, FleetRequest, FleetResult, Image, ImageQuery,
+    Instance, InstanceState, InstanceStateChange, InstanceTypeInfo, InstanceTypeOffering,
+    LaunchTemplate, LaunchTemplateRequest, MetadataOptions, PlacementGroup, PlacementGroupQuery,
+    ResourceQuery, SecurityGroup, SecurityGroupQuery, SpotPrice, Subnet, Tag, TagFilter,
 };
 use crate::aws::classify;
 use crate::catalogue;
@@ -288,6 +288,7 @@ fn instance(i: &sdk::Instance) -> Instance {
         image_id: i.image_id().map(str::to_owned),
         capacity_type: match i.instance_lifecycle() {
             Some(sdk::InstanceLifecycleType::Spot) => CapacityType::Spot,
+            Some(sdk::InstanceLifecycleType::CapacityBlock) => CapacityType::CapacityBlock,
             _ => CapacityType::OnDemand,
         },
         security_group_ids: i
@@ -301,6 +302,7 @@ fn instance(i: &sdk::Instance) -> Instance {
             .map(str::to_owned),
         launch_time: i.launch_time().map(DateTime::secs),
         partition_number: i.placement().and_then(|p| p.partition_number()),
+        capacity_reservation_id: i.capacity_reservation_id().map(str::to_owned),
         tags: tags(i.tags()),
     }
 }
@@ -572,6 +574,71 @@ impl Ec2 for SdkEc2 {
         })
     }
 
+    fn describe_capacity_reservations<'a>(
+        &'a self,
+        query: &'a CapacityReservationQuery,
+    ) -> AwsFuture<'a, Vec<CapacityReservation>> {
+        Box::pin(async move {
+            let mut filters = vec![
+                sdk::Filter::builder()
+                    .name("state")
+                    .values(sdk::CapacityReservationState::Active.as_str())
+                    .build(),
+            ];
+            // By id, EC2 takes no other criteria (nor MaxResults).
+            if query.ids.is_empty() {
+                filters.extend(filters_by_name(
+                    &query.tags,
+                    "owner-id",
+                    &query.owner_id.iter().cloned().collect::<Vec<_>>(),
+                ));
+                if let Some(criteria) = &query.instance_match_criteria {
+                    filters.push(
+                        sdk::Filter::builder()
+                            .name("instance-match-criteria")
+                            .values(criteria)
+                            .build(),
+                    );
+                }
+            }
+            let mut call = self
+                .client
+                .describe_capacity_reservations()
+                .set_filters(Some(filters));
+            if query.ids.is_empty() {
+                call = call.max_results(1000);
+            } else {
+                call = call.set_capacity_reservation_ids(Some(query.ids.clone()));
+            }
+            let mut pages = call.into_paginator().items().send();
+            let mut out = Vec::new();
+            while let Some(r) = pages.next().await {
+                let r = r.map_err(classify)?;
+                out.push(CapacityReservation {
+                    id: r.capacity_reservation_id().unwrap_or_default().to_owned(),
+                    owner_id: r.owner_id().unwrap_or_default().to_owned(),
+                    instance_type: r.instance_type().unwrap_or_default().to_owned(),
+                    zone: r.availability_zone().unwrap_or_default().to_owned(),
+                    instance_match_criteria: r
+                        .instance_match_criteria()
+                        .map(|c| c.as_str().to_owned())
+                        .unwrap_or_default(),
+                    reservation_type: r
+                        .reservation_type()
+                        .map_or("default", |t| t.as_str())
+                        .to_owned(),
+                    state: r.state().map(|s| s.as_str().to_owned()).unwrap_or_default(),
+                    available_instance_count: int(r.available_instance_count()),
+                    total_instance_count: int(r.total_instance_count()),
+                    end_date: r.end_date().map(DateTime::secs),
+                    interruptible: r.interruptible().unwrap_or(false),
+                    tags: tags(r.tags()),
+                });
+            }
+            Ok(out)
+        })
+    }
+
     fn create_launch_template<'a>(
         &'a self,
         request: &'a LaunchTemplateRequest,
@@ -612,6 +679,28 @@ impl Ec2 for SdkEc2 {
                         .set_partition_number(p.partition_number)
                         .build()
                 }))
+                .set_capacity_reservation_specification(request.capacity_reservation.as_ref().map(
+                    |target| {
+                        sdk::LaunchTemplateCapacityReservationSpecificationRequest::builder()
+                            .capacity_reservation_target(
+                                sdk::CapacityReservationTarget::builder()
+                                    .capacity_reservation_id(&target.id)
+                                    .build(),
+                            )
+                            .build()
+                    },
+                ))
+                .set_instance_market_options(
+                    request
+                        .capacity_reservation
+                        .as_ref()
+                        .filter(|target| target.capacity_block)
+                        .map(|_| {
+                            sdk::LaunchTemplateInstanceMarketOptionsRequest::builder()
+                                .market_type(sdk::MarketType::CapacityBlock)
+                                .build()
+                        }),
+                )
                 .set_cpu_options(request.nested_virtualization.as_deref().map(|nested| {
                     sdk::LaunchTemplateCpuOptionsRequest::builder()
                         .nested_virtualization(sdk::NestedVirtualizationSpecification::from(nested))
@@ -688,6 +777,7 @@ impl Ec2 for SdkEc2 {
             let target_type = match request.capacity_type {
                 CapacityType::OnDemand => sdk::DefaultTargetCapacityType::OnDemand,
                 CapacityType::Spot => sdk::DefaultTargetCapacityType::Spot,
+                CapacityType::CapacityBlock => sdk::DefaultTargetCapacityType::CapacityBlock,
             };
             let mut call = self
                 .client

@@ -9,7 +9,11 @@
 //! - without minValues, "exotic" types (metal, GPUs and other accelerators) are dropped when
 //!   ordinary ones qualify, and in a launch that may be spot or on-demand, types whose cheapest
 //!   offering costs more than the cheapest on-demand one are dropped;
-//! - spot when the requirements allow it and a spot offering qualifies, else on-demand;
+//! - reserved when the requirements allow it and a reserved offering qualifies (upstream's
+//!   `CapacityReservationTypeFilter`: the reservations of one kind only, the kind with the
+//!   cheapest offering, ties to on-demand capacity reservations, then capacity blocks, then
+//!   interruptible reservations; each option targets its reservation), else spot when the
+//!   requirements allow it and a spot offering qualifies, else on-demand;
 //! - one override per qualifying offering of that capacity type, in the best subnet of its
 //!   zone, ordered by price, at most [`MAX_OVERRIDES`].
 //!
@@ -21,10 +25,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use crate::labels::{LABEL_INSTANCE_SIZE, LABEL_TOPOLOGY_ZONE_ID};
+use crate::labels::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_INSTANCE_SIZE, LABEL_TOPOLOGY_ZONE_ID,
+};
 use core_domain::instance_type::{InstanceType, Offering};
 use core_domain::labels::{
-    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_SPOT, LABEL_ARCH, LABEL_CAPACITY_TYPE,
+    CAPACITY_TYPE_ON_DEMAND, CAPACITY_TYPE_RESERVED, CAPACITY_TYPE_SPOT, LABEL_ARCH,
+    LABEL_CAPACITY_TYPE,
 };
 use core_domain::quantity::Quantity;
 use core_domain::requirements::{MinValuesError, Operator, Requirement, Requirements};
@@ -50,6 +58,24 @@ const ACCELERATOR_RESOURCES: [&str; 5] = [
 /// A field of the request that does not parse: its path and why.
 pub type FieldError = (String, String);
 
+/// The capacity reservation a reserved launch option targets.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReservedOption {
+    /// `cr-...`.
+    pub id: String,
+    /// `default` or `capacity-block`.
+    pub reservation_type: String,
+    /// Whether its owner may reclaim it.
+    pub interruptible: bool,
+}
+
+impl ReservedOption {
+    /// A capacity block (launched with the `capacity-block` market type).
+    pub fn is_capacity_block(&self) -> bool {
+        self.reservation_type == "capacity-block"
+    }
+}
+
 /// One way to launch: an instance type in a zone, in the subnet launches use there.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LaunchOption {
@@ -63,15 +89,31 @@ pub struct LaunchOption {
     pub subnet_id: String,
     /// Per hour.
     pub price: f64,
+    /// The reservation it launches into, for a reserved launch.
+    pub reservation: Option<ReservedOption>,
 }
 
 /// What to launch: the capacity type and the options, cheapest first.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Plan {
-    /// Spot or on-demand.
+    /// The fleet's market: spot or on-demand (a reserved launch into an on-demand capacity
+    /// reservation is on-demand), or a capacity block.
     pub capacity_type: CapacityType,
+    /// Whether the options launch into capacity reservations.
+    pub reserved: bool,
     /// At most [`MAX_OVERRIDES`], by price (ties by type, then zone).
     pub options: Vec<LaunchOption>,
+}
+
+impl Plan {
+    /// The `karpenter.sh/capacity-type` of its nodes: `reserved`, `spot` or `on-demand`.
+    pub fn capacity_type_label(&self) -> &'static str {
+        if self.reserved {
+            CAPACITY_TYPE_RESERVED
+        } else {
+            self.capacity_type.as_str()
+        }
+    }
 }
 
 /// Why nothing can be launched.
@@ -180,6 +222,11 @@ pub fn plan(catalogue: &[InstanceType], constraints: &Constraints<'_>) -> Result
             candidates = without_unwanted_spot(candidates, constraints);
         }
     }
+    if constraints.allows(CAPACITY_TYPE_RESERVED)
+        && let Some(plan) = reserved_plan(&candidates, constraints)
+    {
+        return plan;
+    }
     let capacity_type = capacity_type(&candidates, constraints);
     let mut options: Vec<(LaunchOption, &InstanceType)> = Vec::new();
     for &instance_type in &candidates {
@@ -204,6 +251,7 @@ pub fn plan(catalogue: &[InstanceType], constraints: &Constraints<'_>) -> Result
                     zone_id,
                     subnet_id: subnet.id.clone(),
                     price: offering.price,
+                    reservation: None,
                 },
                 instance_type,
             ));
@@ -228,8 +276,101 @@ pub fn plan(catalogue: &[InstanceType], constraints: &Constraints<'_>) -> Result
     let options = truncate(options, requirements)?;
     Ok(Plan {
         capacity_type,
+        reserved: false,
         options,
     })
+}
+
+/// A kind of capacity reservation, in upstream's order at equal price: its priority, type
+/// (`default` or `capacity-block`) and interruptibility.
+type ReservationKind = (u8, String, bool);
+
+/// The reserved launch, when a candidate has a launchable reserved offering: the options of
+/// one kind of reservation (CreateFleet takes one market type), cheapest first, each targeting
+/// its reservation.
+fn reserved_plan(
+    candidates: &[&InstanceType],
+    constraints: &Constraints<'_>,
+) -> Option<Result<Plan, PlanError>> {
+    let mut by_kind: BTreeMap<ReservationKind, Vec<(LaunchOption, &InstanceType)>> =
+        BTreeMap::new();
+    for &instance_type in candidates {
+        for offering in constraints.launchable_offerings(instance_type) {
+            if &*offering.capacity_type != CAPACITY_TYPE_RESERVED {
+                continue;
+            }
+            let label = |key: &str| offering.requirements.get(key).and_then(single_value);
+            let (Some(id), Some(subnet)) = (
+                label(LABEL_CAPACITY_RESERVATION_ID),
+                constraints.subnets.get(&*offering.zone),
+            ) else {
+                continue;
+            };
+            let reservation_type = label(LABEL_CAPACITY_RESERVATION_TYPE).unwrap_or("default");
+            let interruptible = label(LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE) == Some("true");
+            // Upstream's order among kinds at the same price.
+            let priority = match (reservation_type, interruptible) {
+                ("default", false) => 0,
+                ("capacity-block", _) => 1,
+                _ => 2,
+            };
+            by_kind
+                .entry((priority, reservation_type.to_owned(), interruptible))
+                .or_default()
+                .push((
+                    LaunchOption {
+                        instance_type: instance_type.name().to_owned(),
+                        zone: offering.zone.to_string(),
+                        zone_id: subnet
+                            .zone_id
+                            .clone()
+                            .or_else(|| label(LABEL_TOPOLOGY_ZONE_ID).map(str::to_owned)),
+                        subnet_id: subnet.id.clone(),
+                        price: offering.price,
+                        reservation: Some(ReservedOption {
+                            id: id.to_owned(),
+                            reservation_type: reservation_type.to_owned(),
+                            interruptible,
+                        }),
+                    },
+                    instance_type,
+                ));
+        }
+    }
+    let cheapest = |options: &[(LaunchOption, &InstanceType)]| {
+        options
+            .iter()
+            .map(|(o, _)| o.price)
+            .fold(f64::INFINITY, f64::min)
+    };
+    let ((_, reservation_type, _), mut options) = by_kind.into_iter().min_by(|a, b| {
+        cheapest(&a.1)
+            .total_cmp(&cheapest(&b.1))
+            .then_with(|| a.0.0.cmp(&b.0.0))
+    })?;
+    options.sort_by(|(a, _), (b, _)| {
+        a.price
+            .total_cmp(&b.price)
+            .then_with(|| a.instance_type.cmp(&b.instance_type))
+            .then_with(|| a.zone.cmp(&b.zone))
+            .then_with(|| {
+                a.reservation
+                    .as_ref()
+                    .map(|r| &r.id)
+                    .cmp(&b.reservation.as_ref().map(|r| &r.id))
+            })
+    });
+    Some(
+        truncate(options, constraints.requirements).map(|options| Plan {
+            capacity_type: if reservation_type == "capacity-block" {
+                CapacityType::CapacityBlock
+            } else {
+                CapacityType::OnDemand
+            },
+            reserved: true,
+            options,
+        }),
+    )
 }
 
 /// Keeps the [`MAX_OVERRIDES`] cheapest options; under minValues, if those span too few

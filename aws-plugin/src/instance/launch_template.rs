@@ -1,6 +1,7 @@
 //! Launch templates: one per distinct launch configuration (image, security groups, instance
 //! profile, user data, block devices, metadata options, network interface settings,
-//! monitoring, placement group and partition, nested virtualization, tags), named after a hash of that
+//! monitoring, placement group and partition, capacity reservation, nested virtualization,
+//! tags), named after a hash of that
 //! configuration (`karpenter.k8s.aws/<hash>`, upstream's `LaunchTemplateName`), so every
 //! launch with the same configuration shares one template and a changed configuration gets a
 //! new one instead of editing a template instances were launched from.
@@ -23,7 +24,7 @@ use crate::apis::ec2nodeclass::{
 };
 use crate::ec2::{
     AwsError, BlockDeviceMapping, ConnectionTracking, Ec2, LaunchTemplateRequest, MetadataOptions,
-    NetworkInterfaceRequest, Placement, ResourceQuery,
+    NetworkInterfaceRequest, Placement, ReservationTarget, ResourceQuery,
 };
 
 use super::fleet::FieldError;
@@ -49,6 +50,8 @@ pub struct LaunchConfig<'a> {
     /// The placement group (and partition) the node class's `placementGroupSelector`
     /// resolved to.
     pub placement: Option<Placement>,
+    /// The capacity reservation a reserved launch targets.
+    pub capacity_reservation: Option<ReservationTarget>,
     /// The template's tags.
     pub tags: Vec<crate::ec2::Tag>,
 }
@@ -72,6 +75,7 @@ pub fn request(config: &LaunchConfig<'_>) -> Result<LaunchTemplateRequest, Field
         block_device_mappings: block_device_mappings(config.node_class, config.family)?,
         metadata_options: Some(metadata_options(&config.node_class.spec.metadata_options)),
         placement: config.placement.clone(),
+        capacity_reservation: config.capacity_reservation.clone(),
         // Upstream sets it whenever the node class does, `disabled` included.
         nested_virtualization: spec
             .cpu_options
@@ -211,6 +215,13 @@ pub fn name_of(request: &LaunchTemplateRequest) -> String {
             "placement",
             placement.group_id,
             placement.partition_number,
+        ]));
+    }
+    if let Some(target) = &request.capacity_reservation {
+        canonical.push(serde_json::json!([
+            "capacityReservation",
+            target.id,
+            target.capacity_block,
         ]));
     }
     if let Some(nested) = &request.nested_virtualization {
@@ -412,6 +423,7 @@ mod tests {
             instance_profile: Some("profile".to_owned()),
             user_data: Some("dXNlcg==".to_owned()),
             placement: None,
+            capacity_reservation: None,
             tags: vec![Tag::new("a", "b")],
         }
     }

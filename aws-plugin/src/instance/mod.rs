@@ -28,11 +28,14 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use crate::labels::{LABEL_PLACEMENT_GROUP_PARTITION, LABEL_TOPOLOGY_ZONE_ID};
+use crate::labels::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_PLACEMENT_GROUP_PARTITION, LABEL_TOPOLOGY_ZONE_ID,
+};
 use core_domain::instance_type::InstanceType;
 use core_domain::labels::{
-    LABEL_CAPACITY_TYPE, LABEL_DO_NOT_SYNC_TAINTS, LABEL_INSTANCE_TYPE, LABEL_NODEPOOL,
-    LABEL_TOPOLOGY_ZONE,
+    CAPACITY_TYPE_RESERVED, LABEL_CAPACITY_TYPE, LABEL_DO_NOT_SYNC_TAINTS, LABEL_INSTANCE_TYPE,
+    LABEL_NODEPOOL, LABEL_TOPOLOGY_ZONE,
 };
 use core_domain::requirements::Requirements;
 use core_domain::resources::ResourceName;
@@ -44,12 +47,15 @@ use crate::aws_error::AwsError;
 use crate::bootstrap::{self, Bootstrap, BootstrapError, ClusterSettings};
 use crate::ec2::{
     CapacityType, Ec2, FleetLaunchTemplate, FleetOverride, FleetRequest, FleetResult, Instance,
-    InstanceState, LaunchTemplateRequest, Placement, PlacementGroup, ResourceQuery, TagFilter,
+    InstanceState, LaunchTemplateRequest, Placement, PlacementGroup, ReservationTarget,
+    ResourceQuery, TagFilter,
 };
-use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, SystemClock};
+use crate::instance_type_provider::{
+    Clock, InstanceTypeError, InstanceTypeProvider, Resolved, SystemClock,
+};
 use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
 
-use fleet::{Constraints, Plan, PlanError};
+use fleet::{Constraints, Plan, PlanError, ReservedOption};
 use launch_template::{LaunchConfig, LaunchTemplates};
 
 use error::bootstrap_error;
@@ -191,6 +197,8 @@ struct Launched {
     launch_time: Option<i64>,
     /// Its partition of a partition placement group, when known.
     partition: Option<i32>,
+    /// The capacity reservation it runs in.
+    reservation: Option<ReservedOption>,
 }
 
 impl Launched {
@@ -206,7 +214,29 @@ impl Launched {
             state: instance.state.clone(),
             launch_time: instance.launch_time,
             partition: instance.partition_number,
+            reservation: None,
         }
+    }
+
+    /// The same, with the reservation it runs in as the node class knows it.
+    fn from_instance_of(instance: &Instance, resolved: &ResolvedNodeClass) -> Self {
+        let mut launched = Self::from_instance(instance);
+        launched.zone_id = zone_id_of(resolved, launched.subnet_id.as_deref());
+        launched.reservation = instance.capacity_reservation_id.as_ref().map(|id| {
+            let known = resolved
+                .capacity_reservations
+                .iter()
+                .find(|r| r.reservation.id == *id);
+            ReservedOption {
+                id: id.clone(),
+                reservation_type: known.map_or_else(
+                    || "default".to_owned(),
+                    |r| r.reservation.reservation_type.clone(),
+                ),
+                interruptible: known.is_some_and(|r| r.reservation.interruptible),
+            }
+        });
+        launched
     }
 }
 
@@ -306,7 +336,7 @@ impl InstanceProvider {
         // partition); zones and images are the plan's to check, naming what left nothing.
         let catalogue = self
             .instance_types
-            .placed_instance_types(Some(node_class_json), resolved.placement_group.as_ref())
+            .placed_instance_types(Some(node_class_json), &Resolved::of(resolved))
             .await?;
         if let Some(existing) = self.launched_for(&node_claim.name).await? {
             tracing::info!(
@@ -314,8 +344,7 @@ impl InstanceProvider {
                 instance = %existing.id,
                 "already launched; returning the instance"
             );
-            let mut launched = Launched::from_instance(&existing);
-            launched.zone_id = zone_id_of(resolved, launched.subnet_id.as_deref());
+            let launched = Launched::from_instance_of(&existing, resolved);
             let instance_type = catalogue.iter().find(|t| t.name == existing.instance_type);
             return Ok(self.hydrate(node_claim, &launched, instance_type));
         }
@@ -427,6 +456,7 @@ impl InstanceProvider {
             image_id,
             state: InstanceState::Pending,
             launch_time: None,
+            reservation: option.and_then(|o| o.reservation.clone()),
             partition: match &placement {
                 Some(Placement {
                     partition_number: Some(partition),
@@ -471,7 +501,7 @@ impl InstanceProvider {
         let labels = self.bootstrap_labels(request.node_claim, resolved.family, plan.capacity_type);
         let spec = &resolved.node_class.spec;
         let mut groups: Vec<TemplateGroup> = Vec::new();
-        let mut group_of_config: HashMap<(String, i64), usize> = HashMap::new();
+        let mut group_of_config: HashMap<(String, i64, Option<String>), usize> = HashMap::new();
         for (rank, option) in plan.options.iter().enumerate() {
             let Some(instance_type) = by_name.get(option.instance_type.as_str()) else {
                 continue;
@@ -480,7 +510,9 @@ impl InstanceProvider {
                 continue;
             };
             let pods = instance_type.capacity().get(&ResourceName::PODS);
-            let key = (architecture.to_owned(), pods);
+            // A reserved option's template targets its reservation.
+            let reservation = option.reservation.as_ref().map(|r| r.id.clone());
+            let key = (architecture.to_owned(), pods, reservation);
             let index = match group_of_config.get(&key) {
                 Some(index) => *index,
                 None => {
@@ -509,6 +541,12 @@ impl InstanceProvider {
                         instance_profile: resolved.instance_profile.clone(),
                         user_data: (!user_data.is_empty()).then_some(user_data),
                         placement: placement.cloned(),
+                        capacity_reservation: option.reservation.as_ref().map(|r| {
+                            ReservationTarget {
+                                id: r.id.clone(),
+                                capacity_block: r.is_capacity_block(),
+                            }
+                        }),
                         tags: launch_tags.to_vec(),
                     })
                     .map_err(|(field, message)| InstanceError::invalid(field, message))?;
@@ -606,14 +644,14 @@ impl InstanceProvider {
                 tracing::info!(
                     instance_type = %instance_type,
                     zone = %zone,
-                    capacity_type = plan.capacity_type.as_str(),
+                    capacity_type = plan.capacity_type_label(),
                     code = failure.error.code(),
                     "offering out of capacity; marked unavailable"
                 );
                 self.instance_types.mark_unavailable(
                     instance_type,
                     zone,
-                    plan.capacity_type.as_str(),
+                    plan.capacity_type_label(),
                 );
             }
         }
@@ -719,10 +757,41 @@ impl InstanceProvider {
         if let Some(zone_id) = &launched.zone_id {
             labels.insert(LABEL_TOPOLOGY_ZONE_ID.to_owned(), zone_id.clone());
         }
-        labels.insert(
-            LABEL_CAPACITY_TYPE.to_owned(),
-            launched.capacity_type.as_str().to_owned(),
-        );
+        // The type's reservations are its offerings', not this node's: only a node in a
+        // reservation carries its labels.
+        for key in [
+            LABEL_CAPACITY_RESERVATION_ID,
+            LABEL_CAPACITY_RESERVATION_TYPE,
+            LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+        ] {
+            labels.remove(key);
+        }
+        match &launched.reservation {
+            Some(reservation) => {
+                labels.insert(
+                    LABEL_CAPACITY_TYPE.to_owned(),
+                    CAPACITY_TYPE_RESERVED.to_owned(),
+                );
+                labels.insert(
+                    LABEL_CAPACITY_RESERVATION_ID.to_owned(),
+                    reservation.id.clone(),
+                );
+                labels.insert(
+                    LABEL_CAPACITY_RESERVATION_TYPE.to_owned(),
+                    reservation.reservation_type.clone(),
+                );
+                labels.insert(
+                    LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE.to_owned(),
+                    reservation.interruptible.to_string(),
+                );
+            }
+            None => {
+                labels.insert(
+                    LABEL_CAPACITY_TYPE.to_owned(),
+                    launched.capacity_type.as_str().to_owned(),
+                );
+            }
+        }
         if let Some(partition) = launched.partition {
             labels.insert(
                 LABEL_PLACEMENT_GROUP_PARTITION.to_owned(),

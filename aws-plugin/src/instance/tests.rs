@@ -13,7 +13,10 @@ use tonic::Code;
 use super::*;
 use crate::ec2::memory::MemoryEc2;
 use crate::ec2::{FleetOverride, LaunchTemplateRequest, Tag};
-use crate::labels::LABEL_PLACEMENT_GROUP_ID;
+use crate::labels::{
+    LABEL_CAPACITY_RESERVATION_ID, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE,
+    LABEL_CAPACITY_RESERVATION_TYPE, LABEL_PLACEMENT_GROUP_ID,
+};
 use crate::node_class::fixture::{Fixture, node_class};
 
 const ZONE_A: &str = "us-east-1a";
@@ -942,4 +945,82 @@ async fn a_cluster_group_places_the_launch_without_a_partition() {
         matches!(err, InstanceError::InsufficientCapacity { .. }),
         "t2 types support partition and spread groups only: {err:?}"
     );
+}
+
+/// A NodeClaim allowing reserved capacity launches into the reservation its node class
+/// selects: the template targets it, the NodeClaim is `reserved` with the reservation's
+/// labels. Once EC2 says the reservation is full, that is insufficient capacity and its
+/// offering unavailable, so the next launch is on-demand.
+#[tokio::test]
+async fn a_reserved_launch_targets_the_reservation_until_it_is_full() {
+    let fixture = Fixture::new();
+    let reservation = fixture.cloud.ec2.add_capacity_reservation(
+        "m5.large",
+        ZONE_A,
+        1,
+        true,
+        false,
+        vec![Tag::new("team", "ml")],
+    );
+    let mut class = node_class();
+    class["spec"]["capacityReservationSelectorTerms"] = json!([{"tags": {"team": "ml"}}]);
+    let h = Harness::from_fixture(fixture, class).await;
+    let reserved_or_on_demand = |name: &str| {
+        claim(
+            name,
+            vec![
+                requirement(LABEL_INSTANCE_TYPE, &["m5.large"]),
+                requirement(LABEL_CAPACITY_TYPE, &["reserved", "on-demand"]),
+            ],
+        )
+    };
+    let launched = h.create(&reserved_or_on_demand("claim-1")).await.unwrap();
+    assert_eq!(label(&launched, LABEL_CAPACITY_TYPE), "reserved");
+    assert_eq!(
+        label(&launched, LABEL_CAPACITY_RESERVATION_ID),
+        reservation.id
+    );
+    assert_eq!(label(&launched, LABEL_CAPACITY_RESERVATION_TYPE), "default");
+    assert_eq!(
+        label(&launched, LABEL_CAPACITY_RESERVATION_INTERRUPTIBLE),
+        "true"
+    );
+    assert_eq!(label(&launched, LABEL_TOPOLOGY_ZONE), ZONE_A);
+    let fleet = h.last_fleet();
+    assert_eq!(fleet.capacity_type, CapacityType::OnDemand);
+    let template = h
+        .ec2()
+        .launch_template_request(&fleet.launch_templates[0].name)
+        .unwrap();
+    assert_eq!(
+        template.capacity_reservation,
+        Some(ReservationTarget {
+            id: reservation.id.clone(),
+            capacity_block: false,
+        })
+    );
+    let instance = h.ec2_instance(&status(&launched).provider_id).await;
+    assert_eq!(
+        instance.capacity_reservation_id.as_deref(),
+        Some(reservation.id.as_str())
+    );
+
+    // The resolution (cached) still says there is room; EC2 says otherwise.
+    let err = h
+        .create(&reserved_or_on_demand("claim-2"))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, InstanceError::InsufficientCapacity { .. }),
+        "{err:?}"
+    );
+    assert!(h.types.is_unavailable("m5.large", ZONE_A, "reserved"));
+    let fallback = h.create(&reserved_or_on_demand("claim-3")).await.unwrap();
+    assert_eq!(label(&fallback, LABEL_CAPACITY_TYPE), "on-demand");
+    assert_eq!(label(&fallback, LABEL_CAPACITY_RESERVATION_ID), "");
+    let template = h
+        .ec2()
+        .launch_template_request(&h.last_fleet().launch_templates[0].name)
+        .unwrap();
+    assert_eq!(template.capacity_reservation, None);
 }

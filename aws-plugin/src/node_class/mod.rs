@@ -16,11 +16,15 @@ use std::time::{Duration, Instant};
 use crate::apis::EC2NodeClass;
 use crate::apis::ec2nodeclass::AMIFamily;
 use crate::apis::status::{
-    CONDITION_AMIS_READY, CONDITION_INSTANCE_PROFILE_READY, CONDITION_PLACEMENT_GROUP_READY,
-    CONDITION_SECURITY_GROUPS_READY, CONDITION_SUBNETS_READY, CONDITION_VALIDATION_SUCCEEDED,
+    CONDITION_AMIS_READY, CONDITION_CAPACITY_RESERVATIONS_READY, CONDITION_INSTANCE_PROFILE_READY,
+    CONDITION_PLACEMENT_GROUP_READY, CONDITION_SECURITY_GROUPS_READY, CONDITION_SUBNETS_READY,
+    CONDITION_VALIDATION_SUCCEEDED,
 };
 use crate::aws_error::AwsError;
-use crate::ec2::{Ec2, PlacementGroup, PlacementGroupQuery, ResourceQuery, SecurityGroupQuery};
+use crate::ec2::{
+    CapacityReservation, CapacityReservationQuery, Ec2, PlacementGroup, PlacementGroupQuery,
+    ResourceQuery, SecurityGroupQuery,
+};
 use crate::iam::Iam;
 use crate::instance_type_provider::Clock;
 use crate::ssm::Ssm;
@@ -70,6 +74,26 @@ pub struct ResolvedSecurityGroup {
     pub name: String,
 }
 
+/// How long before its end a capacity block is `expiring`: EC2 reclaims its instances in that
+/// window, so nothing more is launched into it (upstream's `capacityReservationExpirationPeriod`).
+pub const CAPACITY_BLOCK_EXPIRATION_WINDOW: Duration = Duration::from_secs(40 * 60);
+
+/// A capacity reservation a node class selects.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedReservation {
+    /// As EC2 describes it (its available count as of the resolution).
+    pub reservation: CapacityReservation,
+    /// A capacity block within [`CAPACITY_BLOCK_EXPIRATION_WINDOW`] of its end.
+    pub expiring: bool,
+}
+
+impl ResolvedReservation {
+    /// A capacity block (launched with the `capacity-block` market type).
+    pub fn is_capacity_block(&self) -> bool {
+        self.reservation.reservation_type == "capacity-block"
+    }
+}
+
 /// One readiness condition of the node class.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Readiness {
@@ -100,8 +124,10 @@ pub struct ResolvedNodeClass {
     pub instance_profile: Option<String>,
     /// The placement group `placementGroupSelector` found, when it names one that exists.
     pub placement_group: Option<PlacementGroup>,
+    /// The active capacity reservations `capacityReservationSelectorTerms` select, by id.
+    pub capacity_reservations: Vec<ResolvedReservation>,
     /// AMIsReady, SubnetsReady, SecurityGroupsReady, InstanceProfileReady,
-    /// PlacementGroupReady, ValidationSucceeded.
+    /// PlacementGroupReady, CapacityReservationsReady, ValidationSucceeded.
     pub conditions: Vec<Readiness>,
     /// The static hash ([`hash::static_hash`]).
     pub static_hash: String,
@@ -196,6 +222,30 @@ impl ResolvedNodeClass {
         });
         if let Some(profile) = &self.instance_profile {
             status["instanceProfile"] = profile.clone().into();
+        }
+        if !self.capacity_reservations.is_empty() {
+            status["capacityReservations"] = self
+                .capacity_reservations
+                .iter()
+                .map(|resolved| {
+                    let r = &resolved.reservation;
+                    let mut entry = serde_json::json!({
+                        "availabilityZone": r.zone,
+                        "id": r.id,
+                        "instanceMatchCriteria": r.instance_match_criteria,
+                        "instanceType": r.instance_type,
+                        "ownerID": r.owner_id,
+                        "reservationType": r.reservation_type,
+                        "state": if resolved.expiring { "expiring" } else { "active" },
+                        "interruptible": r.interruptible,
+                    });
+                    if let Some(end) = r.end_date.and_then(|s| u64::try_from(s).ok()) {
+                        entry["endTime"] =
+                            iso8601(std::time::UNIX_EPOCH + Duration::from_secs(end)).into();
+                    }
+                    entry
+                })
+                .collect();
         }
         status
     }
@@ -344,6 +394,9 @@ impl NodeClassResolver {
         let profile =
             instance_profile::resolve(self.iam.as_ref(), &self.cluster, &node_class).await?;
         let (placement_group, placement_problem) = self.placement_group(&node_class).await?;
+        let (capacity_reservations, reservation_problems) = self
+            .capacity_reservations(&node_class, self.clock.utc_now())
+            .await?;
 
         let mut conditions = vec![
             readiness(
@@ -383,7 +436,14 @@ impl NodeClassResolver {
             instance_profile.is_some(),
             profile_problem,
         ));
-        // Always there, true without a selector, as upstream's.
+        // Always there, true without selectors, as upstream's (whose ReservedCapacity gate is
+        // on by default).
+        conditions.push(readiness(
+            CONDITION_CAPACITY_RESERVATIONS_READY,
+            "CapacityReservationsNotFound",
+            reservation_problems.is_empty(),
+            reservation_problems.join("; "),
+        ));
         conditions.push(readiness(
             CONDITION_PLACEMENT_GROUP_READY,
             "PlacementGroupNotFound",
@@ -414,9 +474,88 @@ impl NodeClassResolver {
             security_groups,
             instance_profile,
             placement_group,
+            capacity_reservations,
             conditions,
             node_class,
         })
+    }
+
+    /// The active capacity reservations the selector terms select (upstream's capacity
+    /// reservation provider: a term's `id`, else its owner, tags and match criteria), by id,
+    /// and what went wrong per term. Reservations that cannot be launched into as upstream
+    /// launches (another match criteria or type than EC2 documents) are left out.
+    async fn capacity_reservations(
+        &self,
+        node_class: &EC2NodeClass,
+        now: std::time::SystemTime,
+    ) -> Result<(Vec<ResolvedReservation>, Vec<String>), AwsError> {
+        let now = now
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
+        let window = i64::try_from(CAPACITY_BLOCK_EXPIRATION_WINDOW.as_secs()).unwrap_or(0);
+        let mut found: BTreeMap<String, ResolvedReservation> = BTreeMap::new();
+        let mut problems = Vec::new();
+        let terms = &node_class.spec.capacity_reservation_selector_terms;
+        for (i, term) in terms.iter().enumerate() {
+            let mut queries = Vec::new();
+            if let Some(id) = &term.id {
+                queries.push(CapacityReservationQuery {
+                    ids: vec![id.clone()],
+                    ..CapacityReservationQuery::default()
+                });
+            }
+            if term.tags.is_some() || term.instance_match_criteria.is_some() {
+                queries.push(CapacityReservationQuery {
+                    ids: Vec::new(),
+                    owner_id: term.owner_id.clone(),
+                    tags: term
+                        .tags
+                        .as_ref()
+                        .map(amis::tag_filters)
+                        .unwrap_or_default(),
+                    instance_match_criteria: term
+                        .instance_match_criteria
+                        .map(|c| c.as_str().to_owned()),
+                });
+            }
+            for query in &queries {
+                match self.ec2.describe_capacity_reservations(query).await {
+                    Ok(reservations) => {
+                        for reservation in reservations {
+                            let launchable = matches!(
+                                reservation.instance_match_criteria.as_str(),
+                                "open" | "targeted"
+                            ) && matches!(
+                                reservation.reservation_type.as_str(),
+                                "default" | "capacity-block"
+                            );
+                            if !launchable {
+                                tracing::warn!(
+                                    capacity_reservation = %reservation.id,
+                                    instance_match_criteria = %reservation.instance_match_criteria,
+                                    reservation_type = %reservation.reservation_type,
+                                    "skipping a capacity reservation Karpenter cannot launch into"
+                                );
+                                continue;
+                            }
+                            let expiring = reservation.reservation_type == "capacity-block"
+                                && reservation
+                                    .end_date
+                                    .is_some_and(|end| now >= end.saturating_sub(window));
+                            found
+                                .entry(reservation.id.clone())
+                                .or_insert(ResolvedReservation {
+                                    reservation,
+                                    expiring,
+                                });
+                        }
+                    }
+                    Err(e) if amis::retryable(&e) => return Err(e),
+                    Err(e) => problems.push(format!("capacityReservationSelectorTerms[{i}]: {e}")),
+                }
+            }
+        }
+        Ok((found.into_values().collect(), problems))
     }
 
     /// The placement group `placementGroupSelector` names (upstream's placement group
@@ -776,6 +915,65 @@ mod tests {
         assert_eq!(resolved.images.len(), 3);
         assert_eq!(resolved.image_for("amd64").unwrap().name, "team-node-3");
         assert!(resolved.image_for("arm64").is_none());
+    }
+
+    /// The reservations the terms select (by id, by tags), once each, in the status with
+    /// upstream's fields, `interruptible` included; an unknown id makes
+    /// CapacityReservationsReady false, naming the term.
+    #[tokio::test]
+    async fn capacity_reservations_resolve_into_the_status() {
+        let fixture = Fixture::new();
+        let ec2 = &fixture.cloud.ec2;
+        let ml = vec![crate::ec2::Tag::new("team", "ml")];
+        let whole =
+            ec2.add_capacity_reservation("m5.large", "us-east-1a", 3, false, false, ml.clone());
+        let spare = ec2.add_capacity_reservation("m5.large", "us-east-1b", 1, true, false, ml);
+        ec2.add_capacity_reservation("c5.large", "us-east-1a", 1, false, false, vec![]);
+        let mut class = node_class();
+        class["spec"]["capacityReservationSelectorTerms"] =
+            json!([{"tags": {"team": "ml"}}, {"id": whole.id}]);
+        let resolved = fixture.resolver().resolve(&class).await.unwrap();
+        let ids: Vec<&str> = resolved
+            .capacity_reservations
+            .iter()
+            .map(|r| r.reservation.id.as_str())
+            .collect();
+        assert_eq!(ids, [whole.id.as_str(), spare.id.as_str()]);
+        let status = resolved.status_json();
+        assert_eq!(
+            status["capacityReservations"][1],
+            json!({
+                "availabilityZone": "us-east-1b",
+                "id": spare.id,
+                "instanceMatchCriteria": "targeted",
+                "instanceType": "m5.large",
+                "ownerID": crate::ec2::memory::ACCOUNT_ID,
+                "reservationType": "default",
+                "state": "active",
+                "interruptible": true,
+            })
+        );
+        let ready = |r: &ResolvedNodeClass| {
+            r.conditions
+                .iter()
+                .find(|c| c.type_ == CONDITION_CAPACITY_RESERVATIONS_READY)
+                .cloned()
+                .expect("always there")
+        };
+        assert!(ready(&resolved).ready);
+        assert!(ready(&fixture.resolver().resolve(&node_class()).await.unwrap()).ready);
+        class["spec"]["capacityReservationSelectorTerms"] = json!([{"id": "cr-0000000000000bad"}]);
+        let unknown = fixture.resolver().resolve(&class).await.unwrap();
+        let condition = ready(&unknown);
+        assert!(!condition.ready);
+        assert!(
+            condition
+                .message
+                .contains("capacityReservationSelectorTerms[0]")
+                && condition.message.contains("cr-0000000000000bad"),
+            "{}",
+            condition.message
+        );
     }
 
     /// PlacementGroupReady holds without a selector and with a group that exists (by name or
