@@ -279,7 +279,16 @@ pub struct InstanceTypeProvider {
     snapshot: tokio::sync::Mutex<Option<Arc<Snapshot>>>,
     /// Offering -> when it becomes available again.
     unavailable: Mutex<HashMap<OfferingKey, Instant>>,
+    /// Capacity reservation -> the plugin's own launches (-1) and terminations (+1) in it, and
+    /// when, so a reservation counted by EC2 before them is offered with what is left
+    /// (upstream's availability cache).
+    reservation_changes: Mutex<HashMap<String, Vec<(Instant, i64)>>>,
 }
+
+/// How long the plugin's own launches into and terminations in a reservation are remembered:
+/// longer than any count EC2 gave before them is reused (a node class resolution is reused
+/// for [`crate::node_class::DEFAULT_CACHE_TTL`]).
+pub const RESERVATION_CHANGES_TTL: Duration = Duration::from_secs(5 * 60);
 
 impl InstanceTypeProvider {
     /// A provider for `region` over `ec2`, with the default refresh period and
@@ -299,6 +308,67 @@ impl InstanceTypeProvider {
             unavailable_ttl: DEFAULT_UNAVAILABLE_TTL,
             snapshot: tokio::sync::Mutex::new(None),
             unavailable: Mutex::new(HashMap::new()),
+            reservation_changes: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Records that the plugin launched an instance into `reservation` (its room is one
+    /// less until EC2 counts again).
+    pub fn launched_into(&self, reservation: &str) {
+        self.record_reservation_change(reservation, -1);
+    }
+
+    /// Records that the plugin terminated an instance in `reservation` (its room is one more,
+    /// a little early: EC2 frees it once the instance is gone, and a launch tried before that
+    /// fails over to the next offering).
+    pub fn released_from(&self, reservation: &str) {
+        self.record_reservation_change(reservation, 1);
+    }
+
+    fn record_reservation_change(&self, reservation: &str, delta: i64) {
+        let now = self.clock.now();
+        let mut changes = self.reservation_changes();
+        changes.retain(|_, list| {
+            list.retain(|(at, _)| now.saturating_duration_since(*at) < RESERVATION_CHANGES_TTL);
+            !list.is_empty()
+        });
+        changes
+            .entry(reservation.to_owned())
+            .or_default()
+            .push((now, delta));
+    }
+
+    fn reservation_changes(&self) -> MutexGuard<'_, HashMap<String, Vec<(Instant, i64)>>> {
+        self.reservation_changes
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// What `resolved` shapes the catalogue with, each reservation's room less the plugin's
+    /// own launches (and plus its terminations) since EC2 counted it.
+    pub fn resolved(&self, resolved: &ResolvedNodeClass) -> Resolved {
+        let mut shaped = Resolved::of(resolved);
+        let changes = self.reservation_changes();
+        for reservation in &mut shaped.reservations {
+            let since_counted: i64 = changes
+                .get(&reservation.id)
+                .into_iter()
+                .flatten()
+                // At the same instant (a fake clock's), the resolution came first: a launch
+                // is decided from a resolution.
+                .filter(|(at, _)| *at >= resolved.resolved_at)
+                .map(|(_, delta)| delta)
+                .sum();
+            reservation.available = (reservation.available + since_counted).max(0);
+        }
+        shaped
+    }
+
+    /// What `resolved` can launch, with [`Self::resolved`]'s reservations.
+    pub fn launchable(&self, resolved: &ResolvedNodeClass) -> Launchable {
+        Launchable {
+            resolved: self.resolved(resolved),
+            ..Launchable::of(resolved)
         }
     }
 
@@ -973,6 +1043,51 @@ mod tests {
             .await
             .unwrap();
         assert!(!offering(find(&types, "m5.large"), "us-east-1b", "reserved").is_available());
+    }
+
+    /// The plugin's own launches and terminations count against a reservation only when EC2
+    /// counted it before them; never below zero.
+    #[tokio::test]
+    async fn a_reservation_is_offered_with_what_the_plugins_own_launches_left() {
+        let fixture = crate::node_class::fixture::Fixture::new();
+        let reservation = fixture.cloud.ec2.add_capacity_reservation(
+            "m5.large",
+            "us-east-1a",
+            2,
+            false,
+            false,
+            vec![],
+        );
+        let mut class = node_class();
+        class["spec"]["capacityReservationSelectorTerms"] = json!([{"id": reservation.id}]);
+        let resolver = fixture.resolver().with_cache_ttl(Duration::ZERO);
+        let provider = InstanceTypeProvider::new(
+            Arc::clone(&fixture.cloud.ec2) as Arc<dyn Ec2>,
+            "us-east-1",
+            Arc::clone(&fixture.clock) as Arc<dyn Clock>,
+        );
+        let room =
+            |resolved: &ResolvedNodeClass| provider.resolved(resolved).reservations[0].available;
+        let counted = resolver.resolve(&class).await.unwrap();
+        assert_eq!(room(&counted), 2);
+        fixture.clock.advance(Duration::from_secs(1));
+        provider.launched_into(&reservation.id);
+        provider.launched_into(&reservation.id);
+        provider.launched_into(&reservation.id);
+        assert_eq!(
+            room(&counted),
+            0,
+            "three launches after the count, never below zero"
+        );
+        provider.released_from(&reservation.id);
+        assert_eq!(room(&counted), 0, "2 - 3 + 1");
+        fixture.clock.advance(Duration::from_secs(1));
+        fixture
+            .cloud
+            .ec2
+            .set_capacity_reservation_available(&reservation.id, 1);
+        let recounted = resolver.resolve(&class).await.unwrap();
+        assert_eq!(room(&recounted), 1, "EC2's newer count includes them");
     }
 
     /// Connection tracking timeouts need Nitro: with them, a Xen type is not offered at all

@@ -35,7 +35,7 @@ use crate::drift;
 use crate::ec2::Ec2;
 use crate::iam::Iam;
 use crate::instance::InstanceProvider;
-use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, Launchable};
+use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider};
 use crate::labels::LABEL_PLACEMENT_GROUP_ID;
 use crate::node_class::{
     ClusterIdentity, NodeClassResolver, RESOLVE_AGAIN_AFTER, ResolveError, ResolvedNodeClass,
@@ -463,7 +463,7 @@ impl CloudProviderService for AwsCloudProvider {
                         resolved.not_ready_message().unwrap_or_default(),
                     ));
                 }
-                Some(Launchable::of(&resolved))
+                Some(self.instance_types.launchable(&resolved))
             }
             None => None,
         };

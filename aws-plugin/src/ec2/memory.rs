@@ -342,6 +342,14 @@ impl MemoryEc2 {
         reservation
     }
 
+    /// Sets how many more instances the capacity reservation `id` holds, as when someone
+    /// else launches into it or terminates there.
+    pub fn set_capacity_reservation_available(&self, id: &str, available: i64) {
+        if let Some(reservation) = self.state().capacity_reservations.get_mut(id) {
+            reservation.available_instance_count = available;
+        }
+    }
+
     /// Adds an image owned by [`ACCOUNT_ID`] with the given creation date (ISO 8601), and
     /// returns it.
     pub fn add_image(

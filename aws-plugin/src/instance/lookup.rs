@@ -53,7 +53,16 @@ impl InstanceProvider {
             .collect();
         if !running.is_empty() {
             match self.ec2.terminate_instances(&running).await {
-                Ok(_) => tracing::info!(instances = ?running, "terminating"),
+                Ok(_) => {
+                    tracing::info!(instances = ?running, "terminating");
+                    for reservation in live
+                        .iter()
+                        .filter(|i| i.state != InstanceState::ShuttingDown)
+                        .filter_map(|i| i.capacity_reservation_id.as_deref())
+                    {
+                        self.instance_types.released_from(reservation);
+                    }
+                }
                 // Gone between the describe and the terminate.
                 Err(e) if e.is_not_found() => return Ok(v1::DeletionState::Gone),
                 Err(e) => return Err(e.into()),

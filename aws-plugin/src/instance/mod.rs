@@ -50,9 +50,7 @@ use crate::ec2::{
     InstanceState, LaunchTemplateRequest, Placement, PlacementGroup, ReservationTarget,
     ResourceQuery, TagFilter,
 };
-use crate::instance_type_provider::{
-    Clock, InstanceTypeError, InstanceTypeProvider, Resolved, SystemClock,
-};
+use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider, SystemClock};
 use crate::node_class::{ClusterIdentity, ResolvedNodeClass};
 
 use fleet::{Constraints, Plan, PlanError, ReservedOption};
@@ -336,7 +334,10 @@ impl InstanceProvider {
         // partition); zones and images are the plan's to check, naming what left nothing.
         let catalogue = self
             .instance_types
-            .placed_instance_types(Some(node_class_json), &Resolved::of(resolved))
+            .placed_instance_types(
+                Some(node_class_json),
+                &self.instance_types.resolved(resolved),
+            )
             .await?;
         if let Some(existing) = self.launched_for(&node_claim.name).await? {
             tracing::info!(
@@ -473,6 +474,9 @@ impl InstanceProvider {
                 _ => None,
             },
         };
+        if let Some(reservation) = &launched.reservation {
+            self.instance_types.launched_into(&reservation.id);
+        }
         tracing::info!(
             node_claim = %node_claim.name,
             instance = %launched.id,

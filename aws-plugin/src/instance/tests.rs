@@ -947,33 +947,41 @@ async fn a_cluster_group_places_the_launch_without_a_partition() {
     );
 }
 
-/// A NodeClaim allowing reserved capacity launches into the reservation its node class
-/// selects: the template targets it, the NodeClaim is `reserved` with the reservation's
-/// labels. Once EC2 says the reservation is full, that is insufficient capacity and its
-/// offering unavailable, so the next launch is on-demand.
-#[tokio::test]
-async fn a_reserved_launch_targets_the_reservation_until_it_is_full() {
+/// A harness whose node class selects one targeted, interruptible reservation of
+/// `count` m5.large in zone A, and a NodeClaim allowing m5.large reserved or on-demand.
+async fn reservation_harness(count: i64) -> (Harness, crate::ec2::CapacityReservation) {
     let fixture = Fixture::new();
     let reservation = fixture.cloud.ec2.add_capacity_reservation(
         "m5.large",
         ZONE_A,
-        1,
+        count,
         true,
         false,
         vec![Tag::new("team", "ml")],
     );
     let mut class = node_class();
     class["spec"]["capacityReservationSelectorTerms"] = json!([{"tags": {"team": "ml"}}]);
-    let h = Harness::from_fixture(fixture, class).await;
-    let reserved_or_on_demand = |name: &str| {
-        claim(
-            name,
-            vec![
-                requirement(LABEL_INSTANCE_TYPE, &["m5.large"]),
-                requirement(LABEL_CAPACITY_TYPE, &["reserved", "on-demand"]),
-            ],
-        )
-    };
+    (Harness::from_fixture(fixture, class).await, reservation)
+}
+
+fn reserved_or_on_demand(name: &str) -> v1::NodeClaim {
+    claim(
+        name,
+        vec![
+            requirement(LABEL_INSTANCE_TYPE, &["m5.large"]),
+            requirement(LABEL_CAPACITY_TYPE, &["reserved", "on-demand"]),
+        ],
+    )
+}
+
+/// A NodeClaim allowing reserved capacity launches into the reservation its node class
+/// selects: the template targets it, the NodeClaim is `reserved` with the reservation's
+/// labels. The plugin counts its own launch, so the next NodeClaim goes on-demand without
+/// trying the full reservation (while the node class's resolution, and EC2's count in it, is
+/// reused); once the reserved instance is terminated, the room is back.
+#[tokio::test]
+async fn a_reserved_launch_targets_the_reservation_and_counts_itself() {
+    let (h, reservation) = reservation_harness(1).await;
     let launched = h.create(&reserved_or_on_demand("claim-1")).await.unwrap();
     assert_eq!(label(&launched, LABEL_CAPACITY_TYPE), "reserved");
     assert_eq!(
@@ -1005,9 +1013,39 @@ async fn a_reserved_launch_targets_the_reservation_until_it_is_full() {
         Some(reservation.id.as_str())
     );
 
-    // The resolution (cached) still says there is room; EC2 says otherwise.
+    let fleets = h.ec2().fleet_requests().len();
+    let next = h.create(&reserved_or_on_demand("claim-2")).await.unwrap();
+    assert_eq!(label(&next, LABEL_CAPACITY_TYPE), "on-demand");
+    assert_eq!(label(&next, LABEL_CAPACITY_RESERVATION_ID), "");
+    assert_eq!(
+        h.ec2().fleet_requests().len(),
+        fleets + 1,
+        "one CreateFleet, on-demand"
+    );
+    let template = h
+        .ec2()
+        .launch_template_request(&h.last_fleet().launch_templates[0].name)
+        .unwrap();
+    assert_eq!(template.capacity_reservation, None);
+
+    h.provider
+        .delete(&status(&launched).provider_id, "claim-1")
+        .await
+        .unwrap();
+    let again = h.create(&reserved_or_on_demand("claim-3")).await.unwrap();
+    assert_eq!(label(&again, LABEL_CAPACITY_TYPE), "reserved");
+}
+
+/// When EC2 says the reservation is full (someone else launched into it), that is
+/// insufficient capacity and its reserved offering is unavailable, so the next launch is
+/// on-demand.
+#[tokio::test]
+async fn a_full_reservation_is_insufficient_capacity_then_skipped() {
+    let (h, reservation) = reservation_harness(1).await;
+    h.ec2()
+        .set_capacity_reservation_available(&reservation.id, 0);
     let err = h
-        .create(&reserved_or_on_demand("claim-2"))
+        .create(&reserved_or_on_demand("claim-1"))
         .await
         .unwrap_err();
     assert!(
@@ -1015,12 +1053,6 @@ async fn a_reserved_launch_targets_the_reservation_until_it_is_full() {
         "{err:?}"
     );
     assert!(h.types.is_unavailable("m5.large", ZONE_A, "reserved"));
-    let fallback = h.create(&reserved_or_on_demand("claim-3")).await.unwrap();
+    let fallback = h.create(&reserved_or_on_demand("claim-2")).await.unwrap();
     assert_eq!(label(&fallback, LABEL_CAPACITY_TYPE), "on-demand");
-    assert_eq!(label(&fallback, LABEL_CAPACITY_RESERVATION_ID), "");
-    let template = h
-        .ec2()
-        .launch_template_request(&h.last_fleet().launch_templates[0].name)
-        .unwrap();
-    assert_eq!(template.capacity_reservation, None);
 }

@@ -131,6 +131,8 @@ pub struct ResolvedNodeClass {
     pub conditions: Vec<Readiness>,
     /// The static hash ([`hash::static_hash`]).
     pub static_hash: String,
+    /// When it was resolved (what EC2 counted in the reservations is as of then).
+    pub resolved_at: Instant,
 }
 
 impl ResolvedNodeClass {
@@ -467,6 +469,7 @@ impl NodeClassResolver {
             .join("; ");
         conditions.push(validated);
         Ok(ResolvedNodeClass {
+            resolved_at: self.clock.now(),
             family: node_class.ami_family().unwrap_or(AMIFamily::Custom),
             static_hash: hash::static_hash(&node_class),
             images: images.images,
