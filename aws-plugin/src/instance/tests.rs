@@ -98,6 +98,14 @@ impl Harness {
             .expect("the instance exists")
     }
 
+    /// The launch template of the last CreateFleet's first override group.
+    fn last_template(&self) -> LaunchTemplateRequest {
+        let fleet = self.last_fleet();
+        self.ec2()
+            .launch_template_request(&fleet.launch_templates[0].name)
+            .expect("the fleet's launch template exists")
+    }
+
     fn last_fleet(&self) -> FleetRequest {
         self.ec2()
             .fleet_requests()
@@ -241,10 +249,7 @@ async fn create_launches_with_the_tags_and_answers_the_hydrated_node_claim() {
     assert!(overrides.iter().all(|o| o.instance_type == "m5.large"));
     assert_eq!(overrides[0].priority, 0.0);
 
-    let template = h
-        .ec2()
-        .launch_template_request(&fleet.launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert!(template.name.starts_with("karpenter.k8s.aws/"));
     assert_eq!(template.image_id, image.id);
     assert_eq!(template.instance_profile, h.resolved.instance_profile);
@@ -874,10 +879,7 @@ async fn a_partition_group_places_the_launch_and_labels_the_partition() {
     assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_ID), group);
     assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_PARTITION), "2");
     let fleet = h.last_fleet();
-    let template = h
-        .ec2()
-        .launch_template_request(&fleet.launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert_eq!(
         template.placement,
         Some(Placement {
@@ -897,10 +899,7 @@ async fn a_partition_group_places_the_launch_and_labels_the_partition() {
 
     let anywhere = h.create(&m5_on_demand("claim-2")).await.unwrap();
     assert_eq!(label(&anywhere, LABEL_PLACEMENT_GROUP_ID), group);
-    let template = h
-        .ec2()
-        .launch_template_request(&h.last_fleet().launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert_eq!(
         template.placement,
         Some(Placement {
@@ -923,10 +922,7 @@ async fn a_cluster_group_places_the_launch_without_a_partition() {
     let launched = h.create(&m5_on_demand("claim-1")).await.unwrap();
     assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_ID), group);
     assert_eq!(label(&launched, LABEL_PLACEMENT_GROUP_PARTITION), "");
-    let template = h
-        .ec2()
-        .launch_template_request(&h.last_fleet().launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert_eq!(
         template.placement,
         Some(Placement {
@@ -996,10 +992,7 @@ async fn a_reserved_launch_targets_the_reservation_and_counts_itself() {
     assert_eq!(label(&launched, LABEL_TOPOLOGY_ZONE), ZONE_A);
     let fleet = h.last_fleet();
     assert_eq!(fleet.capacity_type, CapacityType::OnDemand);
-    let template = h
-        .ec2()
-        .launch_template_request(&fleet.launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert_eq!(
         template.capacity_reservation,
         Some(ReservationTarget {
@@ -1022,10 +1015,7 @@ async fn a_reserved_launch_targets_the_reservation_and_counts_itself() {
         fleets + 1,
         "one CreateFleet, on-demand"
     );
-    let template = h
-        .ec2()
-        .launch_template_request(&h.last_fleet().launch_templates[0].name)
-        .unwrap();
+    let template = h.last_template();
     assert_eq!(template.capacity_reservation, None);
 
     h.provider
