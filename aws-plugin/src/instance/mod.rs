@@ -502,7 +502,11 @@ impl InstanceProvider {
         placement: Option<&Placement>,
     ) -> Result<Vec<TemplateGroup>, InstanceError> {
         let by_name: HashMap<&str, &InstanceType> = types.iter().map(|t| (t.name(), t)).collect();
-        let labels = self.bootstrap_labels(request.node_claim, resolved.family, plan.capacity_type);
+        let labels = self.bootstrap_labels(
+            request.node_claim,
+            resolved.family,
+            plan.capacity_type_label(),
+        );
         let spec = &resolved.node_class.spec;
         let mut groups: Vec<TemplateGroup> = Vec::new();
         let mut group_of_config: HashMap<(String, i64, Option<String>), usize> = HashMap::new();
@@ -588,17 +592,14 @@ impl InstanceProvider {
         &self,
         node_claim: &v1::NodeClaim,
         family: AMIFamily,
-        capacity_type: CapacityType,
+        capacity_type: &str,
     ) -> BTreeMap<String, String> {
         let mut labels: BTreeMap<String, String> = node_claim
             .labels
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
-        labels.insert(
-            LABEL_CAPACITY_TYPE.to_owned(),
-            capacity_type.as_str().to_owned(),
-        );
+        labels.insert(LABEL_CAPACITY_TYPE.to_owned(), capacity_type.to_owned());
         if family != AMIFamily::Custom {
             labels.insert(LABEL_DO_NOT_SYNC_TAINTS.to_owned(), "true".to_owned());
         }
@@ -661,7 +662,6 @@ impl InstanceProvider {
         }
     }
 
-    /// The live (not shutting down, not terminated) instance launched for a NodeClaim.
     /// The partition EC2 put `instance_id` in, for a launch into a partition group that left
     /// the choice to EC2 (upstream reads it back at registration). Unknown when EC2 does not
     /// say or cannot be asked now: the node then goes without the label, never with a wrong one.
@@ -682,6 +682,7 @@ impl InstanceProvider {
         }
     }
 
+    /// The live (not shutting down, not terminated) instance launched for a NodeClaim.
     async fn launched_for(&self, node_claim: &str) -> Result<Option<Instance>, InstanceError> {
         let mut live: Vec<Instance> = self
             .tagged_for(node_claim)

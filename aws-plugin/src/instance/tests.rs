@@ -1000,6 +1000,16 @@ async fn a_reserved_launch_targets_the_reservation_and_counts_itself() {
             capacity_block: false,
         })
     );
+    let user_data = String::from_utf8(
+        base64::engine::general_purpose::STANDARD
+            .decode(template.user_data.unwrap_or_default())
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        user_data.contains("karpenter.sh/capacity-type=reserved"),
+        "the node registers as reserved:\n{user_data}"
+    );
     let instance = h.ec2_instance(&status(&launched).provider_id).await;
     assert_eq!(
         instance.capacity_reservation_id.as_deref(),
