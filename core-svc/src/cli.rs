@@ -19,6 +19,7 @@ use crate::cluster::apiserver::events::ApiServerEvents;
 use crate::cluster::{Cluster, KubeCluster, apiserver};
 use crate::controllers::nodeclaim::{launched_of, request_of};
 use crate::controllers::{Context, Settings};
+use crate::convert::documents::{self, Format};
 use crate::features::FeatureGates;
 use crate::http::Readiness;
 use crate::inspect::{PluginDrift, inspect};
@@ -55,6 +56,26 @@ pub enum Command {
     /// Say why a node is (not) being disrupted: its drift status and the plugin's IsDrifted
     /// answer, whether it is a disruption candidate, what holds it back, what happens next.
     Explain(ExplainArgs),
+    /// Convert older Karpenter manifests (v1alpha5 Provisioner, v1beta1 NodePool and
+    /// NodeClaim, the do-not-evict and do-not-consolidate annotations) to karpenter.sh/v1,
+    /// printing the result on standard output and a warning per lossy step on standard error.
+    /// Exits 2, printing nothing, when a document cannot be converted.
+    Convert(ConvertArgs),
+}
+
+/// `core-svc convert`.
+#[derive(Debug, clap::Args)]
+pub struct ConvertArgs {
+    /// Manifests: a file (YAML, several documents, or JSON; Lists are expanded), a directory
+    /// (its .yaml, .yml and .json files, by name), or `-` for standard input. Repeatable.
+    #[arg(short = 'f', long = "filename", required = true)]
+    pub files: Vec<PathBuf>,
+    /// Output format.
+    #[arg(short = 'o', long, value_enum, default_value_t = Format::Yaml)]
+    pub output: Format,
+    /// Any warning is an error: nothing is printed and the exit status is 2.
+    #[arg(long)]
+    pub strict: bool,
 }
 
 /// How to reach the API server.
@@ -203,6 +224,7 @@ pub async fn run(args: Args) -> ExitCode {
         Command::Run(run) => run_control_plane(run).await,
         Command::PluginInfo(plugin) => plugin_info(plugin).await,
         Command::Explain(explain) => explain_node(explain).await,
+        Command::Convert(convert) => Ok(convert_manifests(&convert)),
     };
     match result {
         Ok(code) => code,
@@ -541,4 +563,94 @@ fn describe(handshake: &Handshake) -> String {
             Err(why) => format!("no ({why})"),
         }
     )
+}
+
+/// The exit status of a conversion that could not be done (kubectl's for bad input).
+const CONVERT_FAILED: u8 = 2;
+
+/// `core-svc convert`: every document read and converted before anything is printed, so a
+/// failure leaves no partial output.
+#[allow(
+    clippy::print_stdout,
+    clippy::print_stderr,
+    reason = "a filter: the manifests on standard output, the warnings on standard error"
+)]
+fn convert_manifests(args: &ConvertArgs) -> ExitCode {
+    let fail = |message: &str| {
+        eprintln!("error: {message}");
+        ExitCode::from(CONVERT_FAILED)
+    };
+    let mut objects = Vec::new();
+    for (source, text) in match read_sources(&args.files) {
+        Ok(sources) => sources,
+        Err(message) => return fail(&message),
+    } {
+        match documents::parse(&source, &text) {
+            Ok(parsed) => objects.extend(parsed),
+            Err(message) => return fail(&message),
+        }
+    }
+    let mut converted = Vec::with_capacity(objects.len());
+    let mut warnings = Vec::new();
+    for object in objects {
+        let result = match crate::convert::convert(object) {
+            Ok(result) => result,
+            Err(e) => return fail(&e.to_string()),
+        };
+        if let Err(message) = documents::validate(&result.object) {
+            return fail(&message);
+        }
+        warnings.extend(result.warnings);
+        converted.push(result.object);
+    }
+    for warning in &warnings {
+        eprintln!("warning: {warning}");
+    }
+    if args.strict && !warnings.is_empty() {
+        return fail(&format!(
+            "--strict: {} warning(s); nothing written",
+            warnings.len()
+        ));
+    }
+    match documents::render(&converted, args.output) {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(message) => fail(&message),
+    }
+}
+
+/// The text of every source, named: `-` is standard input, a directory its `.yaml`, `.yml`
+/// and `.json` files by name.
+fn read_sources(paths: &[PathBuf]) -> Result<Vec<(String, String)>, String> {
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))
+    };
+    let mut sources = Vec::new();
+    for path in paths {
+        if path.as_os_str() == "-" {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("reading standard input: {e}"))?;
+            sources.push(("(stdin)".to_owned(), text));
+        } else if path.is_dir() {
+            let mut files: Vec<PathBuf> = std::fs::read_dir(path)
+                .map_err(|e| format!("reading {}: {e}", path.display()))?
+                .filter_map(|entry| entry.ok().map(|e| e.path()))
+                .filter(|p| {
+                    p.extension()
+                        .and_then(|e| e.to_str())
+                        .is_some_and(|e| matches!(e, "yaml" | "yml" | "json"))
+                })
+                .collect();
+            files.sort();
+            for file in files {
+                sources.push((file.display().to_string(), read(&file)?));
+            }
+        } else {
+            sources.push((path.display().to_string(), read(path)?));
+        }
+    }
+    Ok(sources)
 }

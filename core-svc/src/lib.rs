@@ -35,6 +35,7 @@ pub mod clock;
 pub mod cloudprovider;
 pub mod cluster;
 pub mod controllers;
+pub mod convert;
 pub mod disruption;
 pub mod events;
 pub mod features;
