@@ -23,6 +23,36 @@ pub const KUBELET_COMPATIBILITY_ANNOTATION: &str =
 const RENAMED_NODE_CLASSES: [(&str, &str, &str); 1] =
     [("AWSNodeTemplate", "karpenter.k8s.aws", "EC2NodeClass")];
 
+/// What the API server fills in on an object, dropped from a converted NodePool: taken from
+/// `kubectl get -o yaml`, they would make its apply a create refused for its
+/// `resourceVersion`, or an update of a version long gone. kubectl's own record of the last
+/// apply describes the old object.
+const SERVER_METADATA: [&str; 6] = [
+    "uid",
+    "resourceVersion",
+    "creationTimestamp",
+    "generation",
+    "managedFields",
+    "selfLink",
+];
+/// kubectl's record of the last apply.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drops [`SERVER_METADATA`] and [`LAST_APPLIED`] from `object`'s metadata.
+fn without_server_metadata(object: &mut Map<String, Value>) {
+    if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
+        for field in SERVER_METADATA {
+            metadata.remove(field);
+        }
+        if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
+            annotations.remove(LAST_APPLIED);
+            if annotations.is_empty() {
+                metadata.remove("annotations");
+            }
+        }
+    }
+}
+
 /// The group and kind a reference without them meant: Karpenter's only provider before v1
 /// was AWS's.
 const DEFAULT_NODE_CLASS: (&str, &str) = ("karpenter.k8s.aws", "EC2NodeClass");
@@ -106,6 +136,7 @@ pub fn provisioner_to_node_pool(
             "not a Provisioner field this tool knows; dropped",
         );
     }
+    without_server_metadata(&mut provisioner);
     provisioner.insert("apiVersion".to_owned(), V1.into());
     provisioner.insert("kind".to_owned(), "NodePool".into());
     provisioner.insert("spec".to_owned(), Value::Object(node_pool_spec));
@@ -260,6 +291,8 @@ pub fn node_pool_v1beta1(
     template.insert("spec".to_owned(), Value::Object(template_spec));
     spec.insert("template".to_owned(), Value::Object(template));
     spec.insert("disruption".to_owned(), Value::Object(disruption));
+    without_server_metadata(&mut node_pool);
+    node_pool.remove("status");
     node_pool.insert("apiVersion".to_owned(), V1.into());
     node_pool.insert("spec".to_owned(), Value::Object(spec));
     Ok(Value::Object(node_pool))
@@ -588,6 +621,32 @@ mod tests {
             "karpenter.k8s.aws"
         );
         assert!(warnings[0].contains("nodeClassRef"), "{warnings:?}");
+    }
+
+    /// A NodePool exported with `kubectl get -o yaml` applies as a new object: what the
+    /// server filled in, kubectl's record of the old object and the old status are gone; the
+    /// user's own annotations stay.
+    #[test]
+    fn what_the_server_filled_in_is_dropped() {
+        let mut exported = provisioner(json!({"providerRef": {"name": "default"}}));
+        exported["metadata"] = json!({
+            "name": "default", "uid": "u-1", "resourceVersion": "42", "generation": 3,
+            "creationTimestamp": "2023-01-01T00:00:00Z", "managedFields": [],
+            "annotations": {LAST_APPLIED: "{}", "team": "a"},
+        });
+        exported["status"] = json!({"resources": {"cpu": "4"}});
+        let (pool, _) = converted(exported);
+        assert_eq!(
+            pool["metadata"],
+            json!({"name": "default", "annotations": {"team": "a"}})
+        );
+        assert!(pool.get("status").is_none());
+        let mut v1beta1 = node_pool_v1beta1_object(json!({}), json!({"name": "default"}));
+        v1beta1["metadata"]["resourceVersion"] = "7".into();
+        v1beta1["status"] = json!({"conditions": []});
+        let (pool, _) = converted(v1beta1);
+        assert_eq!(pool["metadata"], json!({"name": "default"}));
+        assert!(pool.get("status").is_none());
     }
 
     /// A NodeClaim's reference and kubelet convert as a NodePool's.
