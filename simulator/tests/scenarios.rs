@@ -260,6 +260,50 @@ fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template_and_replac
     assert_eq!(report.stats.max_disrupting_by_node_pool["default"], 1);
 }
 
+/// Migration keeps the fleet: the adopted fleet's NodePool written as upstream's v1beta1 and
+/// converted by `core-svc convert` (with upstream's hash annotations it carried) takes the
+/// place of the v1 one, and the nodes upstream launched are re-stamped, not drifted; nothing
+/// is launched.
+#[test]
+fn a_converted_v1beta1_node_pool_keeps_the_adopted_fleet() {
+    let v1beta1 = serde_json::json!({
+        "apiVersion": "karpenter.sh/v1beta1",
+        "kind": "NodePool",
+        "metadata": {"name": "default", "annotations": {
+            "karpenter.sh/nodepool-hash": "6821555240594823858",
+            "karpenter.sh/nodepool-hash-version": "v3",
+        }},
+        "spec": {
+            "template": {"spec": {
+                "nodeClassRef": {"apiVersion": "karpenter.k8s.aws/v1beta1",
+                                 "kind": "EC2NodeClass", "name": "default"},
+                "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In",
+                                  "values": ["on-demand"]}],
+            }},
+            "disruption": {"consolidationPolicy": "WhenUnderutilized", "expireAfter": "720h"},
+        },
+    });
+    let converted = core_svc::convert::convert(v1beta1).unwrap();
+    assert!(converted.warnings.is_empty(), "{:?}", converted.warnings);
+    let mut scenario: serde_yaml::Value =
+        serde_yaml::from_str(&example("adopt-upstream-fleet")).unwrap();
+    let objects = scenario["objects"].as_sequence_mut().unwrap();
+    let pool = objects
+        .iter_mut()
+        .find(|o| o["kind"].as_str() == Some("NodePool"))
+        .unwrap();
+    *pool = serde_yaml::to_value(&converted.object).unwrap();
+    let report = run(&serde_yaml::to_string(&scenario).unwrap());
+    assert!(events(&report, "NodeClaimDrifted").is_empty());
+    assert_eq!(report.stats.node_claims_created, 0);
+    let claims = &report.final_state.node_claims;
+    assert_eq!(claims.len(), 2);
+    for claim in claims {
+        assert_eq!(condition(claim, "Drifted"), None, "{}", claim.name);
+        assert!(!claim.deleting, "{}", claim.name);
+    }
+}
+
 #[test]
 fn an_adopted_upstream_fleet_is_restamped_not_drifted() {
     let report = run(&example("adopt-upstream-fleet"));
