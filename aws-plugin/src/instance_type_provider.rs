@@ -88,19 +88,6 @@ impl Resolved {
 }
 
 impl Launchable {
-    /// What `resolved` can launch.
-    pub fn of(resolved: &ResolvedNodeClass) -> Self {
-        Self {
-            zones: resolved.subnets.iter().map(|s| s.zone.clone()).collect(),
-            architectures: resolved
-                .images
-                .iter()
-                .map(|i| i.architecture.clone())
-                .collect(),
-            resolved: Resolved::of(resolved),
-        }
-    }
-
     /// Marks every offering of `instance_type` unavailable when its architecture has no image.
     fn mark_imageless(&self, instance_type: &mut InstanceType) {
         let arch = instance_type
@@ -367,8 +354,13 @@ impl InstanceTypeProvider {
     /// What `resolved` can launch, with [`Self::resolved`]'s reservations.
     pub fn launchable(&self, resolved: &ResolvedNodeClass) -> Launchable {
         Launchable {
+            zones: resolved.subnets.iter().map(|s| s.zone.clone()).collect(),
+            architectures: resolved
+                .images
+                .iter()
+                .map(|i| i.architecture.clone())
+                .collect(),
             resolved: self.resolved(resolved),
-            ..Launchable::of(resolved)
         }
     }
 

@@ -188,7 +188,6 @@ struct Launched {
     instance_type: String,
     zone: String,
     zone_id: Option<String>,
-    subnet_id: Option<String>,
     capacity_type: CapacityType,
     image_id: Option<String>,
     state: InstanceState,
@@ -200,27 +199,10 @@ struct Launched {
 }
 
 impl Launched {
-    fn from_instance(instance: &Instance) -> Self {
-        Self {
-            id: instance.id.clone(),
-            instance_type: instance.instance_type.clone(),
-            zone: instance.zone.clone().unwrap_or_default(),
-            zone_id: None,
-            subnet_id: instance.subnet_id.clone(),
-            capacity_type: instance.capacity_type,
-            image_id: instance.image_id.clone(),
-            state: instance.state.clone(),
-            launch_time: instance.launch_time,
-            partition: instance.partition_number,
-            reservation: None,
-        }
-    }
-
-    /// The same, with the reservation it runs in as the node class knows it.
-    fn from_instance_of(instance: &Instance, resolved: &ResolvedNodeClass) -> Self {
-        let mut launched = Self::from_instance(instance);
-        launched.zone_id = zone_id_of(resolved, launched.subnet_id.as_deref());
-        launched.reservation = instance.capacity_reservation_id.as_ref().map(|id| {
+    /// An instance found launched, with its zone ID and the reservation it runs in as the
+    /// node class knows them.
+    fn from_instance(instance: &Instance, resolved: &ResolvedNodeClass) -> Self {
+        let reservation = instance.capacity_reservation_id.as_ref().map(|id| {
             let known = resolved
                 .capacity_reservations
                 .iter()
@@ -234,7 +216,18 @@ impl Launched {
                 interruptible: known.is_some_and(|r| r.reservation.interruptible),
             }
         });
-        launched
+        Self {
+            id: instance.id.clone(),
+            instance_type: instance.instance_type.clone(),
+            zone: instance.zone.clone().unwrap_or_default(),
+            zone_id: zone_id_of(resolved, instance.subnet_id.as_deref()),
+            capacity_type: instance.capacity_type,
+            image_id: instance.image_id.clone(),
+            state: instance.state.clone(),
+            launch_time: instance.launch_time,
+            partition: instance.partition_number,
+            reservation,
+        }
     }
 }
 
@@ -345,7 +338,7 @@ impl InstanceProvider {
                 instance = %existing.id,
                 "already launched; returning the instance"
             );
-            let launched = Launched::from_instance_of(&existing, resolved);
+            let launched = Launched::from_instance(&existing, resolved);
             let instance_type = catalogue.iter().find(|t| t.name == existing.instance_type);
             return Ok(self.hydrate(node_claim, &launched, instance_type));
         }
@@ -449,10 +442,6 @@ impl InstanceProvider {
                 .or_else(|| option.map(|o| o.zone.clone()))
                 .unwrap_or_default(),
             zone_id: option.and_then(|o| o.zone_id.clone()),
-            subnet_id: instance
-                .subnet_id
-                .clone()
-                .or_else(|| option.map(|o| o.subnet_id.clone())),
             capacity_type: plan.capacity_type,
             image_id,
             state: InstanceState::Pending,
