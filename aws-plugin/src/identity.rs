@@ -56,6 +56,7 @@ impl IdentityService for Identity {
             rpc::Type::List,
             rpc::Type::IsDrifted,
             rpc::Type::GetRepairPolicies,
+            rpc::Type::ConvertNodeClass,
         ]
         .into_iter()
         .map(|t| PluginCapability {

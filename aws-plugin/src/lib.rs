@@ -12,6 +12,7 @@
 //! - [`aws`]: the AWS configuration the plugin runs with.
 //! - [`bootstrap`]: the EC2 user data that makes an instance join the cluster, per AMI family.
 //! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
+//! - [`convert`]: node classes of the provider's older APIs to v1 (ConvertNodeClass).
 
 pub mod apis;
 #[cfg(feature = "aws")]
@@ -21,6 +22,7 @@ pub mod bootstrap;
 pub mod catalogue;
 #[cfg(feature = "aws")]
 pub mod cli;
+pub mod convert;
 pub mod drift;
 pub mod ec2;
 pub mod iam;

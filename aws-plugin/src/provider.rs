@@ -21,9 +21,10 @@ use provider_sdk::json::{json_to_struct, struct_to_json};
 use provider_sdk::status;
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService;
 use provider_sdk::v1::{
-    self, ConditionStatus, CreateRequest, CreateResponse, DeleteRequest, DeleteResponse,
-    GetInstanceTypesRequest, GetRepairPoliciesRequest, GetRepairPoliciesResponse, GetRequest,
-    GetResponse, GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse, IsDriftedRequest,
+    self, ConditionStatus, ConversionWarning, ConvertNodeClassRequest, ConvertNodeClassResponse,
+    CreateRequest, CreateResponse, DeleteRequest, DeleteResponse, GetInstanceTypesRequest,
+    GetRepairPoliciesRequest, GetRepairPoliciesResponse, GetRequest, GetResponse,
+    GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse, IsDriftedRequest,
     IsDriftedResponse, LaunchState, ListRequest, ListResponse, NodeClassKind, RepairPolicy,
     ResolveNodeClassRequest, ResolveNodeClassResponse,
 };
@@ -612,6 +613,75 @@ impl CloudProviderService for AwsCloudProvider {
             policies: repair_policies(),
         }))
     }
+
+    async fn convert_node_class(
+        &self,
+        request: Request<ConvertNodeClassRequest>,
+    ) -> Result<Response<ConvertNodeClassResponse>, Status> {
+        let request = request.into_inner();
+        Ok(Response::new(convert_node_class(
+            request,
+            self.node_classes.cluster(),
+        )?))
+    }
+}
+
+/// ConvertNodeClass: the request's source converted by [`crate::convert`]. The cluster's
+/// name and Kubernetes version are the request's, else the plugin's own.
+pub fn convert_node_class(
+    request: ConvertNodeClassRequest,
+    cluster: &ClusterIdentity,
+) -> Result<ConvertNodeClassResponse, Status> {
+    use provider_sdk::v1::convert_node_class_request::Source as Requested;
+
+    let as_object = |value: serde_json::Value, field: &str| match value {
+        serde_json::Value::Object(map) => Ok(map),
+        _ => Err(status::invalid_field(field, "expected a JSON object")),
+    };
+    let source = match request.source {
+        Some(Requested::Object(object)) => {
+            crate::convert::Source::Object(as_object(struct_to_json(object), "object")?)
+        }
+        Some(Requested::InlineProvider(inline)) => crate::convert::Source::InlineProvider {
+            provider: as_object(
+                inline.provider.map(struct_to_json).unwrap_or_default(),
+                "inline_provider.provider",
+            )?,
+            name: inline.name,
+        },
+        None => return Err(status::invalid_field("source", "missing")),
+    };
+    let kubelet = match request.kubelet.map(struct_to_json) {
+        Some(serde_json::Value::Object(kubelet)) => Some(kubelet),
+        _ => None,
+    };
+    let settings: std::collections::BTreeMap<String, String> =
+        request.global_settings.into_iter().collect();
+    let context = crate::convert::Context {
+        cluster_name: Some(request.cluster_name.as_str())
+            .filter(|name| !name.is_empty())
+            .or(Some(cluster.name.as_str()).filter(|name| !name.is_empty())),
+        kubernetes_version: cluster.kubernetes_version.as_deref(),
+        global_settings: (!settings.is_empty()).then_some(&settings),
+        kubelet: kubelet.as_ref(),
+    };
+    let converted = crate::convert::convert(source, &context)
+        .map_err(|e| status::invalid_field(&e.field, &e.message))?;
+    Ok(match converted {
+        None => ConvertNodeClassResponse::default(),
+        Some(converted) => ConvertNodeClassResponse {
+            known: true,
+            object: json_to_struct(&converted.object),
+            warnings: converted
+                .warnings
+                .into_iter()
+                .map(|w| ConversionWarning {
+                    path: w.path,
+                    message: w.message,
+                })
+                .collect(),
+        },
+    })
 }
 
 #[cfg(test)]

@@ -79,6 +79,12 @@ async fn each_broken_promise_fails_its_check() {
         (ResolveUnstableHash, "node-classes.resolve-stable"),
         (ResolveReadsAnything, "node-classes.resolve-invalid"),
         (ResolveAnyKind, "node-classes.resolve-unknown-kind"),
+        (
+            ConvertAnnouncedUnimplemented,
+            "node-classes.convert-capability",
+        ),
+        (ConvertForgetsCurrent, "node-classes.convert-current"),
+        (ConvertKnowsEverything, "node-classes.convert-unknown-kind"),
         (EmptyCatalogue, "instance-types.non-empty"),
         (DuplicateType, "instance-types.unique-names"),
         (NoOwnName, "instance-types.own-name"),

@@ -20,6 +20,8 @@ use crate::cluster::{Cluster, KubeCluster, apiserver};
 use crate::controllers::nodeclaim::{launched_of, request_of};
 use crate::controllers::{Context, Settings};
 use crate::convert::documents::{self, Format};
+use crate::convert::plugin::PluginConverter;
+use crate::convert::provider::{NoPlugin, convert_all};
 use crate::features::FeatureGates;
 use crate::http::Readiness;
 use crate::inspect::{PluginDrift, inspect};
@@ -76,6 +78,15 @@ pub struct ConvertArgs {
     /// Any warning is an error: nothing is printed and the exit status is 2.
     #[arg(long)]
     pub strict: bool,
+    /// A running plugin (unix:///abs/path.sock or tcp://IP:PORT) to convert its node class
+    /// kinds (AWSNodeTemplate, v1beta1 EC2NodeClass, inline providers) through its
+    /// ConvertNodeClass RPC. Without it they pass through, each named in a warning.
+    #[arg(long, env = "PLUGIN_ENDPOINT")]
+    pub plugin_endpoint: Option<Endpoint>,
+    /// The cluster's name, for defaults the old APIs took from the cluster (the plugin's
+    /// own is used when not given).
+    #[arg(long)]
+    pub cluster_name: Option<String>,
 }
 
 /// How to reach the API server.
@@ -224,7 +235,7 @@ pub async fn run(args: Args) -> ExitCode {
         Command::Run(run) => run_control_plane(run).await,
         Command::PluginInfo(plugin) => plugin_info(plugin).await,
         Command::Explain(explain) => explain_node(explain).await,
-        Command::Convert(convert) => Ok(convert_manifests(&convert)),
+        Command::Convert(convert) => Ok(convert_manifests(&convert).await),
     };
     match result {
         Ok(code) => code,
@@ -531,6 +542,7 @@ fn describe(handshake: &Handshake) -> String {
         ("List", capabilities.list),
         ("IsDrifted", capabilities.is_drifted),
         ("GetRepairPolicies", capabilities.get_repair_policies),
+        ("ConvertNodeClass", capabilities.convert_node_class),
     ];
     let supported: Vec<&str> = optional
         .iter()
@@ -575,7 +587,7 @@ const CONVERT_FAILED: u8 = 2;
     clippy::print_stderr,
     reason = "a filter: the manifests on standard output, the warnings on standard error"
 )]
-fn convert_manifests(args: &ConvertArgs) -> ExitCode {
+async fn convert_manifests(args: &ConvertArgs) -> ExitCode {
     let fail = |message: &str| {
         eprintln!("error: {message}");
         ExitCode::from(CONVERT_FAILED)
@@ -590,13 +602,32 @@ fn convert_manifests(args: &ConvertArgs) -> ExitCode {
             Err(message) => return fail(&message),
         }
     }
-    let mut converted = Vec::with_capacity(objects.len());
+    let cluster_name = args.cluster_name.as_deref();
+    let results = match &args.plugin_endpoint {
+        None => convert_all(objects, &NoPlugin, cluster_name).await,
+        Some(endpoint) => {
+            let connection = match PluginConnection::new(endpoint.clone(), None, Deadlines::DEFAULT)
+            {
+                Ok(connection) => connection,
+                Err(e) => return fail(&format!("plugin at {endpoint}: {e}")),
+            };
+            let (converter, note) = match PluginConverter::connect(connection).await {
+                Ok(connected) => connected,
+                Err(message) => return fail(&message),
+            };
+            if let Some(note) = note {
+                eprintln!("warning: {note}");
+            }
+            convert_all(objects, &converter, cluster_name).await
+        }
+    };
+    let results = match results {
+        Ok(results) => results,
+        Err(e) => return fail(&e.to_string()),
+    };
+    let mut converted = Vec::with_capacity(results.len());
     let mut warnings = Vec::new();
-    for object in objects {
-        let result = match crate::convert::convert(object) {
-            Ok(result) => result,
-            Err(e) => return fail(&e.to_string()),
-        };
+    for result in results {
         if let Err(message) = documents::validate(&result.object) {
             return fail(&message);
         }

@@ -50,7 +50,7 @@ fn upstreams_examples_convert_as_checked_in() {
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
         .collect();
     sources.sort();
-    assert_eq!(sources.len(), 6, "{sources:?}");
+    assert_eq!(sources.len(), 12, "{sources:?}");
     for source in sources {
         let name = source.file_stem().unwrap().to_str().unwrap().to_owned();
         let out = convert(&["-f", source.to_str().unwrap()], None);
@@ -70,7 +70,8 @@ fn upstreams_examples_convert_as_checked_in() {
             "{name}"
         );
         assert!(
-            !yaml.contains("karpenter.sh/v1alpha5") && !yaml.contains("karpenter.sh/v1beta1"),
+            !yaml.contains("apiVersion: karpenter.sh/v1alpha5")
+                && !yaml.contains("apiVersion: karpenter.sh/v1beta1"),
             "{name}: every Karpenter object is v1:\n{yaml}"
         );
     }
@@ -85,7 +86,7 @@ fn a_directory_and_standard_input_are_read_and_json_written() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(list["kind"], "List");
-    assert_eq!(list["items"].as_array().map(Vec::len), Some(12));
+    assert_eq!(list["items"].as_array().map(Vec::len), Some(20));
 
     let pod = "apiVersion: v1\nkind: Pod\nmetadata:\n  name: p\n  annotations:\n    karpenter.sh/do-not-evict: \"true\"\n";
     let out = convert(&["-f", "-"], Some(pod));

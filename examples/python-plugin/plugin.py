@@ -242,7 +242,7 @@ class Identity(identity_grpc.IdentityServiceServicer):  # type: ignore[misc]
             capabilities=[
                 identity_pb2.PluginCapability(rpc=rpc(type=t))
                 for t in [rpc.TYPE_RESOLVE_NODE_CLASS, rpc.TYPE_GET, rpc.TYPE_LIST, rpc.TYPE_IS_DRIFTED,
-                          rpc.TYPE_GET_REPAIR_POLICIES]
+                          rpc.TYPE_GET_REPAIR_POLICIES, rpc.TYPE_CONVERT_NODE_CLASS]
             ]
         )
 
@@ -432,6 +432,40 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):  # type: ignore[misc]
                                    toleration_duration=ten_minutes)
             for status in [types_pb2.CONDITION_STATUS_FALSE, types_pb2.CONDITION_STATUS_UNKNOWN]
         ])
+
+    def ConvertNodeClass(self, request: Message, context: grpc.ServicerContext) -> Message:
+        """For `core-svc convert`: this plugin's older API, `v1alpha1`, named the image
+        `imageName`; v1 calls it `image`. A current object comes back as it is (less its
+        status); a kind this plugin never had is not known, and core passes it through."""
+        warnings: list[Message] = []
+        if request.WhichOneof("source") == "inline_provider":
+            # A provider block inline in an old Karpenter Provisioner: our v1alpha1 spec.
+            name, old_spec, path = request.inline_provider.name, to_json(request.inline_provider.provider), "spec.provider"
+        else:
+            obj = to_json(request.object)
+            group, _, version = obj.get("apiVersion", "").partition("/")
+            if (group, obj.get("kind")) != NODE_CLASS or version not in ("v1alpha1", "v1"):
+                return cp_pb2.ConvertNodeClassResponse(known=False)
+            name, old_spec, path = obj.get("metadata", {}).get("name", ""), obj.get("spec", {}), "spec"
+            if version == "v1":
+                obj.pop("status", None)
+                node_class_spec(context, request.object, field="object")
+                converted = struct_pb2.Struct()
+                converted.update(obj)
+                return cp_pb2.ConvertNodeClassResponse(known=True, object=converted)
+        if not isinstance(old_spec, dict):
+            invalid(context, path, "must be an object")
+        spec = {k: v for k, v in old_spec.items() if k != "imageName"}
+        if "imageName" in old_spec:
+            spec["image"] = old_spec["imageName"]
+        if spec.get("image", DEFAULT_IMAGE) not in IMAGES:
+            warnings.append(cp_pb2.ConversionWarning(
+                path=f"{path}.imageName",
+                message=f"image {spec['image']} does not exist in this cloud; pick one of {sorted(IMAGES)}"))
+        converted = struct_pb2.Struct()
+        converted.update({"apiVersion": f"{NODE_CLASS[0]}/v1", "kind": NODE_CLASS[1],
+                          "metadata": {"name": name}, "spec": spec})
+        return cp_pb2.ConvertNodeClassResponse(known=True, object=converted, warnings=warnings)
 
 
 def main() -> None:

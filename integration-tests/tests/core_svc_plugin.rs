@@ -22,7 +22,7 @@ fn core_svc_handshakes_with_aws_plugin() {
     );
     assert_eq!(
         answer.trim(),
-        "plugin karpenter.k8s.aws 0.1.0 (API 1.0); node classes: karpenter.k8s.aws/v1 EC2NodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies; labels: 29 in domains [karpenter.k8s.aws]; ready: yes"
+        "plugin karpenter.k8s.aws 0.1.0 (API 1.0); node classes: karpenter.k8s.aws/v1 EC2NodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies, ConvertNodeClass; labels: 29 in domains [karpenter.k8s.aws]; ready: yes"
     );
 }
 

@@ -375,46 +375,70 @@ fn stock_kubectl_manages_a_deployment_whose_pods_the_stand_in_keeps() {
 }
 
 /// What `core-svc convert` makes of upstream's v1alpha5 and v1beta1 examples
-/// (`core-svc/tests/convert/upstream/`) applies with stock kubectl: the server's CRDs (the
-/// install's, `deploy/crds`) admit every NodePool it writes. The provider kinds it passes
-/// through unconverted are left out: the server serves only their v1.
+/// (`core-svc/tests/convert/upstream/`), with aws-plugin converting the node classes, applies
+/// with stock kubectl: the server's CRDs (the install's, `deploy/crds`) admit every NodePool
+/// and EC2NodeClass it writes. The example whose launch template cannot be converted is
+/// refused before anything is written (`convert_with_plugin.rs` checks how).
 #[test]
 fn converted_manifests_apply_with_stock_kubectl() {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let (_server, kubeconfig) = start_server(dir.path());
+    let socket = dir.path().join("plugin.sock");
+    let _plugin = integration_tests::start_aws_plugin(&socket, &[]);
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../core-svc/tests/convert/upstream");
     let mut sources: Vec<std::path::PathBuf> = std::fs::read_dir(&examples)
         .expect("the examples")
         .map(|e| e.expect("an entry").path())
         .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .filter(|p| !p.to_string_lossy().contains("launch-template"))
         .collect();
     sources.sort();
     assert!(!sources.is_empty());
     for source in sources {
         let converted = run_ok(
             Command::new(workspace_binary("core-svc"))
-                .args(["convert", "-o", "json", "-f"])
+                .args(["convert", "-o", "json", "--plugin-endpoint"])
+                .arg(format!("unix://{}", socket.display()))
+                .arg("-f")
                 .arg(&source),
         );
         let list: serde_json::Value = serde_json::from_str(&converted).expect("JSON");
-        let node_pools: Vec<&serde_json::Value> = list["items"]
-            .as_array()
-            .expect("a List")
+        // One object alone is written as itself, several as a List.
+        let objects = match list["items"].as_array() {
+            Some(items) => items.clone(),
+            None => vec![list.clone()],
+        };
+        let karpenter: Vec<&serde_json::Value> = objects
             .iter()
-            .filter(|o| o["apiVersion"] == "karpenter.sh/v1")
+            .filter(|o| {
+                o["apiVersion"] == "karpenter.sh/v1" || o["apiVersion"] == "karpenter.k8s.aws/v1"
+            })
             .collect();
-        assert!(!node_pools.is_empty(), "{}: {converted}", source.display());
+        assert!(!karpenter.is_empty(), "{}: {converted}", source.display());
+        assert!(
+            !converted.contains("v1alpha") && !converted.contains("v1beta1\""),
+            "{}: everything is v1: {converted}",
+            source.display()
+        );
         // One document each (JSON is YAML): the fake serves OpenAPI v3 only, and kubectl
         // validates a `List` against v2.
         let manifest = dir.path().join("converted.yaml");
-        let documents: Vec<String> = node_pools.iter().map(|o| o.to_string()).collect();
-        std::fs::write(&manifest, documents.join("\n---\n"))
-            .expect("write the converted NodePools");
+        let documents: Vec<String> = karpenter.iter().map(|o| o.to_string()).collect();
+        std::fs::write(&manifest, documents.join("\n---\n")).expect("write the converted objects");
         let applied = run_ok(kubectl(&kubeconfig).arg("apply").arg("-f").arg(&manifest));
         assert!(
-            applied.contains("nodepool.karpenter.sh/"),
+            applied.contains("karpenter"),
             "{}: {applied}",
             source.display()
+        );
+    }
+    let classes = run_ok(kubectl(&kubeconfig).args(["get", "ec2nodeclasses", "-o", "name"]));
+    for name in ["default", "ubuntu", "custom-family"] {
+        assert!(
+            classes
+                .lines()
+                .any(|l| l == format!("ec2nodeclass.karpenter.k8s.aws/{name}")),
+            "{name} in {classes}"
         );
     }
     let names = run_ok(kubectl(&kubeconfig).args(["get", "nodepools", "-o", "name"]));

@@ -29,7 +29,66 @@ fn core_svc_handshakes_with_a_python_plugin() {
     );
     assert_eq!(
         answer.trim(),
-        "plugin example.python.plugin 0.2.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies; labels: 2 in domains [example.dev]; ready: yes"
+        "plugin example.python.plugin 0.2.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies, ConvertNodeClass; labels: 2 in domains [example.dev]; ready: yes"
+    );
+}
+
+/// `core-svc convert` with a third-party plugin converting its own older node class: the
+/// Provisioner's inline provider and a v1alpha1 `ExampleNodeClass` both become v1, the NodePool
+/// names the class made from its Provisioner, and the plugin's warning is printed.
+#[test]
+fn core_svc_convert_uses_a_python_plugins_conversion() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("python.sock");
+    let _plugin = start_python_plugin(&socket);
+    let manifests = dir.path().join("old.yaml");
+    std::fs::write(
+        &manifests,
+        "apiVersion: karpenter.sh/v1alpha5\nkind: Provisioner\nmetadata: {name: inline}\n\
+         spec:\n  provider: {imageName: example-image-2}\n\
+         ---\n\
+         apiVersion: example.dev/v1alpha1\nkind: ExampleNodeClass\nmetadata: {name: old}\n\
+         spec: {imageName: img-1999}\n",
+    )
+    .unwrap();
+    let output = Command::new(workspace_binary("core-svc"))
+        .args(["convert", "-o", "json", "--plugin-endpoint"])
+        .arg(format!("unix://{}", socket.display()))
+        .arg("-f")
+        .arg(&manifests)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let list: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let kinds: Vec<(&str, &str)> = items
+        .iter()
+        .map(|o| {
+            (
+                o["kind"].as_str().unwrap(),
+                o["metadata"]["name"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            ("NodePool", "inline"),
+            ("ExampleNodeClass", "inline"),
+            ("ExampleNodeClass", "old")
+        ]
+    );
+    assert_eq!(items[1]["apiVersion"], "example.dev/v1");
+    assert_eq!(
+        items[0]["spec"]["template"]["spec"]["nodeClassRef"],
+        serde_json::json!({"group": "example.dev", "kind": "ExampleNodeClass", "name": "inline"})
+    );
+    assert_eq!(items[1]["spec"]["image"], "example-image-2");
+    assert_eq!(items[2]["spec"]["image"], "img-1999");
+    assert!(
+        stderr.contains("ExampleNodeClass/old: spec.imageName: image img-1999 does not exist"),
+        "{stderr}"
     );
 }
 

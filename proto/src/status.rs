@@ -135,6 +135,16 @@ pub fn error_reason(status: &Status) -> Option<ErrorReason> {
     ErrorReason::from_str_name(&info.reason).filter(|reason| *reason != ErrorReason::Unspecified)
 }
 
+/// The ErrorInfo metadata `key` of a status of this API's domain (`field` of an
+/// `ERROR_REASON_INVALID_FIELD`, for example).
+pub fn error_metadata(status: &Status, key: &str) -> Option<String> {
+    let info = status.get_details_error_info()?;
+    if info.domain != ERROR_DOMAIN {
+        return None;
+    }
+    info.metadata.get(key).cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,6 +167,10 @@ mod tests {
                 .get_details_error_info()
                 .map(|i| i.metadata["zones"].clone()),
             Some("us-east-1a".into())
+        );
+        assert_eq!(
+            error_metadata(&received, "zones").as_deref(),
+            Some("us-east-1a")
         );
 
         let status = node_class_not_ready("default", "no subnet matches subnetSelectorTerms");

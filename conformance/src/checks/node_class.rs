@@ -1,5 +1,5 @@
-//! Node classes: the kinds the plugin manages, and ResolveNodeClass of a valid, an unreadable
-//! and a foreign-kind object. Afterwards the session holds the node class as core would send
+//! Node classes: the kinds the plugin manages, ResolveNodeClass of a valid, an unreadable
+//! and a foreign-kind object, and ConvertNodeClass of a current and an unknown kind. Afterwards the session holds the node class as core would send
 //! it: the object with its published status and hash annotations.
 
 use core_svc::apis::ConditionStatus;
@@ -8,9 +8,10 @@ use core_svc::controllers::hash::HashAnnotationKeys;
 use core_svc::controllers::nodeclass::{Resolution, desired_status};
 use core_svc::plugin::{validate_node_classes, with_deadline};
 use kube::core::DynamicObject;
+use provider_sdk::json::json_to_struct;
 use provider_sdk::v1::{
-    ErrorReason, GetSupportedNodeClassesRequest, NodeClassKind, ResolveNodeClassRequest,
-    ResolveNodeClassResponse,
+    ConvertNodeClassRequest, ConvertNodeClassResponse, ErrorReason, GetSupportedNodeClassesRequest,
+    NodeClassKind, ResolveNodeClassRequest, ResolveNodeClassResponse, convert_node_class_request,
 };
 use serde_json::{Value, json};
 use tonic::{Code, Status};
@@ -49,8 +50,27 @@ pub(crate) const RESOLVE_UNKNOWN_KIND: Check = Check {
               NODE_CLASS_KIND_UNSUPPORTED, metadata `kind`",
 };
 
-pub(crate) const CHECKS: [Check; 6] = [
+pub(crate) const CONVERT_CAPABILITY: Check = Check {
+    id: "node-classes.convert-capability",
+    promise: "ConvertNodeClass answers UNIMPLEMENTED exactly when TYPE_CONVERT_NODE_CLASS is not \
+              announced",
+};
+pub(crate) const CONVERT_CURRENT: Check = Check {
+    id: "node-classes.convert-current",
+    promise: "ConvertNodeClass of a current node class answers `known` with an object of the \
+              same apiVersion, kind and name",
+};
+pub(crate) const CONVERT_UNKNOWN_KIND: Check = Check {
+    id: "node-classes.convert-unknown-kind",
+    promise: "ConvertNodeClass of a kind it does not convert answers OK with `known` false, so \
+              core passes the object through",
+};
+
+pub(crate) const CHECKS: [Check; 9] = [
     SUPPORTED,
+    CONVERT_CAPABILITY,
+    CONVERT_CURRENT,
+    CONVERT_UNKNOWN_KIND,
     RESOLVE_CAPABILITY,
     RESOLVE_VALID,
     RESOLVE_STABLE,
@@ -161,6 +181,88 @@ fn published(object: &Value, resolution: Resolution<'_>) -> Value {
     published
 }
 
+/// ConvertNodeClass of the node class under test (a current object, which the plugin returns
+/// as it is) and of a kind nobody converts.
+async fn convert_checks(session: &mut Session, recorder: &mut Recorder, object: &Value) {
+    let sent = format!("ConvertNodeClass {{ object: {object} }}");
+    let current = convert(session, object).await;
+    let announced = session.capabilities.convert_node_class;
+    recorder.record(
+        CONVERT_CAPABILITY,
+        capability_outcome("ConvertNodeClass", announced, &current, &sent),
+    );
+    if !announced {
+        recorder.skip(
+            &[CONVERT_CURRENT, CONVERT_UNKNOWN_KIND],
+            "ConvertNodeClass is not announced",
+        );
+        return;
+    }
+    let same = |answer: &ConvertNodeClassResponse| {
+        let Some(converted) = answer
+            .object
+            .clone()
+            .map(provider_sdk::json::struct_to_json)
+        else {
+            return false;
+        };
+        ["apiVersion", "kind"]
+            .iter()
+            .all(|key| converted[key] == object[key])
+            && converted["metadata"]["name"] == object["metadata"]["name"]
+    };
+    recorder.record(
+        CONVERT_CURRENT,
+        match &current {
+            Ok(answer) if answer.known && same(answer) => Outcome::Pass,
+            Ok(answer) => Outcome::fail(
+                &sent,
+                describe_message(answer),
+                "known, with the object of the same apiVersion, kind and name",
+            ),
+            Err(status) => Outcome::fail(&sent, describe_status(status), "OK with the object"),
+        },
+    );
+    let mut foreign = object.clone();
+    foreign["apiVersion"] = json!(format!("{}/v0conformance", group_of(object)));
+    foreign["kind"] = json!("ConformanceUnknownKind");
+    let sent = format!("ConvertNodeClass {{ object: {foreign} }}");
+    recorder.record(
+        CONVERT_UNKNOWN_KIND,
+        match convert(session, &foreign).await {
+            Ok(answer) if !answer.known => Outcome::Pass,
+            Ok(answer) => Outcome::fail(&sent, describe_message(&answer), "`known` false"),
+            Err(status) => Outcome::fail(&sent, describe_status(&status), "OK with `known` false"),
+        },
+    );
+}
+
+/// The API group of an object's `apiVersion`.
+fn group_of(object: &Value) -> &str {
+    let api_version = object["apiVersion"].as_str().unwrap_or_default();
+    api_version.split_once('/').map_or("", |(group, _)| group)
+}
+
+/// Calls ConvertNodeClass on `object`.
+async fn convert(
+    session: &mut Session,
+    object: &Value,
+) -> Result<ConvertNodeClassResponse, Status> {
+    let request = ConvertNodeClassRequest {
+        source: Some(convert_node_class_request::Source::Object(
+            json_to_struct(object).unwrap_or_default(),
+        )),
+        ..ConvertNodeClassRequest::default()
+    };
+    let result = session
+        .cloud
+        .convert_node_class(with_deadline(request, session.deadlines.default))
+        .await
+        .map(tonic::Response::into_inner);
+    session.note("ConvertNodeClass", &result);
+    result
+}
+
 pub(crate) async fn run(
     session: &mut Session,
     recorder: &mut Recorder,
@@ -196,6 +298,8 @@ pub(crate) async fn run(
         return Ok(());
     };
 
+    convert_checks(session, recorder, &object).await;
+
     let sent = format!("ResolveNodeClass {{ node_class: {object} }}");
     let first = resolve(session, &object).await;
     let announced = session.capabilities.resolve_node_class;
@@ -204,7 +308,15 @@ pub(crate) async fn run(
         capability_outcome("ResolveNodeClass", announced, &first, &sent),
     );
     if !announced {
-        recorder.skip(&CHECKS[2..], "ResolveNodeClass is not announced");
+        recorder.skip(
+            &[
+                RESOLVE_VALID,
+                RESOLVE_STABLE,
+                RESOLVE_INVALID,
+                RESOLVE_UNKNOWN_KIND,
+            ],
+            "ResolveNodeClass is not announced",
+        );
         session.node_class = Some(published(&object, Resolution::Unsupported));
         return Ok(());
     }

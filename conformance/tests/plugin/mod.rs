@@ -40,6 +40,9 @@ pub(crate) enum Breakage {
     ResolveUnstableHash,
     ResolveReadsAnything,
     ResolveAnyKind,
+    ConvertAnnouncedUnimplemented,
+    ConvertForgetsCurrent,
+    ConvertKnowsEverything,
     EmptyCatalogue,
     DuplicateType,
     NoOwnName,
@@ -183,6 +186,7 @@ impl TestPlugin {
             rpc::Type::List,
             rpc::Type::IsDrifted,
             rpc::Type::GetRepairPolicies,
+            rpc::Type::ConvertNodeClass,
         ];
         if self.broken(Breakage::GetUnannouncedButAnswers) {
             types.retain(|t| *t != rpc::Type::Get);
@@ -695,6 +699,31 @@ impl CloudProviderService for TestPlugin {
             }));
         }
         Ok(Response::new(IsDriftedResponse::default()))
+    }
+
+    async fn convert_node_class(
+        &self,
+        request: Request<ConvertNodeClassRequest>,
+    ) -> Result<Response<ConvertNodeClassResponse>, Status> {
+        if self.broken(Breakage::ConvertAnnouncedUnimplemented) {
+            return Err(Status::unimplemented("ConvertNodeClass"));
+        }
+        let Some(convert_node_class_request::Source::Object(object)) = request.into_inner().source
+        else {
+            return Ok(Response::new(ConvertNodeClassResponse::default()));
+        };
+        let json = struct_to_json(object.clone());
+        let current = json["apiVersion"] == format!("{GROUP}/v1") && json["kind"] == KIND;
+        let known = if self.broken(Breakage::ConvertForgetsCurrent) {
+            false
+        } else {
+            current || self.broken(Breakage::ConvertKnowsEverything)
+        };
+        Ok(Response::new(ConvertNodeClassResponse {
+            known,
+            object: known.then_some(object),
+            warnings: Vec::new(),
+        }))
     }
 
     async fn get_repair_policies(

@@ -17,6 +17,7 @@
 //! - [`nodepool`], [`nodeclaim`], [`requirement`]: the karpenter.sh types.
 //! - [`duration`]: Go-syntax durations that keep the string the user wrote; `Never`.
 //! - [`condition`]: status conditions, as every Karpenter API group writes them.
+//! - [`conversion`]: the metadata of an object converted from an older API version.
 //! - [`validation`]: field paths, validation errors and the checks every API group shares;
 //!   [`labels`], [`patterns`]: the karpenter.sh rules, shared by the CRDs and Rust.
 //! - [`schema`], [`crd`]: what the derives cannot express, and the CRDs themselves.
@@ -24,6 +25,7 @@
 //!   manifest helpers the API crates' tests share.
 
 pub mod condition;
+pub mod conversion;
 pub mod crd;
 pub mod duration;
 pub mod hash;

@@ -14,16 +14,22 @@
 //! - the `karpenter.sh/do-not-evict` and `karpenter.sh/do-not-consolidate` annotations →
 //!   `karpenter.sh/do-not-disrupt`, on Pods, Nodes and the pod templates of workloads.
 //!
-//! Everything else passes through untouched, including the node class kinds
-//! (`AWSNodeTemplate`, a v1beta1 `EC2NodeClass`): they belong to the cloud provider, which this
-//! command does not know yet; each is named in a warning so nobody takes it for converted.
+//! The node class kinds (`AWSNodeTemplate`, a v1beta1 `EC2NodeClass`, a Provisioner's inline
+//! `spec.provider`) belong to the cloud provider: [`provider`] asks the plugin to convert them
+//! (its optional ConvertNodeClass RPC, [`plugin`]), with the NodePools' kubelet settings that
+//! v1 moved into the node class and the old global settings. Without a plugin they pass
+//! through, each named in a warning so nobody takes it for converted. Everything else passes
+//! through untouched.
 //!
-//! Conversion is pure: the command line ([`crate::cli`]) reads the documents, calls
-//! [`convert`], validates the v1 objects with the API's own rules and prints them only when
-//! every document converted.
+//! Conversion is pure but for the plugin's answers: the command line ([`crate::cli`]) reads
+//! the documents, calls [`provider::convert_all`], validates the v1 objects with the API's own
+//! rules and prints them only when every document converted.
 
 pub mod documents;
 pub mod nodepool;
+pub mod plugin;
+pub mod provider;
+pub mod settings;
 pub mod workloads;
 
 use serde_json::{Map, Value};
@@ -64,6 +70,9 @@ pub struct Converted {
     pub object: Value,
     /// What the user should know.
     pub warnings: Vec<Warning>,
+    /// A Provisioner's inline `spec.provider`, which must become the node class its NodePool
+    /// names.
+    pub inline_provider: Option<Value>,
 }
 
 /// Collects the warnings of one object.
@@ -74,7 +83,8 @@ pub struct Notes {
 }
 
 impl Notes {
-    fn new(object: String) -> Self {
+    /// Collects the warnings of `object` (`Kind/name`).
+    pub fn new(object: String) -> Self {
         Self {
             object,
             warnings: Vec::new(),
@@ -100,7 +110,8 @@ impl Notes {
     }
 }
 
-/// The provider kinds left for the cloud provider to convert, by API group and kind.
+/// The provider kinds of Karpenter's older APIs, by API version and kind: without a plugin to
+/// convert them, each is named in a warning.
 const PROVIDER_KINDS: [(&str, &str); 2] = [
     ("karpenter.k8s.aws/v1alpha1", "AWSNodeTemplate"),
     ("karpenter.k8s.aws/v1beta1", "EC2NodeClass"),
@@ -134,9 +145,12 @@ pub fn convert(object: Value) -> Result<Converted, ConvertError> {
             "missing: every document needs apiVersion and kind",
         ));
     }
+    let mut inline_provider = None;
     let object = match (api_version.as_str(), kind.as_str()) {
         ("karpenter.sh/v1alpha5", "Provisioner") => {
-            nodepool::provisioner_to_node_pool(map, &mut notes)?
+            let (node_pool, provider) = nodepool::provisioner_to_node_pool(map, &mut notes)?;
+            inline_provider = provider;
+            node_pool
         }
         ("karpenter.sh/v1beta1", "NodePool") => nodepool::node_pool_v1beta1(map, &mut notes)?,
         ("karpenter.sh/v1beta1", "NodeClaim") => nodepool::node_claim_v1beta1(map, &mut notes)?,
@@ -161,7 +175,8 @@ pub fn convert(object: Value) -> Result<Converted, ConvertError> {
                 "(root)",
                 format!(
                     "{group_version} {kind} belongs to the cloud provider and is passed through \
-                     unconverted: convert it to karpenter.k8s.aws/v1 EC2NodeClass by hand"
+                     unconverted: give --plugin-endpoint for the plugin to convert it, or \
+                     convert it to karpenter.k8s.aws/v1 EC2NodeClass by hand"
                 ),
             );
             Value::Object(map)
@@ -174,6 +189,7 @@ pub fn convert(object: Value) -> Result<Converted, ConvertError> {
     Ok(Converted {
         object,
         warnings: notes.warnings,
+        inline_provider,
     })
 }
 

@@ -6,6 +6,7 @@
 //! removed), the v1beta1 → v1 rules upstream's conversion webhook's
 //! (kubernetes-sigs/karpenter `pkg/apis/v1/nodepool_conversion.go`).
 
+use karpenter_api::conversion::without_server_metadata;
 use serde_json::{Map, Value, json};
 
 use super::{ConvertError, Notes};
@@ -23,45 +24,17 @@ pub const KUBELET_COMPATIBILITY_ANNOTATION: &str =
 const RENAMED_NODE_CLASSES: [(&str, &str, &str); 1] =
     [("AWSNodeTemplate", "karpenter.k8s.aws", "EC2NodeClass")];
 
-/// What the API server fills in on an object, dropped from a converted NodePool: taken from
-/// `kubectl get -o yaml`, they would make its apply a create refused for its
-/// `resourceVersion`, or an update of a version long gone. kubectl's own record of the last
-/// apply describes the old object.
-const SERVER_METADATA: [&str; 6] = [
-    "uid",
-    "resourceVersion",
-    "creationTimestamp",
-    "generation",
-    "managedFields",
-    "selfLink",
-];
-/// kubectl's record of the last apply.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
-
-/// Drops [`SERVER_METADATA`] and [`LAST_APPLIED`] from `object`'s metadata.
-fn without_server_metadata(object: &mut Map<String, Value>) {
-    if let Some(Value::Object(metadata)) = object.get_mut("metadata") {
-        for field in SERVER_METADATA {
-            metadata.remove(field);
-        }
-        if let Some(Value::Object(annotations)) = metadata.get_mut("annotations") {
-            annotations.remove(LAST_APPLIED);
-            if annotations.is_empty() {
-                metadata.remove("annotations");
-            }
-        }
-    }
-}
-
 /// The group and kind a reference without them meant: Karpenter's only provider before v1
 /// was AWS's.
 const DEFAULT_NODE_CLASS: (&str, &str) = ("karpenter.k8s.aws", "EC2NodeClass");
 
-/// `karpenter.sh/v1alpha5` Provisioner → `karpenter.sh/v1` NodePool.
+/// `karpenter.sh/v1alpha5` Provisioner → `karpenter.sh/v1` NodePool, and its inline
+/// `spec.provider` when it had one, for the cloud provider to turn into the node class the
+/// NodePool names ([`super::provider`]).
 pub fn provisioner_to_node_pool(
     mut provisioner: Map<String, Value>,
     notes: &mut Notes,
-) -> Result<Value, ConvertError> {
+) -> Result<(Value, Option<Value>), ConvertError> {
     let mut spec = take_object(&mut provisioner, "spec");
     if spec.contains_key("provider") && spec.contains_key("providerRef") {
         return Err(notes.error(
@@ -103,13 +76,18 @@ pub fn provisioner_to_node_pool(
     template_spec
         .entry("requirements")
         .or_insert_with(|| Value::Array(Vec::new()));
-    let node_class_ref = provisioner_node_class_ref(&mut spec, &name, notes);
+    let inline_provider = spec.remove("provider");
+    let node_class_ref = match inline_provider {
+        Some(_) => named_after_the_provisioner(&name),
+        None => provisioner_node_class_ref(&mut spec, &name, notes),
+    };
     template_spec.insert("nodeClassRef".to_owned(), node_class_ref);
     template_spec.insert(
         "expireAfter".to_owned(),
         expire_after(spec.remove("ttlSecondsUntilExpired"), notes)?,
     );
     if let Some(kubelet) = spec.remove("kubeletConfiguration") {
+        let kubelet = without_container_runtime(kubelet, notes);
         kubelet_moves_to_node_class(
             &mut provisioner,
             kubelet,
@@ -141,28 +119,23 @@ pub fn provisioner_to_node_pool(
     provisioner.insert("kind".to_owned(), "NodePool".into());
     provisioner.insert("spec".to_owned(), Value::Object(node_pool_spec));
     provisioner.remove("status");
-    Ok(Value::Object(provisioner))
+    Ok((Value::Object(provisioner), inline_provider))
+}
+
+/// "We will take the opportunity to remove spec.provider entirely": an inline provider
+/// becomes a node class of the Provisioner's name, which the NodePool names.
+fn named_after_the_provisioner(name: &str) -> Value {
+    let (group, kind) = DEFAULT_NODE_CLASS;
+    json!({"group": group, "kind": kind, "name": name})
 }
 
 /// `spec.providerRef` → `nodeClassRef` with group and kind (an `AWSNodeTemplate` becomes the
-/// `EC2NodeClass` of its name). An inline `spec.provider` has no v1 form: it must become a
-/// node class, which the NodePool then names after itself.
+/// `EC2NodeClass` of its name).
 fn provisioner_node_class_ref(
     spec: &mut Map<String, Value>,
     name: &str,
     notes: &mut Notes,
 ) -> Value {
-    if spec.remove("provider").is_some() {
-        notes.warn(
-            "spec.provider",
-            format!(
-                "an inline provider has no v1 form (removed in v1beta1): the NodePool now names \
-                 EC2NodeClass {name:?}, which you must write from these settings"
-            ),
-        );
-        let (group, kind) = DEFAULT_NODE_CLASS;
-        return json!({"group": group, "kind": kind, "name": name});
-    }
     let reference = spec.remove("providerRef").unwrap_or(Value::Null);
     let Some(referenced) = reference.get("name").and_then(Value::as_str) else {
         notes.warn(
@@ -364,6 +337,24 @@ fn convert_node_class_ref(
     Ok(())
 }
 
+/// "Remove `kubeletConfiguration.containerRuntime`": v1beta1 dropped it, containerd being the
+/// only runtime left. Dropped silently when it named containerd; said when it named another.
+fn without_container_runtime(mut kubelet: Value, notes: &mut Notes) -> Value {
+    let Some(runtime) = kubelet
+        .as_object_mut()
+        .and_then(|kubelet| kubelet.remove("containerRuntime"))
+    else {
+        return kubelet;
+    };
+    if runtime != "containerd" {
+        notes.warn(
+            "spec.kubeletConfiguration.containerRuntime",
+            format!("{runtime} is gone: v1 nodes run containerd, the only runtime left"),
+        );
+    }
+    kubelet
+}
+
 /// v1 has no kubelet settings on NodePools: they belong to the node class
 /// (`EC2NodeClass.spec.kubelet`). Kept where upstream's conversion keeps them, in an annotation
 /// (which upstream's AWS provider reads and this project's does not), and said.
@@ -376,9 +367,10 @@ fn kubelet_moves_to_node_class(
     notes.warn(
         path,
         format!(
-            "v1 takes kubelet settings from the node class: move {kubelet} to the \
-             EC2NodeClass's spec.kubelet (kept meanwhile in the annotation \
-             {KUBELET_COMPATIBILITY_ANNOTATION})"
+            "v1 takes kubelet settings from the node class: {kubelet} belongs in the \
+             EC2NodeClass's spec.kubelet, where a plugin's conversion of that class in the same \
+             run puts it (otherwise move it by hand); kept meanwhile in the annotation \
+             {KUBELET_COMPATIBILITY_ANNOTATION}"
         ),
     );
     let metadata = object
@@ -531,10 +523,10 @@ mod tests {
         assert_eq!(pool["spec"]["template"]["spec"]["expireAfter"], "Never");
     }
 
-    /// "We will take the opportunity to remove [spec.provider] entirely": the NodePool names
+    /// "We will take the opportunity to remove spec.provider entirely": the NodePool names
     /// a node class of its own name, and says so; both set is an error.
     #[test]
-    fn an_inline_provider_becomes_a_named_node_class_to_write() {
+    fn an_inline_provider_becomes_a_node_class_named_after_the_provisioner() {
         let (pool, warnings) = converted(provisioner(json!({
             "provider": {"subnetSelector": {"karpenter.sh/discovery": "demo"}},
         })));
@@ -542,7 +534,9 @@ mod tests {
             pool["spec"]["template"]["spec"]["nodeClassRef"],
             json!({"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "default"})
         );
-        assert!(warnings[0].contains("spec.provider"), "{warnings:?}");
+        assert!(warnings.is_empty(), "{warnings:?}");
+        let inline = convert(provisioner(json!({"provider": {"amiFamily": "AL2"}}))).unwrap();
+        assert_eq!(inline.inline_provider, Some(json!({"amiFamily": "AL2"})));
         let err = convert(provisioner(json!({
             "provider": {}, "providerRef": {"name": "x"},
         })))
@@ -554,6 +548,28 @@ mod tests {
         })))
         .unwrap_err();
         assert!(err.message.contains("only one"), "{err}");
+    }
+
+    /// "Remove kubeletConfiguration.containerRuntime": containerd is the only runtime left.
+    #[test]
+    fn the_container_runtime_is_dropped() {
+        let (pool, warnings) = converted(provisioner(json!({
+            "providerRef": {"name": "default"},
+            "kubeletConfiguration": {"containerRuntime": "containerd", "maxPods": 20},
+        })));
+        assert_eq!(
+            pool["metadata"]["annotations"][KUBELET_COMPATIBILITY_ANNOTATION],
+            r#"{"maxPods":20}"#
+        );
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        let (_, warnings) = converted(provisioner(json!({
+            "providerRef": {"name": "default"},
+            "kubeletConfiguration": {"containerRuntime": "dockerd"},
+        })));
+        assert!(
+            warnings.iter().any(|w| w.contains("containerRuntime")),
+            "{warnings:?}"
+        );
     }
 
     /// Kubelet settings belong to the node class in v1: kept in upstream's compatibility
@@ -632,7 +648,7 @@ mod tests {
         exported["metadata"] = json!({
             "name": "default", "uid": "u-1", "resourceVersion": "42", "generation": 3,
             "creationTimestamp": "2023-01-01T00:00:00Z", "managedFields": [],
-            "annotations": {LAST_APPLIED: "{}", "team": "a"},
+            "annotations": {karpenter_api::conversion::LAST_APPLIED: "{}", "team": "a"},
         });
         exported["status"] = json!({"resources": {"cpu": "4"}});
         let (pool, _) = converted(exported);

@@ -100,6 +100,8 @@ pub struct Capabilities {
     pub is_drifted: bool,
     /// GetRepairPolicies.
     pub get_repair_policies: bool,
+    /// ConvertNodeClass.
+    pub convert_node_class: bool,
 }
 
 /// Why the handshake failed.
@@ -233,6 +235,7 @@ impl Capabilities {
                 Ok(rpc::Type::List) => capabilities.list = true,
                 Ok(rpc::Type::IsDrifted) => capabilities.is_drifted = true,
                 Ok(rpc::Type::GetRepairPolicies) => capabilities.get_repair_policies = true,
+                Ok(rpc::Type::ConvertNodeClass) => capabilities.convert_node_class = true,
                 Ok(rpc::Type::Unspecified) | Err(_) => {}
             }
         }
