@@ -129,7 +129,10 @@ impl AwsError {
             | "ParameterAlreadyExists" => Self::AlreadyExists { code, message },
             _ if code.contains("NotFound")
                 || code == "InvalidAMIID.Unavailable"
-                || code == "NoSuchEntity" =>
+                || code == "NoSuchEntity"
+                // SQS: the query protocol's code, then the JSON protocol's.
+                || code == "AWS.SimpleQueueService.NonExistentQueue"
+                || code == "QueueDoesNotExist" =>
             {
                 Self::NotFound { code, message }
             }

@@ -17,6 +17,7 @@ use crate::identity::Identity;
 use crate::instance_type_provider::SystemClock;
 use crate::node_class::ClusterIdentity;
 use crate::provider::{AwsClients, AwsCloudProvider, ProviderSettings};
+use crate::sqs::sdk::SdkSqs;
 use crate::ssm::sdk::SdkSsm;
 
 /// The AWS cloud provider plugin for core-svc: serves the karpenter.cloudprovider.v1 gRPC API
@@ -73,6 +74,13 @@ pub struct Args {
     /// seconds. New images and retagged subnets show after at most this long.
     #[arg(long, env = "NODE_CLASS_CACHE_SECONDS", default_value_t = 60)]
     pub node_class_cache_seconds: u64,
+
+    /// The SQS queue EventBridge rules send EC2's interruption events to (spot interruption
+    /// warnings, rebalance recommendations, state changes, AWS Health scheduled changes,
+    /// capacity reservation interruptions): WatchInterruptions streams them to core.
+    /// Without it, interruption handling is off (see deploy/interruption-queue.yaml).
+    #[arg(long, env = "INTERRUPTION_QUEUE")]
+    pub interruption_queue: Option<String>,
 
     /// Log format: text or json.
     #[arg(long, env = "LOG_FORMAT", default_value_t = LogFormat::Text)]
@@ -161,12 +169,15 @@ async fn serve(args: Args) -> anyhow::Result<()> {
         },
         node_class_cache_ttl: Some(Duration::from_secs(args.node_class_cache_seconds)),
     };
-    let provider = AwsCloudProvider::new(clients, settings, Arc::new(SystemClock));
-    serve_until_signal(
-        options,
-        Identity::new(&aws.region, aws.ec2_endpoint_override.as_deref()),
-        provider,
-    )
-    .await?;
+    let ec2 = Arc::clone(&clients.ec2);
+    let mut provider = AwsCloudProvider::new(clients, settings, Arc::new(SystemClock));
+    let mut identity = Identity::new(&aws.region, aws.ec2_endpoint_override.as_deref());
+    if let Some(queue) = args.interruption_queue.as_deref().filter(|q| !q.is_empty()) {
+        tracing::info!(queue, "watching the interruption queue");
+        provider =
+            provider.with_interruption_queue(Arc::new(SdkSqs::new(&aws.sdk_config)), ec2, queue);
+        identity = identity.with_interruption_queue(queue);
+    }
+    serve_until_signal(options, identity, provider).await?;
     Ok(())
 }

@@ -17,6 +17,7 @@ use crate::PLUGIN_NAME;
 #[derive(Debug, Clone)]
 pub struct Identity {
     manifest: HashMap<String, String>,
+    interruptions: bool,
 }
 
 impl Identity {
@@ -27,7 +28,18 @@ impl Identity {
         if let Some(endpoint) = ec2_endpoint {
             manifest.insert("ec2_endpoint".to_owned(), endpoint.to_owned());
         }
-        Identity { manifest }
+        Identity {
+            manifest,
+            interruptions: false,
+        }
+    }
+
+    /// Announces WatchInterruptions, served from the SQS queue `queue`.
+    pub fn with_interruption_queue(mut self, queue: &str) -> Self {
+        self.manifest
+            .insert("interruption_queue".to_owned(), queue.to_owned());
+        self.interruptions = true;
+        self
     }
 }
 
@@ -49,7 +61,7 @@ impl IdentityService for Identity {
         &self,
         _: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
-        // Every optional RPC is implemented.
+        // Every optional RPC is implemented; interruptions only with a queue to read.
         let capabilities = [
             rpc::Type::ResolveNodeClass,
             rpc::Type::Get,
@@ -59,6 +71,7 @@ impl IdentityService for Identity {
             rpc::Type::ConvertNodeClass,
         ]
         .into_iter()
+        .chain(self.interruptions.then_some(rpc::Type::WatchInterruptions))
         .map(|t| PluginCapability {
             r#type: Some(plugin_capability::Type::Rpc(plugin_capability::Rpc {
                 r#type: t as i32,

@@ -11,8 +11,10 @@
 //! - [`instance_types`]: EC2 instance types as the API's `InstanceType` (labels, capacity, overhead, offerings).
 //! - [`aws`]: the AWS configuration the plugin runs with.
 //! - [`bootstrap`]: the EC2 user data that makes an instance join the cluster, per AMI family.
-//! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory.
+//! - [`ec2`]: the narrow EC2 port the provider calls, on the AWS SDK or in memory; [`sqs`] the
+//!   interruption queue's.
 //! - [`convert`]: node classes of the provider's older APIs to v1 (ConvertNodeClass).
+//! - [`interruption`]: the interruption queue WatchInterruptions streams.
 
 pub mod apis;
 #[cfg(feature = "aws")]
@@ -30,11 +32,13 @@ pub mod identity;
 pub mod instance;
 pub mod instance_type_provider;
 pub mod instance_types;
+pub mod interruption;
 pub mod kube_object;
 pub mod labels;
 pub mod memory_cloud;
 pub mod node_class;
 pub mod provider;
+pub mod sqs;
 pub mod ssm;
 
 /// The plugin's name, as `GetPluginInfo` reports it.

@@ -21,12 +21,13 @@ use provider_sdk::json::{json_to_struct, struct_to_json};
 use provider_sdk::status;
 use provider_sdk::v1::cloud_provider_service_server::CloudProviderService;
 use provider_sdk::v1::{
-    self, ConditionStatus, ConversionWarning, ConvertNodeClassRequest, ConvertNodeClassResponse,
-    CreateRequest, CreateResponse, DeleteRequest, DeleteResponse, GetInstanceTypesRequest,
-    GetRepairPoliciesRequest, GetRepairPoliciesResponse, GetRequest, GetResponse,
-    GetSupportedNodeClassesRequest, GetSupportedNodeClassesResponse, IsDriftedRequest,
-    IsDriftedResponse, LaunchState, ListRequest, ListResponse, NodeClassKind, RepairPolicy,
-    ResolveNodeClassRequest, ResolveNodeClassResponse,
+    self, AckInterruptionsRequest, AckInterruptionsResponse, ConditionStatus, ConversionWarning,
+    ConvertNodeClassRequest, ConvertNodeClassResponse, CreateRequest, CreateResponse,
+    DeleteRequest, DeleteResponse, GetInstanceTypesRequest, GetRepairPoliciesRequest,
+    GetRepairPoliciesResponse, GetRequest, GetResponse, GetSupportedNodeClassesRequest,
+    GetSupportedNodeClassesResponse, IsDriftedRequest, IsDriftedResponse, LaunchState, ListRequest,
+    ListResponse, NodeClassKind, RepairPolicy, ResolveNodeClassRequest, ResolveNodeClassResponse,
+    WatchInterruptionsRequest, WatchInterruptionsResponse,
 };
 use tonic::{Request, Response, Status};
 
@@ -37,6 +38,7 @@ use crate::ec2::Ec2;
 use crate::iam::Iam;
 use crate::instance::InstanceProvider;
 use crate::instance_type_provider::{Clock, InstanceTypeError, InstanceTypeProvider};
+use crate::interruption::InterruptionQueue;
 use crate::labels::LABEL_PLACEMENT_GROUP_ID;
 use crate::node_class::{
     ClusterIdentity, NodeClassResolver, RESOLVE_AGAIN_AFTER, ResolveError, ResolvedNodeClass,
@@ -110,6 +112,7 @@ pub struct AwsCloudProvider {
     node_classes: Arc<NodeClassResolver>,
     instances: Arc<InstanceProvider>,
     recent_node_classes: Arc<RecentNodeClasses>,
+    interruptions: Option<Arc<InterruptionQueue>>,
 }
 
 impl AwsCloudProvider {
@@ -155,7 +158,27 @@ impl AwsCloudProvider {
             node_classes: Arc::new(resolver),
             instances: Arc::new(instances),
             recent_node_classes: Arc::default(),
+            interruptions: None,
         }
+    }
+
+    /// Serves WatchInterruptions from the SQS queue `queue` (read with `sqs`; its notices'
+    /// instances looked up with `ec2`).
+    pub fn with_interruption_queue(
+        mut self,
+        sqs: Arc<dyn crate::sqs::Sqs>,
+        ec2: Arc<dyn Ec2>,
+        queue: &str,
+    ) -> Self {
+        let cluster = self.node_classes.cluster().name.clone();
+        self.interruptions = Some(Arc::new(InterruptionQueue::new(
+            sqs,
+            ec2,
+            Arc::clone(&self.instance_types),
+            queue,
+            &cluster,
+        )));
+        self
     }
 
     /// The instance type provider (Create marks offerings unavailable on it).
@@ -614,6 +637,54 @@ impl CloudProviderService for AwsCloudProvider {
         }))
     }
 
+    async fn watch_interruptions(
+        &self,
+        _: Request<WatchInterruptionsRequest>,
+    ) -> Result<Response<provider_sdk::InterruptionStream>, Status> {
+        let Some(queue) = self.interruptions.clone() else {
+            return Err(Status::unimplemented(
+                "WatchInterruptions: no interruption queue (--interruption-queue)",
+            ));
+        };
+        let (tx, rx) = tokio::sync::mpsc::channel(16);
+        tokio::spawn(async move {
+            loop {
+                let polled = tokio::select! {
+                    () = tx.closed() => return,
+                    polled = queue.poll() => polled,
+                };
+                let answer = match polled {
+                    Ok(notices) if notices.is_empty() => continue,
+                    Ok(notices) => Ok(WatchInterruptionsResponse { notices }),
+                    Err(e) => Err(interruption_queue_status(queue.name(), &e)),
+                };
+                let failed = answer.is_err();
+                if tx.send(answer).await.is_err() || failed {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(
+            tokio_stream::wrappers::ReceiverStream::new(rx),
+        )))
+    }
+
+    async fn ack_interruptions(
+        &self,
+        request: Request<AckInterruptionsRequest>,
+    ) -> Result<Response<AckInterruptionsResponse>, Status> {
+        let Some(queue) = &self.interruptions else {
+            return Err(Status::unimplemented(
+                "AckInterruptions: no interruption queue (--interruption-queue)",
+            ));
+        };
+        queue
+            .acknowledge(&request.into_inner().event_ids)
+            .await
+            .map_err(|e| interruption_queue_status(queue.name(), &e))?;
+        Ok(Response::new(AckInterruptionsResponse {}))
+    }
+
     async fn convert_node_class(
         &self,
         request: Request<ConvertNodeClassRequest>,
@@ -624,6 +695,16 @@ impl CloudProviderService for AwsCloudProvider {
             self.node_classes.cluster(),
         )?))
     }
+}
+
+/// A failure to read or delete from the interruption queue: UNAVAILABLE (core re-opens the
+/// stream with backoff), with the cloud's code.
+fn interruption_queue_status(queue: &str, error: &AwsError) -> Status {
+    status::cloud_api_error(
+        tonic::Code::Unavailable,
+        Some(error.code()),
+        format!("interruption queue {queue}: {error}"),
+    )
 }
 
 /// ConvertNodeClass: the request's source converted by [`crate::convert`]. The cluster's

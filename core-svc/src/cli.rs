@@ -543,6 +543,7 @@ fn describe(handshake: &Handshake) -> String {
         ("IsDrifted", capabilities.is_drifted),
         ("GetRepairPolicies", capabilities.get_repair_policies),
         ("ConvertNodeClass", capabilities.convert_node_class),
+        ("WatchInterruptions", capabilities.watch_interruptions),
     ];
     let supported: Vec<&str> = optional
         .iter()

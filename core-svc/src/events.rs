@@ -124,6 +124,27 @@ reasons! {
     DisruptionBlocked => "DisruptionBlocked",
     /// A pod's `karpenter.sh/do-not-disrupt` value is invalid.
     InvalidDoNotDisrupt => "InvalidDoNotDisrupt",
+    /// Core learned of a cloud notice about a NodeClaim's instance through the plugin (ours;
+    /// the kind-specific upstream reasons below come with it).
+    InterruptionReceived => "InterruptionReceived",
+    /// A spot interruption warning.
+    SpotInterrupted => "SpotInterrupted",
+    /// A spot rebalance recommendation.
+    SpotRebalanceRecommendation => "SpotRebalanceRecommendation",
+    /// The instance is stopping, not by core.
+    InstanceStopping => "InstanceStopping",
+    /// The instance is terminating, not by core.
+    InstanceTerminating => "InstanceTerminating",
+    /// Scheduled maintenance of the instance.
+    InstanceUnhealthy => "InstanceUnhealthy",
+    /// The instance's capacity reservation is reclaimed.
+    CapacityReservationInstanceInterrupted => "CapacityReservationInstanceInterrupted",
+    /// An interruption made core delete the NodeClaim.
+    TerminatingOnInterruption => "TerminatingOnInterruption",
+    /// A node's condition held past its repair policy's toleration: core replaces it (ours).
+    NodeUnhealthy => "NodeUnhealthy",
+    /// Repair held back: too many of the NodePool's nodes are unhealthy.
+    NodeRepairBlocked => "NodeRepairBlocked",
 }
 
 impl std::fmt::Display for Reason {
@@ -273,6 +294,16 @@ mod tests {
                 "DisruptionDraining",
                 "DisruptionBlocked",
                 "InvalidDoNotDisrupt",
+                "InterruptionReceived",
+                "SpotInterrupted",
+                "SpotRebalanceRecommendation",
+                "InstanceStopping",
+                "InstanceTerminating",
+                "InstanceUnhealthy",
+                "CapacityReservationInstanceInterrupted",
+                "TerminatingOnInterruption",
+                "NodeUnhealthy",
+                "NodeRepairBlocked",
             ]
         );
         assert_eq!(Reason::PodEvicted.to_string(), "PodEvicted");

@@ -1,7 +1,8 @@
 //! Feature gates, with upstream's names and defaults (kubernetes-sigs/karpenter
 //! `pkg/operator/options/options.go`: `--feature-gates` / `FEATURE_GATES`, e.g.
 //! `SpotToSpotConsolidation=true,NodeRepair=false`), so an upstream install's setting carries
-//! over unchanged. A name upstream does not have is an error naming it; a gate whose behaviour
+//! over unchanged. One default differs on purpose: `NodeRepair` is on (see
+//! [`crate::controllers::repair`] for why that is safe). A name upstream does not have is an error naming it; a gate whose behaviour
 //! core does not have yet is accepted and reported ([`FeatureGates::unsupported`]), so that
 //! nobody believes it is on.
 
@@ -32,8 +33,8 @@ pub struct FeatureGates {
     /// `SpotToSpotConsolidation` (default false): consolidation may replace a spot node with a
     /// cheaper spot node.
     pub spot_to_spot_consolidation: bool,
-    /// `NodeRepair` (default false): replace nodes whose conditions the plugin's repair
-    /// policies name. Not implemented in core yet.
+    /// `NodeRepair` (default true here, false upstream): replace nodes whose conditions the
+    /// plugin's repair policies (and the kubelet's Ready) name, within upstream's 20 % cap.
     pub node_repair: bool,
     /// `ReservedCapacity` (default true): launch into capacity reservations the plugin offers
     /// (capacity type `reserved`), which core always does.
@@ -50,7 +51,7 @@ impl Default for FeatureGates {
     fn default() -> Self {
         FeatureGates {
             spot_to_spot_consolidation: false,
-            node_repair: false,
+            node_repair: true,
             reserved_capacity: true,
             node_overlay: false,
             static_capacity: false,
@@ -102,7 +103,6 @@ impl FeatureGates {
     pub fn unsupported(&self) -> Vec<String> {
         let mut unsupported = Vec::new();
         for (on, name) in [
-            (self.node_repair, "NodeRepair"),
             (self.node_overlay, "NodeOverlay"),
             (self.static_capacity, "StaticCapacity"),
             (self.capacity_buffer, "CapacityBuffer"),
@@ -178,7 +178,10 @@ mod tests {
                         NodeOverlay=false,StaticCapacity=false,CapacityBuffer=false";
         assert_eq!(
             upstream.parse::<FeatureGates>().unwrap(),
-            FeatureGates::default()
+            FeatureGates {
+                node_repair: false,
+                ..FeatureGates::default()
+            }
         );
         assert_eq!("".parse::<FeatureGates>().unwrap(), FeatureGates::default());
         assert!(FeatureGates::default().unsupported().is_empty());
@@ -191,10 +194,7 @@ mod tests {
             .unwrap();
         assert!(gates.spot_to_spot_consolidation && gates.node_repair);
         assert!(gates.reserved_capacity && !gates.node_overlay);
-        assert_eq!(
-            gates.unsupported(),
-            ["NodeRepair=true: core does not implement NodeRepair yet; it stays off"]
-        );
+        assert!(gates.unsupported().is_empty());
         assert_eq!(
             gates.to_string(),
             "CapacityBuffer=false,NodeOverlay=false,NodeRepair=true,ReservedCapacity=true,\

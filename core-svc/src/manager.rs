@@ -29,6 +29,8 @@ use crate::controllers::drift::DriftController;
 use crate::controllers::expiration::ExpirationController;
 use crate::controllers::gc::GarbageCollectionController;
 use crate::controllers::hash::HashController;
+use crate::controllers::interruption::InterruptionController;
+use crate::controllers::interruption::inbox::InterruptionInbox;
 use crate::controllers::lifecycle::LifecycleController;
 use crate::controllers::nodeclass::NodeClassController;
 use crate::controllers::nodepool::NodePoolStatusController;
@@ -37,6 +39,7 @@ use crate::controllers::provisioning::nominations::{SharedNominations, nominatio
 use crate::controllers::provisioning::{
     DEFAULT_INSTANCE_TYPES_TTL, Provisioner, ProvisionerOptions,
 };
+use crate::controllers::repair::RepairController;
 use crate::controllers::termination::TerminationController;
 use crate::controllers::{Context, Controller, ControllerError, Requeue};
 use crate::features::FeatureGates;
@@ -62,6 +65,10 @@ pub enum ControllerKind {
     NodePoolStatus,
     /// The NodePool template hash (`nodepool.hash`).
     Hash,
+    /// The cloud's interruption notices (`interruption`).
+    Interruption,
+    /// Node repair (`node.health`).
+    Repair,
     /// Pending pods to NodeClaims (`provisioner`).
     Provisioning,
     /// Launch, registration, initialization (`nodeclaim.lifecycle`).
@@ -82,12 +89,15 @@ pub enum ControllerKind {
 
 impl ControllerKind {
     /// The controllers in the order a round runs them: node classes and hashes first (what the
-    /// others read), provisioning before the lifecycle that launches what it created,
-    /// disruption last (it acts on everything the others settled).
-    pub const ALL: [Self; 11] = [
+    /// others read), interruptions and repair before provisioning (which then places the
+    /// replaced nodes' pods in the same round), provisioning before the lifecycle that launches what it
+    /// created, disruption last (it acts on everything the others settled).
+    pub const ALL: [Self; 13] = [
         Self::NodeClass,
         Self::NodePoolStatus,
         Self::Hash,
+        Self::Interruption,
+        Self::Repair,
         Self::Provisioning,
         Self::Lifecycle,
         Self::Drift,
@@ -142,6 +152,8 @@ enum AnyController<C, P> {
     NodeClass(NodeClassController<C, P>),
     NodePoolStatus(NodePoolStatusController<C, P>),
     Hash(HashController<C, P>),
+    Interruption(InterruptionController<C, P>),
+    Repair(RepairController<C, P>),
     Provisioning(Box<Provisioner<C, P>>),
     Lifecycle(LifecycleController<C, P>),
     Drift(DriftController<C, P>),
@@ -158,6 +170,8 @@ macro_rules! each_controller {
             AnyController::NodeClass($c) => $body,
             AnyController::NodePoolStatus($c) => $body,
             AnyController::Hash($c) => $body,
+            AnyController::Interruption($c) => $body,
+            AnyController::Repair($c) => $body,
             AnyController::Provisioning($c) => $body,
             AnyController::Lifecycle($c) => $body,
             AnyController::Drift($c) => $body,
@@ -177,6 +191,7 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
         options: &ManagerOptions,
         nominations: &SharedNominations,
         catalogues: &Arc<CatalogueCache>,
+        interruptions: &Arc<InterruptionInbox>,
     ) -> Self {
         match kind {
             ControllerKind::NodeClass => Self::NodeClass(NodeClassController::new(ctx.clone())),
@@ -186,6 +201,14 @@ impl<C: Cluster, P: CloudProvider> AnyController<C, P> {
                 options.require_ready_node_class,
             )),
             ControllerKind::Hash => Self::Hash(HashController::new(ctx.clone())),
+            ControllerKind::Interruption => Self::Interruption(InterruptionController::new(
+                ctx.clone(),
+                Arc::clone(interruptions),
+            )),
+            ControllerKind::Repair => Self::Repair(RepairController::new(
+                ctx.clone(),
+                options.feature_gates.node_repair,
+            )),
             ControllerKind::Provisioning => Self::Provisioning(Box::new(
                 Provisioner::with_options(
                     ctx.clone(),
@@ -274,6 +297,9 @@ pub struct Pass {
 pub struct Manager<C, P> {
     ctx: Context<C, P>,
     slots: Vec<Slot<C, P>>,
+    /// What the plugin's interruption stream brought: the interruption controller is due
+    /// while it has work.
+    interruptions: Arc<InterruptionInbox>,
 }
 
 impl<C: Cluster, P: CloudProvider> Manager<C, P> {
@@ -283,17 +309,35 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
     pub fn new(ctx: Context<C, P>, options: &ManagerOptions) -> Self {
         let nominations = SharedNominations::new(nomination_window(ctx.settings.batch_max));
         let catalogues = Arc::new(CatalogueCache::new(DEFAULT_INSTANCE_TYPES_TTL));
+        let interruptions = Arc::new(InterruptionInbox::new());
         let slots = ControllerKind::ALL
             .into_iter()
             .map(|kind| Slot {
                 kind,
-                controller: AnyController::build(kind, &ctx, options, &nominations, &catalogues),
+                controller: AnyController::build(
+                    kind,
+                    &ctx,
+                    options,
+                    &nominations,
+                    &catalogues,
+                    &interruptions,
+                ),
                 due: None,
                 polled: kind.polled_every(&ctx.settings),
                 seen: None,
             })
             .collect();
-        Self { ctx, slots }
+        Self {
+            ctx,
+            slots,
+            interruptions,
+        }
+    }
+
+    /// The interruption notices received so far (the simulator waits on it after the cloud
+    /// sent some).
+    pub fn interruptions(&self) -> &Arc<InterruptionInbox> {
+        &self.interruptions
     }
 
     /// The controllers, in the order they run.
@@ -307,14 +351,21 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
         self.slots
             .iter()
             .find(|slot| slot.kind == kind)
-            .is_some_and(|slot| slot_is_due(slot, now, revision))
+            .is_some_and(|slot| self.slot_is_due(slot, now, revision))
+    }
+
+    /// [`slot_is_due`], and the interruption controller whenever its inbox has work.
+    fn slot_is_due(&self, slot: &Slot<C, P>, now: Timestamp, revision: u64) -> bool {
+        slot_is_due(slot, now, revision)
+            || (slot.kind == ControllerKind::Interruption && self.interruptions.has_work())
     }
 
     /// Runs `kind`'s pass when it is due at `now`; `None` when it was not.
     pub async fn run_if_due(&mut self, kind: ControllerKind, now: Timestamp) -> Option<Pass> {
         let revision = self.ctx.cluster.revision();
+        let inbox_has_work = kind == ControllerKind::Interruption && self.interruptions.has_work();
         let slot = self.slots.iter_mut().find(|slot| slot.kind == kind)?;
-        if !slot_is_due(slot, now, revision) {
+        if !slot_is_due(slot, now, revision) && !inbox_has_work {
             return None;
         }
         slot.seen = Some(revision);
@@ -359,7 +410,12 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
     /// The earliest time a controller asked to run again, if any did. A change in the
     /// cluster makes controllers due before it.
     pub fn next_due(&self) -> Option<Timestamp> {
-        self.slots.iter().filter_map(|slot| slot.due).min()
+        let interruptions = self.interruptions.has_work().then(|| self.ctx.clock.now());
+        self.slots
+            .iter()
+            .filter_map(|slot| slot.due)
+            .chain(interruptions)
+            .min()
     }
 }
 
@@ -385,6 +441,9 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
                 })
                 .clamp(ROUND_INTERVAL, MAX_IDLE);
             tokio::time::sleep_until(started + ROUND_INTERVAL).await;
+            if self.interruptions.has_work() {
+                continue;
+            }
             tokio::select! {
                 changed = changes.changed() => {
                     if changed.is_err() {
@@ -392,6 +451,8 @@ impl<C: Cluster, P: CloudProvider> Manager<C, P> {
                         tokio::time::sleep_until(started + idle).await;
                     }
                 }
+                // A notice (or the stream's end) makes the interruption controller due.
+                () = self.interruptions.notified() => {}
                 () = tokio::time::sleep_until(started + idle) => {}
             }
         }

@@ -38,6 +38,8 @@ pub struct Metrics {
     node_claims: Family<Labels, Gauge>,
     node_pool_usage: Family<Labels, Gauge<f64, AtomicU64>>,
     node_pool_limit: Family<Labels, Gauge<f64, AtomicU64>>,
+    interruptions_received: Family<Labels, Counter>,
+    nodeclaims_disrupted: Family<Labels, Counter>,
 }
 
 impl Metrics {
@@ -57,6 +59,18 @@ impl Metrics {
         let node_claims = Family::<Labels, Gauge>::default();
         let node_pool_usage = Family::<Labels, Gauge<f64, AtomicU64>>::default();
         let node_pool_limit = Family::<Labels, Gauge<f64, AtomicU64>>::default();
+        let interruptions_received = Family::<Labels, Counter>::default();
+        let nodeclaims_disrupted = Family::<Labels, Counter>::default();
+        registry.register(
+            "karpenter_interruption_received_messages",
+            "Interruption notices received from the plugin, by message type (spot_interrupted, rebalance_recommendation, scheduled_change, instance_stopped, instance_terminated, capacity_reservation_interrupted).",
+            interruptions_received.clone(),
+        );
+        registry.register(
+            "karpenter_nodeclaims_disrupted",
+            "NodeClaims deleted forcefully, by reason (an interruption's message type, or unhealthy for node repair), NodePool and capacity type.",
+            nodeclaims_disrupted.clone(),
+        );
         registry.register(
             "karpenter_nodeclaims_created",
             "NodeClaims created, by NodePool.",
@@ -145,6 +159,8 @@ impl Metrics {
             node_claims,
             node_pool_usage,
             node_pool_limit,
+            interruptions_received,
+            nodeclaims_disrupted,
         }
     }
 
@@ -238,6 +254,20 @@ impl Metrics {
             Reason::DisruptionAbandoned => {
                 self.disruption_failures
                     .get_or_create(&vec![("reason", field("disruptionReason"))])
+                    .inc();
+            }
+            Reason::InterruptionReceived => {
+                self.interruptions_received
+                    .get_or_create(&vec![("message_type", field("reason"))])
+                    .inc();
+            }
+            Reason::TerminatingOnInterruption | Reason::NodeUnhealthy => {
+                self.nodeclaims_disrupted
+                    .get_or_create(&vec![
+                        ("reason", field("reason")),
+                        ("nodepool", field("nodePool")),
+                        ("capacity_type", field("capacityType")),
+                    ])
                     .inc();
             }
             _ => {}
@@ -408,6 +438,36 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    /// Upstream's interruption metrics, from the interruption and repair Events.
+    #[test]
+    fn interruptions_and_forceful_disruptions_are_exported() {
+        let metrics = Arc::new(Metrics::new(None));
+        let events = MeteredEvents::new(MemoryEvents::new(), Arc::clone(&metrics));
+        let fields = [
+            ("reason", "spot_interrupted"),
+            ("nodePool", "spot"),
+            ("capacityType", "spot"),
+        ];
+        events.record(event(Reason::InterruptionReceived, &fields));
+        events.record(event(Reason::TerminatingOnInterruption, &fields));
+        events.record(event(
+            Reason::NodeUnhealthy,
+            &[
+                ("reason", "unhealthy"),
+                ("nodePool", "general"),
+                ("capacityType", "on-demand"),
+            ],
+        ));
+        let text = metrics.encode().unwrap();
+        for line in [
+            r#"karpenter_interruption_received_messages_total{message_type="spot_interrupted"} 1"#,
+            r#"karpenter_nodeclaims_disrupted_total{reason="spot_interrupted",nodepool="spot",capacity_type="spot"} 1"#,
+            r#"karpenter_nodeclaims_disrupted_total{reason="unhealthy",nodepool="general",capacity_type="on-demand"} 1"#,
+        ] {
+            assert!(text.contains(line), "{line} in {text}");
+        }
     }
 
     #[test]

@@ -18,6 +18,19 @@ JSON object on stdout.
         The instances tagged kubernetes.io/cluster/NAME, in any state.
         -> {"instances": [{"id", "state", "image", "securityGroups", "nodeClaim", "zone"}]}
 
+    e2e_fixtures.py --endpoint URL create-queue --name NAME
+        The SQS queue NAME, as deploy/interruption-queue.yaml makes it (EventBridge's target).
+        -> {"queueUrl": URL}
+
+    e2e_fixtures.py --endpoint URL spot-warning --queue NAME --instance ID
+        An "EC2 Spot Instance Interruption Warning" for instance ID on the queue, in the shape
+        EventBridge delivers it.
+        -> {"messageId": ID, "eventId": ID}
+
+    e2e_fixtures.py --endpoint URL queue-depth --queue NAME
+        The messages on the queue, visible or in flight (received, not deleted).
+        -> {"messages": N}
+
 Credentials and region are fixed (moto accepts any); nothing is read from the environment.
 """
 
@@ -152,6 +165,43 @@ def instances(args):
     return {"instances": sorted(found, key=lambda i: i["id"])}
 
 
+def create_queue(args):
+    sqs = client("sqs", args.endpoint)
+    return {"queueUrl": sqs.create_queue(QueueName=args.name)["QueueUrl"]}
+
+
+def spot_warning(args):
+    sqs = client("sqs", args.endpoint)
+    url = sqs.get_queue_url(QueueName=args.queue)["QueueUrl"]
+    event_id = f"e2e-{args.instance}"
+    body = {
+        "version": "0",
+        "id": event_id,
+        "detail-type": "EC2 Spot Instance Interruption Warning",
+        "source": "aws.ec2",
+        "account": "123456789012",
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": REGION,
+        "resources": [f"arn:aws:ec2:{REGION}:instance/{args.instance}"],
+        "detail": {"instance-id": args.instance, "instance-action": "terminate"},
+    }
+    sent = sqs.send_message(QueueUrl=url, MessageBody=json.dumps(body))
+    return {"messageId": sent["MessageId"], "eventId": event_id}
+
+
+def queue_depth(args):
+    sqs = client("sqs", args.endpoint)
+    url = sqs.get_queue_url(QueueName=args.queue)["QueueUrl"]
+    attributes = sqs.get_queue_attributes(
+        QueueUrl=url,
+        AttributeNames=["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"],
+    )["Attributes"]
+    return {
+        "messages": int(attributes["ApproximateNumberOfMessages"])
+        + int(attributes["ApproximateNumberOfMessagesNotVisible"])
+    }
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--endpoint", required=True)
@@ -169,6 +219,16 @@ def main():
     p = commands.add_parser("instances")
     p.add_argument("--cluster", required=True)
     p.set_defaults(run=instances)
+    p = commands.add_parser("create-queue")
+    p.add_argument("--name", required=True)
+    p.set_defaults(run=create_queue)
+    p = commands.add_parser("spot-warning")
+    p.add_argument("--queue", required=True)
+    p.add_argument("--instance", required=True)
+    p.set_defaults(run=spot_warning)
+    p = commands.add_parser("queue-depth")
+    p.add_argument("--queue", required=True)
+    p.set_defaults(run=queue_depth)
     args = parser.parse_args()
     print(json.dumps(args.run(args)))
 

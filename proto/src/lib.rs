@@ -121,6 +121,10 @@ impl v1::TaintEffect {
 /// [`chunk::chunk_instance_types`]), or an error that voids the whole answer.
 pub type InstanceTypeStream = tonic::codegen::BoxStream<v1::GetInstanceTypesResponse>;
 
+/// The stream a plugin's `watch_interruptions` returns: batches of notices as they come, or
+/// an error that ends it (core re-opens it).
+pub type InterruptionStream = tonic::codegen::BoxStream<v1::WatchInterruptionsResponse>;
+
 /// The encoded `FileDescriptorSet` of the API and its imports, with source info (comments).
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     tonic::include_file_descriptor_set!("cloudprovider_v1_descriptor");

@@ -208,6 +208,13 @@ impl SimCloud {
             })
     }
 
+    /// Terminates the instance `id` as the cloud would on its own (an interruption).
+    pub async fn terminate(&self, id: &str) {
+        if let Err(error) = self.aws.ec2.terminate_instances(&[id.to_owned()]).await {
+            tracing::warn!(instance = id, %error, "the cloud could not take the instance");
+        }
+    }
+
     /// Every instance, terminated ones included, by id.
     pub async fn instances(&self) -> Vec<InstanceView> {
         let found = self

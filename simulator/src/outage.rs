@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use core_domain::instance_type::InstanceType;
 use core_svc::clock::{Clock, FakeClock};
 use core_svc::cloudprovider::{
-    CloudInstance, CloudProvider, CloudProviderError, Deletion, DriftReason, LaunchedNodeClaim,
-    NodeClaimRequest, NodeClassKind, RepairPolicy, ResolvedNodeClass,
+    CloudInstance, CloudProvider, CloudProviderError, Deletion, DriftReason, InterruptionStream,
+    LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, RepairPolicy, ResolvedNodeClass,
 };
 use jiff::Timestamp;
 
@@ -148,6 +148,16 @@ impl<P: CloudProvider> CloudProvider for OutageProvider<P> {
     async fn repair_policies(&self) -> Result<Vec<RepairPolicy>, CloudProviderError> {
         self.check()?;
         self.inner.repair_policies().await
+    }
+
+    async fn watch_interruptions(&self) -> Result<InterruptionStream, CloudProviderError> {
+        self.check()?;
+        self.inner.watch_interruptions().await
+    }
+
+    async fn ack_interruptions(&self, event_ids: &[String]) -> Result<(), CloudProviderError> {
+        self.check()?;
+        self.inner.ack_interruptions(event_ids).await
     }
 }
 

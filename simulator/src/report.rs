@@ -237,6 +237,9 @@ pub struct Stats {
     pub max_disrupting_by_node_pool: BTreeMap<String, u64>,
     /// Evictions that left a PodDisruptionBudget's healthy pods below what it allows.
     pub pdb_violations: u64,
+    /// Pods that were still running on an instance when the cloud took it after an
+    /// interruption notice.
+    pub pods_lost_to_interruption: u64,
     /// The longest any pod waited unscheduled, in seconds.
     pub pods_pending_max_seconds: f64,
     /// Cloud instances (not terminated) with no NodeClaim at the end.
@@ -297,6 +300,7 @@ mod tests {
             "nodeClaimsDeleted",
             "maxDisruptingByNodePool",
             "pdbViolations",
+            "podsLostToInterruption",
             "podsPendingMaxSeconds",
             "orphanedInstances",
             "costPerHourAtEnd",

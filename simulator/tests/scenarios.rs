@@ -580,3 +580,88 @@ fn once_the_cluster_settles_the_engine_skips_the_quiet_seconds_and_reports_the_s
     assert_eq!(report.end, seconds);
     assert_lifecycle_in_order(&report);
 }
+
+/// A third of the spot NodePool is interrupted within ten minutes: each warning reaches core
+/// through aws-plugin's interruption queue, its NodeClaim is replaced within the two-minute
+/// warning, no pod is still on an instance when the cloud takes it, and the next launches
+/// avoid the interrupted spot offering (same type, other zone) while it is marked.
+#[test]
+fn a_spot_interruption_storm_loses_no_pod_and_avoids_the_interrupted_offerings() {
+    let report = run(&example("spot-interruption-storm"));
+    let received = events(&report, "InterruptionReceived");
+    let kinds: Vec<&str> = received.iter().filter_map(|e| e.field("kind")).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "SpotInterruption").count(),
+        4,
+        "{kinds:?}"
+    );
+    assert!(kinds.contains(&"RebalanceRecommendation"), "{kinds:?}");
+    assert_eq!(report.stats.pods_lost_to_interruption, 0);
+    let launched = events(&report, "NodeClaimLaunched");
+    for notice in received
+        .iter()
+        .filter(|e| e.field("kind") == Some("SpotInterruption"))
+    {
+        let claim = notice.field("nodeClaim").unwrap();
+        let deleted = events(&report, "NodeClaimDeleted")
+            .into_iter()
+            .find(|e| e.field("nodeClaim") == Some(claim))
+            .unwrap_or_else(|| panic!("{claim} deleted"));
+        assert!(
+            deleted.t <= notice.t + 120.0,
+            "{claim} gone within the warning"
+        );
+        let interrupted = launched
+            .iter()
+            .find(|e| e.field("nodeClaim") == Some(claim))
+            .unwrap();
+        // Launches within the insufficient-capacity TTL avoid the interrupted offering.
+        for later in launched
+            .iter()
+            .filter(|e| e.t >= notice.t && e.t < notice.t + 180.0)
+        {
+            assert!(
+                later.field("instanceType") != interrupted.field("instanceType")
+                    || later.field("zone") != interrupted.field("zone"),
+                "{later:?} launched into the interrupted offering of {interrupted:?}"
+            );
+        }
+    }
+    assert!(report.final_state.pods.iter().all(|p| p.phase == "Running"));
+    assert_eq!(report.stats.orphaned_instances, 0);
+}
+
+/// A scheduled retirement an hour ahead: replaced at once, drained under the PDB, nothing lost.
+#[test]
+fn a_scheduled_change_replaces_the_node_under_its_pdb() {
+    let report = run(&example("scheduled-maintenance"));
+    let received = events(&report, "InterruptionReceived");
+    assert_eq!(received.len(), 1);
+    assert_eq!(received[0].field("kind"), Some("ScheduledChange"));
+    assert_eq!(report.stats.pdb_violations, 0);
+    assert_eq!(report.stats.pods_lost_to_interruption, 0);
+    assert_eq!(report.stats.node_claims_deleted, 1);
+    assert!(report.final_state.pods.iter().all(|p| p.phase == "Running"));
+}
+
+/// One node NotReady past the toleration is repaired; half a NodePool NotReady is not, and
+/// `NodeRepairBlocked` says why.
+#[test]
+fn repair_replaces_one_unhealthy_node_but_never_a_fifth_of_a_node_pool() {
+    let report = run(&example("node-repair"));
+    let repaired = events(&report, "NodeUnhealthy");
+    assert_eq!(repaired.len(), 1, "{repaired:?}");
+    assert_eq!(repaired[0].field("condition"), Some("Ready=False"));
+    assert_eq!(repaired[0].field("toleration"), Some("30m"));
+    // The condition was reported at 10m; the toleration is 30 minutes.
+    assert_eq!(repaired[0].t, 2400.0);
+    assert_eq!(report.stats.node_claims_deleted, 1);
+    assert!(report.final_state.pods.iter().all(|p| p.phase == "Running"));
+
+    let blocked = run(&example("node-repair-blocked"));
+    assert!(events(&blocked, "NodeUnhealthy").is_empty());
+    let held = events(&blocked, "NodeRepairBlocked");
+    assert!(!held.is_empty());
+    assert_eq!(held[0].field("unhealthy"), Some("3"));
+    assert_eq!(blocked.stats.node_claims_deleted, 0);
+}

@@ -20,8 +20,8 @@ use karpenter_api::ConditionStatus;
 
 use super::{
     CloudInstance, CloudProvider, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, Deletion,
-    DriftReason, FailureKind, InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind,
-    RepairPolicy, ResolvedNodeClass, Rpc,
+    DriftReason, FailureKind, InstanceState, Interruption, InterruptionStream, LaunchedNodeClaim,
+    NodeClaimRequest, NodeClassKind, RepairPolicy, ResolvedNodeClass, Rpc,
 };
 
 /// One call the fake received, with what it was asked.
@@ -62,6 +62,10 @@ pub enum Call {
     },
     /// GetRepairPolicies.
     RepairPolicies,
+    /// WatchInterruptions.
+    WatchInterruptions,
+    /// AckInterruptions of these ids.
+    AckInterruptions(Vec<String>),
 }
 
 impl Call {
@@ -76,6 +80,8 @@ impl Call {
             Call::List => Rpc::List,
             Call::IsDrifted { .. } => Rpc::IsDrifted,
             Call::RepairPolicies => Rpc::GetRepairPolicies,
+            Call::WatchInterruptions => Rpc::WatchInterruptions,
+            Call::AckInterruptions(_) => Rpc::AckInterruptions,
         }
     }
 }
@@ -107,9 +113,40 @@ struct State {
     resolved_node_class: ResolvedNodeClass,
     now: Option<SystemTime>,
     calls: Vec<Call>,
+    /// The open interruption streams' senders.
+    interruption_streams: Vec<futures::channel::mpsc::UnboundedSender<InterruptionBatch>>,
+    acknowledged: Vec<String>,
 }
 
+/// What an interruption stream yields.
+type InterruptionBatch = Result<Vec<Interruption>, CloudProviderError>;
+
 impl FakeCloudProvider {
+    /// Sends `notices` on every open interruption stream (those `watch_interruptions`
+    /// opened and nobody dropped); how many streams got them.
+    pub fn interrupt(&self, notices: Vec<Interruption>) -> usize {
+        let mut state = self.lock();
+        state
+            .interruption_streams
+            .retain(|sender| sender.unbounded_send(Ok(notices.clone())).is_ok());
+        state.interruption_streams.len()
+    }
+
+    /// Ends every open interruption stream with `error` (or just ends them).
+    pub fn break_interruption_streams(&self, error: Option<CloudProviderError>) {
+        let mut state = self.lock();
+        for sender in state.interruption_streams.drain(..) {
+            if let Some(error) = &error {
+                let _ = sender.unbounded_send(Err(error.clone()));
+            }
+        }
+    }
+
+    /// The event ids acknowledged so far, in order.
+    pub fn acknowledged(&self) -> Vec<String> {
+        self.lock().acknowledged.clone()
+    }
+
     /// A fake named `fake`, managing `test.karpenter.sh/v1 TestNodeClass`, with
     /// [`default_instance_types`], ready node classes, no drift, and upstream's default repair
     /// policy (`BadNode=False` for 30 minutes).
@@ -149,6 +186,8 @@ impl FakeCloudProvider {
                 },
                 now: None,
                 calls: Vec::new(),
+                interruption_streams: Vec::new(),
+                acknowledged: Vec::new(),
             }),
         }
     }
@@ -595,6 +634,21 @@ impl CloudProvider for FakeCloudProvider {
         let mut state = self.lock();
         state.begin(Call::RepairPolicies)?;
         Ok(state.repair_policies.clone())
+    }
+
+    async fn watch_interruptions(&self) -> Result<InterruptionStream, CloudProviderError> {
+        let mut state = self.lock();
+        state.begin(Call::WatchInterruptions)?;
+        let (sender, receiver) = futures::channel::mpsc::unbounded();
+        state.interruption_streams.push(sender);
+        Ok(Box::pin(receiver))
+    }
+
+    async fn ack_interruptions(&self, event_ids: &[String]) -> Result<(), CloudProviderError> {
+        let mut state = self.lock();
+        state.begin(Call::AckInterruptions(event_ids.to_vec()))?;
+        state.acknowledged.extend(event_ids.iter().cloned());
+        Ok(())
     }
 }
 

@@ -110,6 +110,94 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     fn repair_policies(
         &self,
     ) -> impl Future<Output = Result<Vec<RepairPolicy>, CloudProviderError>> + Send;
+
+    /// Opens the stream of the cloud's interruption notices. `Unsupported` means no
+    /// interruption handling. The stream's end, or an error in it, means "open it again"
+    /// (with backoff), never "no interruptions". Delivery is at least once.
+    fn watch_interruptions(
+        &self,
+    ) -> impl Future<Output = Result<InterruptionStream, CloudProviderError>> + Send;
+
+    /// Tells the plugin core acted on these notices (or chose to ignore them), so it forgets
+    /// them. An error means acknowledge them again later (a notice not acknowledged comes
+    /// again).
+    fn ack_interruptions(
+        &self,
+        event_ids: &[String],
+    ) -> impl Future<Output = Result<(), CloudProviderError>> + Send;
+}
+
+/// Batches of interruption notices as the plugin sends them.
+pub type InterruptionStream = std::pin::Pin<
+    Box<dyn futures::Stream<Item = Result<Vec<Interruption>, CloudProviderError>> + Send>,
+>;
+
+/// What the cloud said about one instance.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interruption {
+    /// The notice's id: the same each time it is sent again.
+    pub event_id: String,
+    /// What it says.
+    pub kind: InterruptionKind,
+    /// The instance.
+    pub provider_id: String,
+    /// When the cloud sent it.
+    pub time: Option<SystemTime>,
+    /// When the instance will be gone, when the notice says.
+    pub deadline: Option<SystemTime>,
+    /// The cloud's own words.
+    pub message: String,
+}
+
+/// The kinds of [`Interruption`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum InterruptionKind {
+    /// A spot instance is reclaimed at the deadline.
+    SpotInterruption,
+    /// A spot instance is at a higher risk of interruption.
+    RebalanceRecommendation,
+    /// Maintenance stops or retires the instance at the deadline.
+    ScheduledChange,
+    /// The instance is stopping, not by core.
+    Stopping,
+    /// The instance is terminating, not by core.
+    Terminating,
+    /// The instance's capacity reservation is reclaimed at the deadline.
+    CapacityReservationInterruption,
+}
+
+impl InterruptionKind {
+    /// Upstream's name of the kind (`spot_interrupted`, ...), the `reason` of
+    /// `karpenter_nodeclaims_disrupted_total` and `message_type` of
+    /// `karpenter_interruption_received_messages_total`.
+    pub fn metric_name(self) -> &'static str {
+        match self {
+            Self::SpotInterruption => "spot_interrupted",
+            Self::RebalanceRecommendation => "rebalance_recommendation",
+            Self::ScheduledChange => "scheduled_change",
+            Self::Stopping => "instance_stopped",
+            Self::Terminating => "instance_terminated",
+            Self::CapacityReservationInterruption => "capacity_reservation_interrupted",
+        }
+    }
+
+    /// The kind as the API and the simulator's scenarios spell it (`SpotInterruption`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::SpotInterruption => "SpotInterruption",
+            Self::RebalanceRecommendation => "RebalanceRecommendation",
+            Self::ScheduledChange => "ScheduledChange",
+            Self::Stopping => "Stopping",
+            Self::Terminating => "Terminating",
+            Self::CapacityReservationInterruption => "CapacityReservationInterruption",
+        }
+    }
+
+    /// Whether core replaces and drains the instance (everything but a rebalance
+    /// recommendation).
+    pub fn replaces(self) -> bool {
+        self != Self::RebalanceRecommendation
+    }
 }
 
 /// Why a call through the port failed. Each variant says what the caller may conclude; none of
@@ -203,11 +291,15 @@ pub enum Rpc {
     IsDrifted,
     /// GetRepairPolicies.
     GetRepairPolicies,
+    /// WatchInterruptions.
+    WatchInterruptions,
+    /// AckInterruptions.
+    AckInterruptions,
 }
 
 impl Rpc {
     /// Every RPC, in declaration order.
-    pub const ALL: [Rpc; 8] = [
+    pub const ALL: [Rpc; 10] = [
         Rpc::ResolveNodeClass,
         Rpc::GetInstanceTypes,
         Rpc::Create,
@@ -216,6 +308,8 @@ impl Rpc {
         Rpc::List,
         Rpc::IsDrifted,
         Rpc::GetRepairPolicies,
+        Rpc::WatchInterruptions,
+        Rpc::AckInterruptions,
     ];
 
     /// The RPC's name in the proto.
@@ -229,6 +323,8 @@ impl Rpc {
             Rpc::List => "List",
             Rpc::IsDrifted => "IsDrifted",
             Rpc::GetRepairPolicies => "GetRepairPolicies",
+            Rpc::WatchInterruptions => "WatchInterruptions",
+            Rpc::AckInterruptions => "AckInterruptions",
         }
     }
 

@@ -31,11 +31,13 @@ pub mod drift;
 pub mod expiration;
 pub mod gc;
 pub mod hash;
+pub mod interruption;
 pub mod lifecycle;
 pub mod nodeclaim;
 pub mod nodeclass;
 pub mod nodepool;
 pub mod provisioning;
+pub mod repair;
 pub mod termination;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

@@ -102,6 +102,8 @@ pub struct Capabilities {
     pub get_repair_policies: bool,
     /// ConvertNodeClass.
     pub convert_node_class: bool,
+    /// WatchInterruptions and AckInterruptions.
+    pub watch_interruptions: bool,
 }
 
 /// Why the handshake failed.
@@ -236,6 +238,7 @@ impl Capabilities {
                 Ok(rpc::Type::IsDrifted) => capabilities.is_drifted = true,
                 Ok(rpc::Type::GetRepairPolicies) => capabilities.get_repair_policies = true,
                 Ok(rpc::Type::ConvertNodeClass) => capabilities.convert_node_class = true,
+                Ok(rpc::Type::WatchInterruptions) => capabilities.watch_interruptions = true,
                 Ok(rpc::Type::Unspecified) | Err(_) => {}
             }
         }

@@ -37,6 +37,8 @@ impl Simulation {
             Action::Cloud(CloudChange::CapacityErrors(errors)) => {
                 self.cloud.set_capacity_errors(errors);
             }
+            Action::Cloud(CloudChange::Interrupt(spec)) => self.interrupt(spec).await?,
+            Action::NodeCondition(spec) => self.node_condition(spec).await?,
             Action::RestartCore => {
                 let (core, provider) = start_core(
                     &self.plugin,

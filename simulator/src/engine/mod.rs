@@ -23,6 +23,7 @@ use aws_plugin::identity::Identity;
 use aws_plugin::instance::tags::{instance_tags, launch_tags};
 use aws_plugin::node_class::ClusterIdentity;
 use aws_plugin::provider::{AwsCloudProvider, ProviderSettings};
+use aws_plugin::sqs::memory::MemorySqs;
 use core_domain::labels::LabelPolicy;
 use core_domain::resources::ResourceList;
 use core_domain::scheduler::bound::lower_bound;
@@ -64,6 +65,7 @@ use crate::world::{self, World};
 
 mod events;
 mod final_state;
+mod interruptions;
 mod recorder;
 
 use final_state::*;
@@ -84,7 +86,7 @@ const PLUGIN_UNAVAILABLE_EVERY: Duration = Duration::from_secs(60);
 
 /// The timeline's event types, as `simulator/SCENARIO.md` lists them. Core's other events (`Nominated`,
 /// `FailedScheduling`, ...) are not part of the timeline.
-pub const TIMELINE_TYPES: [&str; 18] = [
+pub const TIMELINE_TYPES: [&str; 21] = [
     "NodeClaimCreated",
     "NodeClaimLaunched",
     "LaunchFailed",
@@ -105,6 +107,12 @@ pub const TIMELINE_TYPES: [&str; 18] = [
     "PluginUnavailable",
     // When the plugin answers again.
     "PluginAvailable",
+    // Core learned of a cloud notice through the plugin (with `kind` and `nodeClaim`).
+    "InterruptionReceived",
+    // Core started a forceful repair (with `node`, `condition` and `toleration`).
+    "NodeUnhealthy",
+    // Repair held back: too many of the NodePool's nodes are unhealthy.
+    "NodeRepairBlocked",
 ];
 
 /// The provider the controllers get: the gRPC client of the in-process plugin, cut off during
@@ -203,6 +211,12 @@ pub struct Simulation {
     recorder: Recorder,
     next_event: usize,
     provider: Arc<SimProvider>,
+    /// The interruption queue aws-plugin reads.
+    sqs: Arc<MemorySqs>,
+    /// Instances the cloud takes at a time an interruption notice said, by provider ID.
+    retirements: Vec<(Timestamp, String)>,
+    /// Interruption notices sent so far (their event ids count them).
+    interruption_events: u64,
 }
 
 impl Simulation {
@@ -237,8 +251,20 @@ impl Simulation {
             },
             Arc::new(clock.clone()),
         );
-        let plugin =
-            InProcessPlugin::start(Identity::new(&scenario.cloud.region, None), provider).await;
+        // The interruption queue EventBridge would feed, named after the cluster as
+        // deploy/interruption-queue.yaml names it; receipts hide messages on the virtual clock.
+        let sqs = Arc::new(MemorySqs::with_clock(Arc::new(clock.clone())));
+        sqs.create_queue(CLUSTER_NAME);
+        let provider = provider.with_interruption_queue(
+            Arc::clone(&sqs) as _,
+            Arc::clone(&cloud.aws.ec2) as _,
+            CLUSTER_NAME,
+        );
+        let plugin = InProcessPlugin::start(
+            Identity::new(&scenario.cloud.region, None).with_interruption_queue(CLUSTER_NAME),
+            provider,
+        )
+        .await;
         let outage = OutageSwitch::new();
         let events = Arc::new(MemoryEvents::new());
         let world = World::new(
@@ -271,6 +297,9 @@ impl Simulation {
             world,
             next_event: 0,
             provider,
+            sqs,
+            retirements: Vec::new(),
+            interruption_events: 0,
         };
         let objects = simulation.scenario.objects.clone();
         for (i, manifest) in objects.iter().enumerate() {
@@ -326,6 +355,7 @@ impl Simulation {
             self.world.next_due(&snapshot, now).await,
             self.cloud.next_state_change(),
             self.outage.ends_after(now),
+            self.next_retirement(),
         ]
         .into_iter()
         .flatten()
@@ -364,6 +394,7 @@ impl Simulation {
             self.next_event += 1;
             self.act(&event.field, &event.action, observer).await?;
         }
+        self.retire_due(now).await;
         self.world.step(now).await?;
         self.recorder
             .record(self.events.drain(), &self.outage, now, observer);

@@ -23,6 +23,8 @@ pub(super) struct Recorder {
     pub(super) node_claims_seen: BTreeSet<String>,
     pub(super) max_disrupting: BTreeMap<String, u64>,
     pub(super) pdb_violations: u64,
+    /// Pods still running on instances the cloud took after an interruption notice.
+    pub(super) pods_lost_to_interruption: u64,
     /// Pods waiting to be scheduled: UID -> since when.
     pub(super) pending: BTreeMap<String, Timestamp>,
     pub(super) pending_max: Duration,
@@ -42,6 +44,7 @@ impl Recorder {
             node_claims_seen: BTreeSet::new(),
             max_disrupting: BTreeMap::new(),
             pdb_violations: 0,
+            pods_lost_to_interruption: 0,
             pending: BTreeMap::new(),
             pending_max: Duration::ZERO,
             sampled: None,
@@ -305,6 +308,7 @@ impl Recorder {
             node_claims_deleted: deleted as u64,
             max_disrupting_by_node_pool: self.max_disrupting.clone(),
             pdb_violations: self.pdb_violations,
+            pods_lost_to_interruption: self.pods_lost_to_interruption,
             pods_pending_max_seconds: self.pending_max.as_secs_f64(),
             orphaned_instances: orphaned as u64,
             cost_per_hour_at_end: (cost * 10_000.0).round() / 10_000.0,

@@ -281,6 +281,8 @@ pub enum Action {
     RestartCore,
     /// Every provider call fails as unavailable for this long.
     PluginOutage(Duration),
+    /// Kubelets report a condition.
+    NodeCondition(NodeConditionSpec),
 }
 
 /// A change to the simulated cloud.
@@ -290,7 +292,49 @@ pub enum CloudChange {
     PublishImage(ImageSpec),
     /// The capacity errors become exactly these.
     CapacityErrors(Vec<CapacityErrorSpec>),
+    /// The cloud sends interruption notices.
+    Interrupt(InterruptSpec),
 }
+
+/// Which instances or nodes an event is about: a seeded pick of `count` of a NodePool's, or
+/// the ones named.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Targets {
+    /// `count` of the NodePool's running instances (or Ready nodes), picked by the seed.
+    NodePool {
+        /// The NodePool.
+        name: String,
+        /// How many.
+        count: usize,
+    },
+    /// These provider IDs (`interrupt`) or node names (`nodeCondition`).
+    Named(Vec<String>),
+}
+
+/// `cloud: {interrupt: {...}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InterruptSpec {
+    /// What the notices say.
+    pub kind: core_svc::cloudprovider::InterruptionKind,
+    /// About which instances.
+    pub targets: Targets,
+    /// For a scheduled change: when the instance is retired (default 1 h).
+    pub after: Duration,
+}
+
+/// `nodeCondition: {...}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeConditionSpec {
+    /// Which nodes.
+    pub targets: Targets,
+    /// The condition type (`Ready`, `DiskPressure`, ...).
+    pub type_: String,
+    /// Its status: `True`, `False` or `Unknown`.
+    pub status: String,
+}
+
+/// How long after a scheduled-change notice the instance is retired, unless `after` says.
+pub const DEFAULT_SCHEDULED_CHANGE_AFTER: Duration = Duration::from_secs(3600);
 
 /// Why a scenario is invalid: the field, and what is wrong with it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

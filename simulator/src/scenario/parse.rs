@@ -12,8 +12,9 @@ use super::fields::{Fields, display_path, duration, string, timestamp, type_name
 use super::manifest::{manifest, object_key};
 use super::{
     Action, CapacityErrorSpec, CloudChange, CloudSpec, DEFAULT_LAUNCH_DELAY, DEFAULT_REGION,
-    DEFAULT_REGISTRATION_DELAY, DEFAULT_START, ImageSpec, Kind, MAX_DURATION, ObjectKey, Options,
-    Result, Scenario, ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec,
+    DEFAULT_REGISTRATION_DELAY, DEFAULT_SCHEDULED_CHANGE_AFTER, DEFAULT_START, ImageSpec,
+    InterruptSpec, Kind, MAX_DURATION, NodeConditionSpec, ObjectKey, Options, Result, Scenario,
+    ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec, Targets,
 };
 
 /// Reads and checks a scenario.
@@ -440,13 +441,14 @@ pub(super) fn event(
             "after the end of the scenario (its duration)",
         ));
     }
-    const ACTIONS: [&str; 6] = [
+    const ACTIONS: [&str; 7] = [
         "apply",
         "delete",
         "scale",
         "cloud",
         "restartCore",
         "pluginOutage",
+        "nodeCondition",
     ];
     let present: Vec<&'static str> = ACTIONS
         .into_iter()
@@ -516,25 +518,31 @@ pub(super) fn event(
             let publish_field = c.field("publishImage");
             let publish = c.get("publishImage");
             let errors = c.list("capacityErrors")?;
-            let change = match (publish, errors) {
-                (Some(image_value), None) => {
+            let interrupt_field = c.field("interrupt");
+            let interrupt = c.get("interrupt");
+            let change = match (publish, errors, interrupt) {
+                (Some(image_value), None, None) => {
                     CloudChange::PublishImage(self::image(&publish_field, image_value)?)
                 }
-                (None, Some(items)) => CloudChange::CapacityErrors(capacity_errors(
+                (None, Some(items), None) => CloudChange::CapacityErrors(capacity_errors(
                     &c.field("capacityErrors"),
                     items,
                     cloud,
                 )?),
-                (Some(_), Some(_)) => {
+                (None, None, Some(value)) => {
+                    CloudChange::Interrupt(self::interrupt(&interrupt_field, value)?)
+                }
+                (None, None, None) => {
                     return Err(ScenarioError::new(
                         field,
-                        "has publishImage and capacityErrors: one change per event",
+                        "needs publishImage, capacityErrors or interrupt",
                     ));
                 }
-                (None, None) => {
+                _ => {
                     return Err(ScenarioError::new(
                         field,
-                        "needs publishImage or capacityErrors",
+                        "has more than one of publishImage, capacityErrors and interrupt: one \
+                         change per event",
                     ));
                 }
             };
@@ -549,6 +557,7 @@ pub(super) fn event(
             }
             Action::Cloud(change)
         }
+        "nodeCondition" => Action::NodeCondition(node_condition(&field, body)?),
         "restartCore" => {
             if !matches!(body, Value::Object(map) if map.is_empty()) && !body.is_null() {
                 return Err(ScenarioError::new(field, "expected {}"));
@@ -602,4 +611,123 @@ pub(super) fn check_references(scenario: &Scenario) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// `targets` of an `interrupt` (`providerIDs`) or a `nodeCondition` (`nodes`): `nodePool` with
+/// `count`, or the list named by `named`.
+fn targets(f: &mut Fields<'_>, named: &'static str) -> Result<Targets> {
+    let pool = f.string("nodePool")?;
+    let count_field = f.field("count");
+    let count = f.get("count");
+    let list_field = f.field(named);
+    let list = f.list(named)?;
+    match (pool, list) {
+        (Some(name), None) => {
+            let count = match count {
+                None => 1,
+                Some(Value::Number(n)) => n
+                    .as_u64()
+                    .and_then(|n| usize::try_from(n).ok())
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        ScenarioError::new(&count_field, "expected a whole number > 0")
+                    })?,
+                Some(other) => {
+                    return Err(ScenarioError::new(
+                        count_field,
+                        format!("expected a whole number, found {}", type_name(other)),
+                    ));
+                }
+            };
+            Ok(Targets::NodePool { name, count })
+        }
+        (None, Some(items)) => {
+            if count.is_some() {
+                return Err(ScenarioError::new(
+                    count_field,
+                    format!("goes with nodePool, not with {named}"),
+                ));
+            }
+            let names = items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| self::string(&format!("{list_field}[{i}]"), item))
+                .collect::<Result<Vec<_>>>()?;
+            if names.is_empty() {
+                return Err(ScenarioError::new(list_field, "names nothing"));
+            }
+            Ok(Targets::Named(names))
+        }
+        (Some(_), Some(_)) => Err(ScenarioError::new(
+            list_field,
+            format!("nodePool or {named}, not both"),
+        )),
+        (None, None) => Err(ScenarioError::new(
+            display_path(&f.field("nodePool")),
+            format!("needs nodePool (with count) or {named}"),
+        )),
+    }
+}
+
+/// `cloud: {interrupt: {kind, count, nodePool | providerIDs, after}}`.
+fn interrupt(field: &str, value: &Value) -> Result<InterruptSpec> {
+    use core_svc::cloudprovider::InterruptionKind as K;
+    const KINDS: [K; 5] = [
+        K::SpotInterruption,
+        K::RebalanceRecommendation,
+        K::ScheduledChange,
+        K::Stopping,
+        K::Terminating,
+    ];
+    let mut f = Fields::of(field, value)?;
+    let kind_field = f.field("kind");
+    let kind_name = f.required_string("kind")?;
+    let kind = KINDS
+        .into_iter()
+        .find(|k| k.as_str() == kind_name)
+        .ok_or_else(|| {
+            ScenarioError::new(
+                &kind_field,
+                format!(
+                    "{kind_name:?} is not one of {}",
+                    KINDS.map(K::as_str).join(", ")
+                ),
+            )
+        })?;
+    let targets = targets(&mut f, "providerIDs")?;
+    let after_field = f.field("after");
+    let after = f.duration("after")?;
+    if after.is_some() && kind != K::ScheduledChange {
+        return Err(ScenarioError::new(
+            after_field,
+            "only a ScheduledChange has one",
+        ));
+    }
+    f.finish()?;
+    Ok(InterruptSpec {
+        kind,
+        targets,
+        after: after.unwrap_or(DEFAULT_SCHEDULED_CHANGE_AFTER),
+    })
+}
+
+/// `nodeCondition: {count, nodePool | nodes, type, status}`.
+fn node_condition(field: &str, value: &Value) -> Result<NodeConditionSpec> {
+    let mut f = Fields::of(field, value)?;
+    let targets = targets(&mut f, "nodes")?;
+    let type_ = f.required_string("type")?;
+    let status_field = f.field("status");
+    let status = f.required_string("status")?;
+    if !matches!(status.as_str(), "True" | "False" | "Unknown") {
+        return Err(ScenarioError::new(
+            status_field,
+            format!("{status:?} is not True, False or Unknown"),
+        ));
+    }
+    f.finish()?;
+    Ok(NodeConditionSpec {
+        targets,
+        type_,
+        status,
+    })
 }

@@ -210,3 +210,66 @@ fn every_example_scenario_parses() {
     }
     assert!(count >= 5, "{count} scenarios");
 }
+
+/// `cloud: {interrupt}` and `nodeCondition` read with their defaults; a bad kind, a status
+/// Kubernetes does not have, targets given twice or not at all are refused naming the field.
+#[test]
+fn interruptions_and_node_conditions_read_and_refuse_naming_the_field() {
+    let scenario = parse(
+        "name: t\nduration: 1h\nevents:\n\
+         - {at: 1m, cloud: {interrupt: {kind: ScheduledChange, count: 2, nodePool: spot}}}\n\
+         - {at: 2m, cloud: {interrupt: {kind: Stopping, providerIDs: [aws:///us-east-1a/i-1]}}}\n\
+         - {at: 3m, nodeCondition: {nodePool: general, type: Ready, status: Unknown}}\n",
+    )
+    .unwrap();
+    let Action::Cloud(CloudChange::Interrupt(first)) = &scenario.events[0].action else {
+        panic!("{:?}", scenario.events[0])
+    };
+    assert_eq!(first.after, DEFAULT_SCHEDULED_CHANGE_AFTER);
+    assert_eq!(
+        first.targets,
+        Targets::NodePool {
+            name: "spot".to_owned(),
+            count: 2
+        }
+    );
+    let Action::NodeCondition(condition) = &scenario.events[2].action else {
+        panic!("{:?}", scenario.events[2])
+    };
+    assert_eq!(
+        condition.targets,
+        Targets::NodePool {
+            name: "general".to_owned(),
+            count: 1
+        }
+    );
+    for (event, field) in [
+        (
+            "{at: 1m, cloud: {interrupt: {kind: Meteor, nodePool: a}}}",
+            "events[0].cloud.interrupt.kind",
+        ),
+        (
+            "{at: 1m, cloud: {interrupt: {kind: Stopping}}}",
+            "events[0].cloud.interrupt.nodePool",
+        ),
+        (
+            "{at: 1m, cloud: {interrupt: {kind: Stopping, nodePool: a, providerIDs: [x]}}}",
+            "events[0].cloud.interrupt.providerIDs",
+        ),
+        (
+            "{at: 1m, cloud: {interrupt: {kind: Stopping, nodePool: a, after: 1h}}}",
+            "events[0].cloud.interrupt.after",
+        ),
+        (
+            "{at: 1m, nodeCondition: {nodePool: a, type: Ready, status: Sick}}",
+            "events[0].nodeCondition.status",
+        ),
+        (
+            "{at: 1m, nodeCondition: {nodePool: a, count: 0, type: Ready, status: 'False'}}",
+            "events[0].nodeCondition.count",
+        ),
+    ] {
+        let error = error_of(&format!("name: t\nduration: 1h\nevents:\n- {event}\n"));
+        assert_eq!(error.field, field, "{event}: {error}");
+    }
+}

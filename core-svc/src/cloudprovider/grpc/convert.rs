@@ -15,8 +15,9 @@ use karpenter_api::patterns::is_qualified_name;
 use provider_sdk::v1;
 
 use crate::cloudprovider::{
-    CloudInstance, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, InstanceState,
-    LaunchedNodeClaim, NodeClaimRequest, NodeClassCondition, RepairPolicy, ResolvedNodeClass, Rpc,
+    CloudInstance, CloudProviderError, DEFAULT_RESOLVE_AGAIN_AFTER, InstanceState, Interruption,
+    InterruptionKind, LaunchedNodeClaim, NodeClaimRequest, NodeClassCondition, RepairPolicy,
+    ResolvedNodeClass, Rpc,
 };
 
 use super::invalid;
@@ -432,4 +433,47 @@ pub(super) fn quantities_from_proto(
         quantities.insert(ResourceName::new(name), quantity);
     }
     Ok(quantities)
+}
+
+/// A notice of a WatchInterruptions batch, checked: an id, a known kind, a provider ID.
+pub(super) fn interruption_from_proto(
+    notice: v1::InterruptionNotice,
+    field: &str,
+) -> Result<Interruption, String> {
+    if notice.event_id.is_empty() {
+        return Err(format!("{field}.event_id: empty"));
+    }
+    if notice.provider_id.is_empty() {
+        return Err(format!("{field}.provider_id: empty"));
+    }
+    let kind = match v1::InterruptionKind::try_from(notice.kind) {
+        Ok(v1::InterruptionKind::SpotInterruption) => InterruptionKind::SpotInterruption,
+        Ok(v1::InterruptionKind::RebalanceRecommendation) => {
+            InterruptionKind::RebalanceRecommendation
+        }
+        Ok(v1::InterruptionKind::ScheduledChange) => InterruptionKind::ScheduledChange,
+        Ok(v1::InterruptionKind::Stopping) => InterruptionKind::Stopping,
+        Ok(v1::InterruptionKind::Terminating) => InterruptionKind::Terminating,
+        Ok(v1::InterruptionKind::CapacityReservationInterruption) => {
+            InterruptionKind::CapacityReservationInterruption
+        }
+        Ok(v1::InterruptionKind::Unspecified) | Err(_) => {
+            return Err(format!(
+                "{field}.kind: {} is not a kind this core knows",
+                notice.kind
+            ));
+        }
+    };
+    let time = |t: Option<prost_types::Timestamp>, name: &str| {
+        t.map(|t| SystemTime::try_from(t).map_err(|e| format!("{field}.{name}: {e}")))
+            .transpose()
+    };
+    Ok(Interruption {
+        event_id: notice.event_id,
+        kind,
+        provider_id: notice.provider_id,
+        time: time(notice.time, "time")?,
+        deadline: time(notice.deadline, "deadline")?,
+        message: notice.message,
+    })
 }

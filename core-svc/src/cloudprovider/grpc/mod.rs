@@ -30,7 +30,8 @@ use self::encoded::{EncodedCodec, EncodedNodeClasses, is_drifted_request};
 use super::retry::{Decision, RetryPolicy, Timer, TokioTimer};
 use super::{
     CloudInstance, CloudProvider, CloudProviderError, Deletion, DriftReason, FailureKind,
-    LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, RepairPolicy, ResolvedNodeClass, Rpc,
+    InterruptionStream, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, RepairPolicy,
+    ResolvedNodeClass, Rpc,
 };
 use crate::plugin::instance_types::catalogue_from_proto;
 use crate::plugin::{Deadlines, Handshake, PluginConnection, with_deadline};
@@ -591,6 +592,76 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             .enumerate()
             .map(|(i, policy)| repair_policy_from_proto(policy, i).map_err(|e| invalid(rpc, e)))
             .collect()
+    }
+
+    async fn watch_interruptions(&self) -> Result<InterruptionStream, CloudProviderError> {
+        use futures::StreamExt as _;
+
+        let rpc = Rpc::WatchInterruptions;
+        // Opening is bounded by the default deadline; the stream itself has none.
+        let mut client = self.client.clone();
+        let opened = tokio::time::timeout(
+            self.deadlines.default,
+            client.watch_interruptions(v1::WatchInterruptionsRequest {}),
+        )
+        .await
+        .unwrap_or_else(|_| {
+            Err(Status::deadline_exceeded(
+                "WatchInterruptions: no answer to the opening",
+            ))
+        })
+        .map_err(received);
+        self.metrics
+            .record_attempt(rpc, opened.as_ref().map_or_else(Status::code, |_| Code::Ok));
+        let stream = opened
+            .map_err(|status| {
+                classify(
+                    rpc,
+                    &CallError {
+                        status,
+                        attempts: 1,
+                    },
+                )
+            })?
+            .into_inner();
+        Ok(Box::pin(stream.map(move |batch| {
+            let batch = batch.map_err(|status| {
+                classify(
+                    rpc,
+                    &CallError {
+                        status: received(status),
+                        attempts: 1,
+                    },
+                )
+            })?;
+            Ok(batch
+                .notices
+                .into_iter()
+                .enumerate()
+                .filter_map(|(i, notice)| {
+                    // One bad notice is dropped, said; the rest of the batch stands.
+                    interruption_from_proto(notice, &format!("notices[{i}]"))
+                        .map_err(|problem| {
+                            tracing::warn!(%problem, "WatchInterruptions: invalid notice dropped");
+                        })
+                        .ok()
+                })
+                .collect())
+        })))
+    }
+
+    async fn ack_interruptions(&self, event_ids: &[String]) -> Result<(), CloudProviderError> {
+        let rpc = Rpc::AckInterruptions;
+        let request = v1::AckInterruptionsRequest {
+            event_ids: event_ids.to_vec(),
+        };
+        self.call(rpc, self.deadlines.default, "", |mut client, left| {
+            let request = with_deadline(request.clone(), left);
+            async move { Ok(client.ack_interruptions(request).await?.into_inner()) }
+        })
+        .await
+        .map_err(|e| classify(rpc, &e))?;
+        Ok(())
     }
 }
 

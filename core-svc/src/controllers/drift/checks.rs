@@ -20,6 +20,9 @@ use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
 
 use crate::cloudprovider::DriftReason;
 use crate::controllers::hash::HashAnnotationKeys;
+use crate::controllers::interruption::{
+    ANNOTATION_REBALANCE_AS_DRIFT, ANNOTATION_REBALANCE_RECOMMENDED,
+};
 use crate::events::Reason;
 use crate::objects::name_of;
 
@@ -29,6 +32,8 @@ pub const REASON_NODEPOOL_DRIFTED: &str = "NodePoolDrifted";
 pub const REASON_REQUIREMENTS_DRIFTED: &str = "RequirementsDrifted";
 /// The NodeClaim's instance type, or any offering of it matching the NodeClaim, is gone.
 pub const REASON_INSTANCE_TYPE_NOT_FOUND: &str = "InstanceTypeNotFound";
+/// The cloud recommended rebalancing the spot instance, and the NodePool treats that as drift.
+pub const REASON_REBALANCE_RECOMMENDATION: &str = "RebalanceRecommendation";
 
 fn drift(reason: &str, message: String) -> DriftReason {
     DriftReason {
@@ -37,10 +42,41 @@ fn drift(reason: &str, message: String) -> DriftReason {
     }
 }
 
-/// Static drift, then requirements drift, of a NodeClaim from its NodePool: the checks that
-/// need no plugin (upstream `areStaticFieldsDrifted`, `areRequirementsDrifted`).
+/// Static drift, then requirements drift, then a rebalance recommendation the NodePool treats
+/// as drift, of a NodeClaim from its NodePool: the checks that need no plugin (upstream
+/// `areStaticFieldsDrifted`, `areRequirementsDrifted`; the last is this project's).
 pub fn drift_of(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
-    static_drift(node_claim, node_pool).or_else(|| requirements_drift(node_claim, node_pool))
+    static_drift(node_claim, node_pool)
+        .or_else(|| requirements_drift(node_claim, node_pool))
+        .or_else(|| rebalance_drift(node_claim, node_pool))
+}
+
+/// `RebalanceRecommendation` when the cloud recommended rebalancing the NodeClaim's spot
+/// instance ([`ANNOTATION_REBALANCE_RECOMMENDED`]) and its NodePool opted in to treat that as
+/// drift ([`ANNOTATION_REBALANCE_AS_DRIFT`]): the node is replaced under the NodePool's
+/// budgets before its capacity is reclaimed.
+pub fn rebalance_drift(node_claim: &NodeClaim, node_pool: &NodePool) -> Option<DriftReason> {
+    let opted_in = node_pool
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_REBALANCE_AS_DRIFT))
+        .is_some_and(|v| v == "true");
+    let recommended = node_claim
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_REBALANCE_RECOMMENDED))?;
+    opted_in.then(|| {
+        drift(
+            REASON_REBALANCE_RECOMMENDATION,
+            format!(
+                "the cloud recommended rebalancing its spot instance at {recommended}, and \
+                 NodePool {} treats that as drift ({ANNOTATION_REBALANCE_AS_DRIFT})",
+                name_of(node_pool)
+            ),
+        )
+    })
 }
 
 /// `NodePoolDrifted` when all four hash annotations are present, the versions are equal and

@@ -307,3 +307,24 @@ fn drifted_conditions_sets_updates_and_clears_with_events() {
         None
     );
 }
+
+/// A rebalance recommendation drifts a NodeClaim only when its NodePool opted in; static
+/// drift still comes first.
+#[test]
+fn a_rebalance_recommendation_drifts_only_by_the_node_pools_opt_in() {
+    use crate::controllers::interruption::{
+        ANNOTATION_REBALANCE_AS_DRIFT, ANNOTATION_REBALANCE_RECOMMENDED,
+    };
+    let recommended = node_claim(
+        labels(),
+        json!({ ANNOTATION_REBALANCE_RECOMMENDED: "2026-01-01T00:00:00Z" }),
+    );
+    let plain = node_pool(json!([]), json!({}));
+    let opted = node_pool(json!([]), json!({ ANNOTATION_REBALANCE_AS_DRIFT: "true" }));
+    assert_eq!(drift_of(&recommended, &plain), None);
+    assert_eq!(
+        drift_of(&recommended, &opted).map(|d| d.reason),
+        Some(REASON_REBALANCE_RECOMMENDATION.to_owned())
+    );
+    assert_eq!(drift_of(&node_claim(labels(), json!({})), &opted), None);
+}
