@@ -319,6 +319,28 @@ impl World {
         }
     }
 
+    /// The three NodeClaims of [`manifests`] initialized (none named `without`) and every
+    /// web pod bound and Ready: the NodeClaims, once it is so.
+    async fn settled(&self, without: Option<&str>) -> Option<Vec<NodeClaim>> {
+        let claims = self.node_claims().await;
+        let pods = self.pods().await;
+        let web: Vec<&Pod> = pods
+            .iter()
+            .filter(|p| {
+                p.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| n.starts_with("web-"))
+            })
+            .collect();
+        let ready = claims.len() == 3
+            && claims.iter().all(|c| condition_true(c, "Initialized"))
+            && without.is_none_or(|gone| claims.iter().all(|c| name(&c.metadata) != gone))
+            && web.len() == 3
+            && web.iter().all(|p| node_of(p).is_some() && is_ready(p));
+        ready.then_some(claims)
+    }
+
     async fn node_claims(&self) -> Vec<NodeClaim> {
         Api::<NodeClaim>::all(self.client.clone())
             .list(&ListParams::default())
@@ -457,8 +479,9 @@ impl Roll {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart() {
+/// moto (with the VPC, role and image of `setup`), the fake API server with the install's
+/// RBAC applied, and aws-plugin (with `plugin_args`): everything but core, which the test starts.
+async fn start_world(plugin_args: &[&str]) -> (World, Value) {
     // Found first: a missing tool fails the test before anything starts.
     let python = tool("python3", "TOOLS_PYTHON");
     let kubectl = tool("kubectl", "KUBECTL");
@@ -487,8 +510,7 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
         &socket,
         &aws_endpoint,
         CLUSTER,
-        // A newly registered image must be seen by the very next call.
-        &["--node-class-cache-seconds", "0"],
+        plugin_args,
         &dir.path().join("aws-plugin.log"),
     );
 
@@ -499,7 +521,7 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     .await
     .expect("a config");
     let client = core_svc::cluster::apiserver::client(config).expect("a client");
-    let mut world = World {
+    let world = World {
         dir,
         python,
         kubectl,
@@ -531,6 +553,14 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
         applied.contains("clusterrole.rbac.authorization.k8s.io/karpenter-core created"),
         "{applied}"
     );
+    (world, fixtures)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart() {
+    let (mut world, fixtures) =
+        // A newly registered image must be seen by the very next call.
+        start_world(&["--node-class-cache-seconds", "0"]).await;
     let old_image = fixtures["image"].as_str().expect("an image").to_owned();
     let security_group = fixtures["securityGroup"]
         .as_str()
@@ -547,24 +577,7 @@ async fn a_new_ami_rolls_every_node_one_budget_at_a_time_through_a_core_restart(
     let initial = world
         .eventually(
             "three NodeClaims launched and initialized, every web pod bound and Ready",
-            async || {
-                let claims = world.node_claims().await;
-                let pods = world.pods().await;
-                let web: Vec<&Pod> = pods
-                    .iter()
-                    .filter(|p| {
-                        p.metadata
-                            .name
-                            .as_deref()
-                            .is_some_and(|n| n.starts_with("web-"))
-                    })
-                    .collect();
-                let ready = claims.len() == 3
-                    && claims.iter().all(|c| condition_true(c, "Initialized"))
-                    && web.len() == 3
-                    && web.iter().all(|p| node_of(p).is_some() && is_ready(p));
-                ready.then_some(claims)
-            },
+            async || world.settled(None).await,
         )
         .await;
     // The NodePool's status, as kubectl reads it: Ready, with its nodes counted (the fake
@@ -924,4 +937,68 @@ async fn check_rbac(world: &World) {
         unused, explained,
         "granted permissions the run never used (left) differ from those explained (right):\n{table}"
     );
+}
+
+/// Interruption handling end to end: a spot interruption warning put on moto's SQS queue, as
+/// EventBridge would, reaches core through aws-plugin's WatchInterruptions stream; core deletes
+/// the instance's NodeClaim (drained by the warning's deadline) and the provisioner replaces its
+/// capacity; the instance is terminated; the message is deleted from the queue once core has
+/// acknowledged the notice; the Events say what happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spot_warning_on_the_queue_replaces_the_node_and_is_deleted_once_acted_on() {
+    let (mut world, _) = start_world(&["--interruption-queue", CLUSTER]).await;
+    world.fixtures(&["create-queue", "--name", CLUSTER]);
+    world.start_core();
+    let manifests_file = world.dir.path().join("manifests.yaml");
+    std::fs::write(&manifests_file, manifests()).expect("write the manifests");
+    run_ok(world.kubectl().arg("apply").arg("-f").arg(&manifests_file));
+    let initial = world
+        .eventually(
+            "three NodeClaims initialized, every web pod Ready",
+            async || world.settled(None).await,
+        )
+        .await;
+    let victim = name(&initial[0].metadata);
+    let instance = instance_id(&initial[0]).expect("the victim's instance");
+
+    let sent = world.fixtures(&["spot-warning", "--queue", CLUSTER, "--instance", &instance]);
+    assert!(sent["messageId"].is_string(), "{sent}");
+
+    world
+        .eventually("the interrupted NodeClaim gone and replaced", async || {
+            world.settled(Some(&victim)).await
+        })
+        .await;
+    world
+        .eventually("the instance terminated", async || {
+            let instances = world.instances();
+            let (state, _, _) = instances.get(&instance)?;
+            (state == "terminated" || state == "shutting-down").then_some(())
+        })
+        .await;
+    world
+        .eventually("the message deleted from the queue", async || {
+            let depth = world.fixtures(&["queue-depth", "--queue", CLUSTER]);
+            (depth["messages"] == 0).then_some(())
+        })
+        .await;
+    // core writes events.k8s.io/v1 Events, which the fake serves under that group only.
+    let events = run_ok(world.kubectl().args([
+        "get",
+        "events.v1.events.k8s.io",
+        "-A",
+        "-o",
+        "jsonpath={range .items[*]}{.reason}{\"\\n\"}{end}",
+    ]));
+    for reason in [
+        "InterruptionReceived",
+        "SpotInterrupted",
+        "TerminatingOnInterruption",
+    ] {
+        assert!(
+            events.lines().any(|l| l == reason),
+            "{reason} in {events}{}",
+            world.diagnostics()
+        );
+    }
 }

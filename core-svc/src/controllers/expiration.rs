@@ -12,7 +12,8 @@ use karpenter_api::NodeClaim;
 
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::CloudProvider;
-use crate::cluster::{Cluster, DeleteOptions, Preconditions};
+use crate::cluster::Cluster;
+use crate::controllers::nodeclaim::delete_if_same;
 use crate::events::{EventType, ObjectRef, Reason};
 
 /// When the NodeClaim expires: its creation time plus `expireAfter`; `None` for `Never` (or a
@@ -85,25 +86,10 @@ impl<C: Cluster, P: CloudProvider> Controller for ExpirationController<C, P> {
         let mut failure = None;
         for node_claim in &plan.expired {
             let name = node_claim.metadata.name.as_deref().unwrap_or_default();
-            let preconditions = node_claim
-                .metadata
-                .uid
-                .as_ref()
-                .map(Preconditions::uid)
-                .unwrap_or_default();
-            let options = DeleteOptions {
-                grace_period_seconds: None,
-                preconditions,
-            };
-            match self
-                .ctx
-                .cluster
-                .delete::<NodeClaim>(None, name, options)
-                .await
-            {
-                Ok(()) => {}
+            match delete_if_same(&*self.ctx.cluster, node_claim).await {
+                Ok(true) => {}
                 // Gone already, or replaced by a new NodeClaim of the same name: not expired.
-                Err(error) if error.is_not_found() || error.is_conflict() => continue,
+                Ok(false) => continue,
                 Err(error) => {
                     tracing::warn!(node_claim = name, error = %error, "deleting an expired NodeClaim failed");
                     failure.get_or_insert(error);

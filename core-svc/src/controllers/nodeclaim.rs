@@ -1,8 +1,10 @@
 //! NodeClaims in the cloud provider port's terms, and the small NodeClaim helpers every
 //! controller needs: what to hand the plugin ([`request_of`]), what status says was launched
 //! ([`launched_of`]), conditions ([`set_condition`]), the provider ID, finalizer and Node
-//! readiness checks, and taints and quantities converted between the Kubernetes types and
-//! the domain's.
+//! readiness checks, taints and quantities converted between the Kubernetes types and the
+//! domain's; and the two writes several controllers make: deleting a NodeClaim only if it is
+//! still the one they decided about ([`delete_if_same`]), and bringing its termination
+//! deadline forward ([`set_termination_deadline`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, SystemTime};
@@ -24,7 +26,7 @@ use super::TERMINATION_FINALIZER;
 use crate::cloudprovider::{
     InstanceState, LaunchedNodeClaim, NodeClaimRequest, NodeClassKind, NodeClassRef,
 };
-use crate::cluster::Snapshot;
+use crate::cluster::{Cluster, ClusterError, DeleteOptions, Preconditions, Snapshot};
 
 /// Why a NodeClaim could not be expressed in the port's types. The API server admits only
 /// valid NodeClaims, so this means one was written around the schema (or by a newer version).
@@ -334,6 +336,48 @@ pub fn age(since: Timestamp, now: Timestamp) -> Duration {
     now.duration_since(since)
         .try_into()
         .unwrap_or(Duration::ZERO)
+}
+
+/// Deletes `node_claim` if it is still the same object (its UID): `Ok(true)` when this call
+/// deleted it, `Ok(false)` when it is gone already or was replaced by a new NodeClaim of the
+/// same name, which the caller did not decide about.
+pub async fn delete_if_same<C: Cluster>(
+    cluster: &C,
+    node_claim: &NodeClaim,
+) -> Result<bool, ClusterError> {
+    let preconditions = node_claim
+        .metadata
+        .uid
+        .as_ref()
+        .map(Preconditions::uid)
+        .unwrap_or_default();
+    let options = DeleteOptions {
+        grace_period_seconds: None,
+        preconditions,
+    };
+    let name = node_claim.metadata.name.as_deref().unwrap_or_default();
+    match cluster.delete::<NodeClaim>(None, name, options).await {
+        Ok(()) => Ok(true),
+        Err(error) if error.is_not_found() || error.is_conflict() => Ok(false),
+        Err(error) => Err(error),
+    }
+}
+
+/// Writes `karpenter.sh/nodeclaim-termination-timestamp` = `deadline` on the NodeClaim named
+/// `name`: the drain deletes its pods by then, PDBs or not. `Ok(false)` when it is gone.
+pub async fn set_termination_deadline<C: Cluster>(
+    cluster: &C,
+    name: &str,
+    deadline: Timestamp,
+) -> Result<bool, ClusterError> {
+    let patch = serde_json::json!({ "metadata": { "annotations": {
+        core_domain::labels::ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: deadline.to_string(),
+    } } });
+    match cluster.merge_patch::<NodeClaim>(None, name, &patch).await {
+        Ok(_) => Ok(true),
+        Err(error) if error.is_not_found() => Ok(false),
+        Err(error) => Err(error),
+    }
 }
 
 #[cfg(test)]

@@ -22,17 +22,15 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Mutex;
 use std::time::Duration;
 
-use core_domain::labels::{
-    ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL,
-};
+use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{ConditionStatus, NodeClaim};
-use serde_json::json;
 
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, RepairPolicy};
-use crate::cluster::{Cluster, DeleteOptions, Preconditions};
+use crate::cluster::Cluster;
+use crate::controllers::nodeclaim::{delete_if_same, set_termination_deadline};
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::name_of;
 
@@ -301,39 +299,10 @@ impl<C: Cluster, P: CloudProvider> RepairController<C, P> {
     async fn repair(&self, repair: &Repair<'_>, now: Timestamp) -> Result<(), ControllerError> {
         let name = name_of(repair.node_claim);
         // Forceful: now, whatever later deadline its terminationGracePeriod set.
-        let patch = json!({ "metadata": { "annotations": {
-            ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: now.to_string(),
-        } } });
-        match self
-            .ctx
-            .cluster
-            .merge_patch::<NodeClaim>(None, name, &patch)
-            .await
+        if !set_termination_deadline(&*self.ctx.cluster, name, now).await?
+            || !delete_if_same(&*self.ctx.cluster, repair.node_claim).await?
         {
-            Ok(_) => {}
-            Err(error) if error.is_not_found() => return Ok(()),
-            Err(error) => return Err(error.into()),
-        }
-        let preconditions = repair
-            .node_claim
-            .metadata
-            .uid
-            .as_ref()
-            .map(Preconditions::uid)
-            .unwrap_or_default();
-        let options = DeleteOptions {
-            grace_period_seconds: None,
-            preconditions,
-        };
-        match self
-            .ctx
-            .cluster
-            .delete::<NodeClaim>(None, name, options)
-            .await
-        {
-            Ok(()) => {}
-            Err(error) if error.is_not_found() || error.is_conflict() => return Ok(()),
-            Err(error) => return Err(error.into()),
+            return Ok(());
         }
         let node = name_of(repair.node);
         let toleration = humantime_minutes(repair.unhealthy.toleration);
@@ -442,6 +411,8 @@ mod tests {
     use std::sync::Arc;
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+    use serde_json::json;
 
     use super::*;
     use crate::controllers::testing::{self, at};

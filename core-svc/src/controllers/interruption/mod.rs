@@ -33,7 +33,8 @@ use serde_json::json;
 
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Interruption, InterruptionKind};
-use crate::cluster::{Cluster, DeleteOptions, Preconditions};
+use crate::cluster::Cluster;
+use crate::controllers::nodeclaim::{delete_if_same, set_termination_deadline};
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::name_of;
 use inbox::{InterruptionInbox, StreamState};
@@ -306,20 +307,11 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
                 deadline,
                 annotate,
             } => {
-                if annotate {
-                    let patch = json!({ "metadata": { "annotations": {
-                        ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: deadline.to_string(),
-                    } } });
-                    match self
-                        .ctx
-                        .cluster
-                        .merge_patch::<NodeClaim>(None, name_of(node_claim), &patch)
-                        .await
-                    {
-                        Ok(_) => {}
-                        Err(error) if error.is_not_found() => return Ok(()),
-                        Err(error) => return Err(error.into()),
-                    }
+                if annotate
+                    && !set_termination_deadline(&*self.ctx.cluster, name_of(node_claim), deadline)
+                        .await?
+                {
+                    return Ok(());
                 }
                 (node_claim, Some(deadline))
             }
@@ -366,25 +358,8 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
             return Ok(());
         };
         if node_claim.metadata.deletion_timestamp.is_none() {
-            let preconditions = node_claim
-                .metadata
-                .uid
-                .as_ref()
-                .map(Preconditions::uid)
-                .unwrap_or_default();
-            let options = DeleteOptions {
-                grace_period_seconds: None,
-                preconditions,
-            };
-            match self
-                .ctx
-                .cluster
-                .delete::<NodeClaim>(None, name, options)
-                .await
-            {
-                Ok(()) => {}
-                Err(error) if error.is_not_found() || error.is_conflict() => return Ok(()),
-                Err(error) => return Err(error.into()),
+            if !delete_if_same(&*self.ctx.cluster, node_claim).await? {
+                return Ok(());
             }
             tracing::info!(node_claim = name, kind = notice.kind.as_str(), %deadline, "deleting NodeClaim on interruption");
             self.ctx.event(
