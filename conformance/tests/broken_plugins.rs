@@ -85,6 +85,8 @@ async fn each_broken_promise_fails_its_check() {
         ),
         (ConvertForgetsCurrent, "node-classes.convert-current"),
         (ConvertKnowsEverything, "node-classes.convert-unknown-kind"),
+        (WatchAnnouncedUnimplemented, "interruptions.capability"),
+        (AckRefusesUnknown, "interruptions.ack-unknown"),
         (EmptyCatalogue, "instance-types.non-empty"),
         (DuplicateType, "instance-types.unique-names"),
         (NoOwnName, "instance-types.own-name"),

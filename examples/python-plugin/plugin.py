@@ -30,6 +30,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 import uuid
 from concurrent import futures
 from pathlib import Path
@@ -242,7 +243,8 @@ class Identity(identity_grpc.IdentityServiceServicer):  # type: ignore[misc]
             capabilities=[
                 identity_pb2.PluginCapability(rpc=rpc(type=t))
                 for t in [rpc.TYPE_RESOLVE_NODE_CLASS, rpc.TYPE_GET, rpc.TYPE_LIST, rpc.TYPE_IS_DRIFTED,
-                          rpc.TYPE_GET_REPAIR_POLICIES, rpc.TYPE_CONVERT_NODE_CLASS]
+                          rpc.TYPE_GET_REPAIR_POLICIES, rpc.TYPE_CONVERT_NODE_CLASS,
+                          rpc.TYPE_WATCH_INTERRUPTIONS]
             ]
         )
 
@@ -432,6 +434,18 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):  # type: ignore[misc]
                                    toleration_duration=ten_minutes)
             for status in [types_pb2.CONDITION_STATUS_FALSE, types_pb2.CONDITION_STATUS_UNKNOWN]
         ])
+
+    def WatchInterruptions(self, request: Message, context: grpc.ServicerContext) -> Iterator[Message]:
+        """This cloud interrupts nothing: the stream stays open and quiet until core closes it.
+        A real plugin yields WatchInterruptionsResponse(notices=[...]) as its cloud sends them,
+        each notice again until AckInterruptions names it."""
+        while context.is_active():
+            time.sleep(0.2)
+        yield from ()
+
+    def AckInterruptions(self, request: Message, context: grpc.ServicerContext) -> Message:
+        # Nothing was sent, so nothing is kept: acknowledging any id is OK.
+        return cp_pb2.AckInterruptionsResponse()
 
     def ConvertNodeClass(self, request: Message, context: grpc.ServicerContext) -> Message:
         """For `core-svc convert`: this plugin's older API, `v1alpha1`, named the image

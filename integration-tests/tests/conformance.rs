@@ -102,12 +102,20 @@ fn aws_plugin_over_moto_passes_every_check() {
             .args(["--arm64-image-name", "conformance-node-arm"]),
     );
 
+    // The interruption queue, so the suite checks WatchInterruptions too.
+    run_ok(
+        Command::new(&python)
+            .arg(moto_script("e2e_fixtures.py"))
+            .args(["--endpoint", &aws_endpoint, "create-queue"])
+            .args(["--name", "conformance"]),
+    );
+
     let socket = dir.path().join("plugin.sock");
     let _plugin = start_aws_plugin_on_moto(
         &socket,
         &aws_endpoint,
         "conformance",
-        &[],
+        &["--interruption-queue", "conformance"],
         &dir.path().join("aws-plugin.log"),
     );
     let node_class = dir.path().join("ec2nodeclass.yaml");

@@ -29,7 +29,7 @@ fn core_svc_handshakes_with_a_python_plugin() {
     );
     assert_eq!(
         answer.trim(),
-        "plugin example.python.plugin 0.2.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies, ConvertNodeClass; labels: 2 in domains [example.dev]; ready: yes"
+        "plugin example.python.plugin 0.2.0 (API 1.0); node classes: example.dev/v1 ExampleNodeClass; optional RPCs: ResolveNodeClass, Get, List, IsDrifted, GetRepairPolicies, ConvertNodeClass, WatchInterruptions; labels: 2 in domains [example.dev]; ready: yes"
     );
 }
 

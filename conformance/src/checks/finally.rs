@@ -1,4 +1,5 @@
-//! What is judged last: the repair policies, the cleanup of everything the suite launched, and
+//! What is judged last: the repair policies, the interruption stream, the cleanup of everything
+//! the suite launched, and
 //! the two promises every call of the run had to keep (an ErrorInfo on every error, every answer
 //! within the API's deadline).
 
@@ -6,7 +7,9 @@ use std::collections::BTreeSet;
 
 use core_svc::cloudprovider::grpc::answers;
 use core_svc::plugin::with_deadline;
-use provider_sdk::v1::{DeleteRequest, GetRepairPoliciesRequest};
+use provider_sdk::v1::{
+    AckInterruptionsRequest, DeleteRequest, GetRepairPoliciesRequest, WatchInterruptionsRequest,
+};
 use tonic::Code;
 
 use super::{Check, Recorder, capability_outcome};
@@ -23,6 +26,16 @@ pub(crate) const REPAIR_WELL_FORMED: Check = Check {
     promise: "every repair policy names a condition type, a status True, False or Unknown and a \
               toleration of 0 or more, no type and status twice",
 };
+pub(crate) const INTERRUPTIONS_CAPABILITY: Check = Check {
+    id: "interruptions.capability",
+    promise: "WatchInterruptions answers UNIMPLEMENTED exactly when TYPE_WATCH_INTERRUPTIONS \
+              is not announced",
+};
+pub(crate) const INTERRUPTIONS_ACK: Check = Check {
+    id: "interruptions.ack-unknown",
+    promise: "AckInterruptions of an event id never sent answers OK: acknowledging is \
+              idempotent, and core acknowledges again what it sees again",
+};
 pub(crate) const CLEANUP: Check = Check {
     id: "cleanup.nothing-left",
     promise: "every instance the suite launched terminates on Delete, and List shows none left",
@@ -38,6 +51,49 @@ pub(crate) const DEADLINES: Check = Check {
     promise: "every call of the run answered within the deadline the API documents for it",
 };
 
+/// WatchInterruptions opens (the stream is dropped at once: nothing is acknowledged, so the
+/// plugin keeps whatever it had), and AckInterruptions of an id never sent is OK.
+async fn interruptions(session: &mut Session, recorder: &mut Recorder) {
+    let sent = "WatchInterruptions {}";
+    let opened = session
+        .cloud
+        .watch_interruptions(with_deadline(
+            WatchInterruptionsRequest {},
+            session.deadlines.default,
+        ))
+        .await
+        .map(drop);
+    session.note("WatchInterruptions", &opened);
+    let announced = session.capabilities.watch_interruptions;
+    recorder.record(
+        INTERRUPTIONS_CAPABILITY,
+        capability_outcome("WatchInterruptions", announced, &opened, sent),
+    );
+    if !announced {
+        recorder.skip(&[INTERRUPTIONS_ACK], "WatchInterruptions is not announced");
+        return;
+    }
+    let sent = r#"AckInterruptions { event_ids: ["conformance-never-sent"] }"#;
+    let acked = session
+        .cloud
+        .ack_interruptions(with_deadline(
+            AckInterruptionsRequest {
+                event_ids: vec!["conformance-never-sent".to_owned()],
+            },
+            session.deadlines.default,
+        ))
+        .await
+        .map(drop);
+    session.note("AckInterruptions", &acked);
+    recorder.record(
+        INTERRUPTIONS_ACK,
+        match acked {
+            Ok(()) => Outcome::Pass,
+            Err(status) => Outcome::fail(sent, describe_status(&status), "OK"),
+        },
+    );
+}
+
 /// gRPC's own statuses, which carry no ErrorInfo.
 const GRPC_OWN: [Code; 4] = [
     Code::Unimplemented,
@@ -46,9 +102,11 @@ const GRPC_OWN: [Code; 4] = [
     Code::Cancelled,
 ];
 
-pub(crate) const CHECKS: [Check; 5] = [
+pub(crate) const CHECKS: [Check; 7] = [
     REPAIR_CAPABILITY,
     REPAIR_WELL_FORMED,
+    INTERRUPTIONS_CAPABILITY,
+    INTERRUPTIONS_ACK,
     CLEANUP,
     ERROR_INFO,
     DEADLINES,
@@ -94,6 +152,8 @@ pub(crate) async fn run(session: &mut Session, recorder: &mut Recorder) {
         Err(status) => Outcome::fail(sent, describe_status(&status), "OK with the policies"),
     };
     recorder.record(REPAIR_WELL_FORMED, outcome);
+
+    interruptions(session, recorder).await;
 
     recorder.record(CLEANUP, cleanup(session).await);
 

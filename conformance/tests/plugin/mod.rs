@@ -43,6 +43,8 @@ pub(crate) enum Breakage {
     ConvertAnnouncedUnimplemented,
     ConvertForgetsCurrent,
     ConvertKnowsEverything,
+    WatchAnnouncedUnimplemented,
+    AckRefusesUnknown,
     EmptyCatalogue,
     DuplicateType,
     NoOwnName,
@@ -187,6 +189,7 @@ impl TestPlugin {
             rpc::Type::IsDrifted,
             rpc::Type::GetRepairPolicies,
             rpc::Type::ConvertNodeClass,
+            rpc::Type::WatchInterruptions,
         ];
         if self.broken(Breakage::GetUnannouncedButAnswers) {
             types.retain(|t| *t != rpc::Type::Get);
@@ -699,6 +702,29 @@ impl CloudProviderService for TestPlugin {
             }));
         }
         Ok(Response::new(IsDriftedResponse::default()))
+    }
+
+    async fn watch_interruptions(
+        &self,
+        _: Request<WatchInterruptionsRequest>,
+    ) -> Result<Response<provider_sdk::InterruptionStream>, Status> {
+        if self.broken(Breakage::WatchAnnouncedUnimplemented) {
+            return Err(Status::unimplemented("WatchInterruptions"));
+        }
+        // Nothing is ever interrupted here: a stream that stays open and quiet.
+        Ok(Response::new(Box::pin(tokio_stream::pending::<
+            Result<WatchInterruptionsResponse, Status>,
+        >())))
+    }
+
+    async fn ack_interruptions(
+        &self,
+        _: Request<AckInterruptionsRequest>,
+    ) -> Result<Response<AckInterruptionsResponse>, Status> {
+        if self.broken(Breakage::AckRefusesUnknown) {
+            return Err(status::invalid_field("event_ids", "unknown event id"));
+        }
+        Ok(Response::new(AckInterruptionsResponse {}))
     }
 
     async fn convert_node_class(
