@@ -38,6 +38,11 @@ pub struct InterruptionQueue {
     pending: Mutex<Pending>,
 }
 
+/// The most messages kept waiting for core's acknowledgement. Beyond, the oldest are
+/// forgotten: still on the queue, they come again (a message the queue's retention expired
+/// would otherwise be remembered for ever).
+pub const MAX_PENDING_MESSAGES: usize = 10_000;
+
 /// The messages whose notices core has not acknowledged yet.
 #[derive(Debug, Default)]
 struct Pending {
@@ -45,6 +50,38 @@ struct Pending {
     messages: BTreeMap<String, (String, BTreeSet<String>)>,
     /// Each notice's message.
     message_of: BTreeMap<String, String>,
+    /// Message ids, oldest first.
+    order: std::collections::VecDeque<String>,
+}
+
+impl Pending {
+    /// Records `message` (again: a redelivery brings a new receipt) with its notices.
+    fn insert(&mut self, message: &str, receipt: &str, ids: BTreeSet<String>) {
+        for id in &ids {
+            self.message_of.insert(id.clone(), message.to_owned());
+        }
+        if self
+            .messages
+            .insert(message.to_owned(), (receipt.to_owned(), ids))
+            .is_none()
+        {
+            self.order.push_back(message.to_owned());
+        }
+    }
+
+    /// Forgets the oldest messages until fewer than `limit` are left.
+    fn forget_oldest_beyond(&mut self, limit: usize) {
+        while self.messages.len() >= limit {
+            let Some(oldest) = self.order.pop_front() else {
+                break;
+            };
+            if let Some((_, ids)) = self.messages.remove(&oldest) {
+                for id in ids {
+                    self.message_of.remove(&id);
+                }
+            }
+        }
+    }
 }
 
 impl InterruptionQueue {
@@ -107,7 +144,15 @@ impl InterruptionQueue {
                     continue;
                 }
             };
-            let ours = self.ours(&notices).await?;
+            let ours = match self.ours(&notices).await {
+                Ok(ours) => ours,
+                // Kept on the queue: it comes again after the visibility timeout, and the
+                // notices already gathered are not lost with it.
+                Err(e) => {
+                    tracing::warn!(message_id = %message.message_id, error = %e, "interruption queue: cannot look the instances up; the message comes back");
+                    continue;
+                }
+            };
             let notices: Vec<(Notice, &Instance)> = notices
                 .into_iter()
                 .filter_map(|n| {
@@ -122,17 +167,10 @@ impl InterruptionQueue {
             }
             {
                 let mut pending = self.pending();
+                pending.forget_oldest_beyond(MAX_PENDING_MESSAGES);
                 let ids: BTreeSet<String> =
                     notices.iter().map(|(n, _)| n.event_id.clone()).collect();
-                for id in &ids {
-                    pending
-                        .message_of
-                        .insert(id.clone(), message.message_id.clone());
-                }
-                pending.messages.insert(
-                    message.message_id.clone(),
-                    (message.receipt_handle.clone(), ids),
-                );
+                pending.insert(&message.message_id, &message.receipt_handle, ids);
             }
             for (notice, instance) in notices {
                 self.avoid_interrupted_offering(notice.kind, instance);
@@ -150,11 +188,28 @@ impl InterruptionQueue {
         Ok(out)
     }
 
-    /// The instances among the notices' that carry this cluster's tag, by id.
+    /// The instances among the notices' that carry this cluster's tag, by id. EC2 refuses a
+    /// whole DescribeInstances when one id is unknown: then each is asked for alone, so one
+    /// long-gone instance does not hide the others of a health event.
     async fn ours(&self, notices: &[Notice]) -> Result<BTreeMap<String, Instance>, AwsError> {
         let ids: BTreeSet<&str> = notices.iter().map(|n| n.instance_id.as_str()).collect();
-        let found = match self.ec2.describe_instances(&ResourceQuery::ids(ids)).await {
+        let found = match self
+            .ec2
+            .describe_instances(&ResourceQuery::ids(ids.clone()))
+            .await
+        {
             Ok(found) => found,
+            Err(e) if e.is_not_found() && ids.len() > 1 => {
+                let mut found = Vec::new();
+                for id in ids {
+                    match self.ec2.describe_instances(&ResourceQuery::ids([id])).await {
+                        Ok(one) => found.extend(one),
+                        Err(e) if e.is_not_found() => {}
+                        Err(e) => return Err(e),
+                    }
+                }
+                found
+            }
             Err(e) if e.is_not_found() => Vec::new(),
             Err(e) => return Err(e),
         };
@@ -181,21 +236,30 @@ impl InterruptionQueue {
     }
 
     /// Core acted on these notices: a message whose every notice is acknowledged is deleted.
-    /// Ids never sent, or acknowledged before, are ignored.
+    /// Ids never sent, or acknowledged before, are ignored. A message whose deletion fails is
+    /// kept, so the same acknowledgement, sent again, deletes it; the others are deleted all
+    /// the same, and the first failure is answered.
     pub async fn acknowledge(&self, event_ids: &[String]) -> Result<(), AwsError> {
-        let done: Vec<(String, String)> = {
+        let done: Vec<(String, String, BTreeSet<String>)> = {
             let mut pending = self.pending();
             let mut done = Vec::new();
+            let mut acknowledged: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
             for id in event_ids {
-                let Some(message) = pending.message_of.remove(id) else {
+                let Some(message) = pending.message_of.get(id).cloned() else {
                     continue;
                 };
+                acknowledged
+                    .entry(message.clone())
+                    .or_default()
+                    .insert(id.clone());
                 let finished = pending.messages.get_mut(&message).is_some_and(|(_, left)| {
                     left.remove(id);
                     left.is_empty()
                 });
                 if finished && let Some((receipt, _)) = pending.messages.remove(&message) {
-                    done.push((message, receipt));
+                    let ids = acknowledged.remove(&message).unwrap_or_default();
+                    pending.message_of.retain(|_, of| *of != message);
+                    done.push((message, receipt, ids));
                 }
             }
             done
@@ -204,15 +268,15 @@ impl InterruptionQueue {
             return Ok(());
         }
         let url = self.url().await?.to_owned();
-        for (message, receipt) in done {
+        let mut failure = None;
+        for (message, receipt, ids) in done {
             if let Err(e) = self.sqs.delete(&url, &receipt).await {
-                // Put back: the next acknowledgement of it (core re-acknowledges what was
-                // sent again) deletes it.
-                tracing::warn!(message_id = %message, error = %e, "interruption queue: delete failed");
-                return Err(e);
+                tracing::warn!(message_id = %message, error = %e, "interruption queue: delete failed; kept for the next acknowledgement");
+                self.pending().insert(&message, &receipt, ids);
+                failure.get_or_insert(e);
             }
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     async fn delete(&self, url: &str, receipt: &str) {

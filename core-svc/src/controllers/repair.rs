@@ -92,7 +92,8 @@ pub fn unhealthy(node: &Node, policies: &[RepairPolicy]) -> Option<Unhealthy> {
                 p.condition_type == condition.type_
                     && status_name(p.condition_status) == condition.status
             })?;
-            // A condition without a transition time is taken as just changed.
+            // A condition without a transition time has no age to weigh: left to the next
+            // status the kubelet writes.
             let since = condition.last_transition_time.as_ref().map(|t| t.0)?;
             let due = since
                 .saturating_add(policy.toleration_duration)
@@ -298,12 +299,13 @@ impl<C: Cluster, P: CloudProvider> RepairController<C, P> {
 
     async fn repair(&self, repair: &Repair<'_>, now: Timestamp) -> Result<(), ControllerError> {
         let name = name_of(repair.node_claim);
-        // Forceful: now, whatever later deadline its terminationGracePeriod set.
-        if !set_termination_deadline(&*self.ctx.cluster, name, now).await?
-            || !delete_if_same(&*self.ctx.cluster, repair.node_claim).await?
-        {
+        // Forceful: now, whatever later deadline its terminationGracePeriod set. Deleted
+        // first, so a deadline never lingers on a NodeClaim whose deletion failed.
+        if !delete_if_same(&*self.ctx.cluster, repair.node_claim).await? {
             return Ok(());
         }
+        // Gone already when nothing held it: nothing to drain, but the repair is still said.
+        set_termination_deadline(&*self.ctx.cluster, name, now).await?;
         let node = name_of(repair.node);
         let toleration = humantime_minutes(repair.unhealthy.toleration);
         let capacity_type = repair

@@ -52,6 +52,9 @@ struct State {
     acted: VecDeque<String>,
     acted_ids: HashSet<String>,
     to_ack: Vec<String>,
+    /// The last acknowledgement failed: the ids wait for the controller's retry, not for
+    /// the next round.
+    acks_deferred: bool,
     stream: StreamState,
     /// Consecutive ends of the stream without a batch in between.
     failures: u32,
@@ -93,6 +96,20 @@ impl InterruptionInbox {
         self.arrivals.notify_one();
     }
 
+    /// Notices taken but not acted on (the cluster or a write failed): they wait again, ahead
+    /// of newer ones, without counting as received twice.
+    pub fn put_back(&self, notices: Vec<Interruption>) {
+        let mut state = self.state();
+        for notice in notices.into_iter().rev() {
+            if state.acted_ids.contains(&notice.event_id)
+                || !state.pending_ids.insert(notice.event_id.clone())
+            {
+                continue;
+            }
+            state.pending.push_front(notice);
+        }
+    }
+
     /// Every waiting notice, oldest first.
     pub fn take(&self) -> Vec<Interruption> {
         let mut state = self.state();
@@ -118,7 +135,9 @@ impl InterruptionInbox {
 
     /// The ids to acknowledge now (each once).
     pub fn take_acks(&self) -> Vec<String> {
-        let mut ids = std::mem::take(&mut self.state().to_ack);
+        let mut state = self.state();
+        state.acks_deferred = false;
+        let mut ids = std::mem::take(&mut state.to_ack);
         ids.sort();
         ids.dedup();
         ids
@@ -126,7 +145,9 @@ impl InterruptionInbox {
 
     /// Acknowledgements that failed: tried again on the next pass.
     pub fn ack_failed(&self, ids: Vec<String>) {
-        self.state().to_ack.extend(ids);
+        let mut state = self.state();
+        state.to_ack.extend(ids);
+        state.acks_deferred = true;
     }
 
     /// Whether the controller has anything to do: notices, acknowledgements, or a stream that
@@ -134,7 +155,7 @@ impl InterruptionInbox {
     pub fn has_work(&self) -> bool {
         let state = self.state();
         !state.pending.is_empty()
-            || !state.to_ack.is_empty()
+            || (!state.to_ack.is_empty() && !state.acks_deferred)
             || (state.stream == StreamState::Closed && !state.end_seen)
     }
 
@@ -170,6 +191,13 @@ impl InterruptionInbox {
         }
         drop(state);
         self.arrivals.notify_one();
+    }
+
+    /// A stream that stayed open a good while before it ended is a fresh start: the next
+    /// re-open waits the shortest backoff again.
+    pub fn reset_failures(&self) {
+        let mut state = self.state();
+        state.failures = state.failures.min(1);
     }
 
     /// The plugin does not support interruptions: never opened again.
@@ -230,6 +258,26 @@ mod tests {
         assert!(inbox.take().is_empty());
         assert_eq!(inbox.take_acks(), ["a"]);
         assert!(!inbox.has_work() || inbox.stream() == StreamState::Closed);
+    }
+
+    /// A notice taken and not acted on waits again, first; a failed acknowledgement waits for
+    /// the controller's retry rather than making it due every round.
+    #[test]
+    fn what_failed_waits_again() {
+        let inbox = InterruptionInbox::new();
+        inbox.schedule_reopen();
+        inbox.push(vec![notice("a"), notice("b")]);
+        let taken = inbox.take();
+        inbox.push(vec![notice("c")]);
+        inbox.put_back(taken);
+        let ids: Vec<String> = inbox.take().into_iter().map(|n| n.event_id).collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        assert_eq!(inbox.received(), 3);
+        inbox.acted(["a".to_owned()]);
+        let acks = inbox.take_acks();
+        inbox.ack_failed(acks);
+        assert!(!inbox.has_work(), "deferred to the controller's retry");
+        assert_eq!(inbox.take_acks(), ["a"]);
     }
 
     /// A full inbox drops what does not fit, unacknowledged (it comes again).

@@ -178,6 +178,8 @@ pub struct InterruptionController<C, P> {
     inbox: Arc<InterruptionInbox>,
     /// When the closed stream may be opened again.
     reopen_at: Mutex<Option<Timestamp>>,
+    /// When the stream now open was opened.
+    opened_at: Mutex<Option<Timestamp>>,
     /// The task forwarding the open stream into the inbox; stopped with the controller.
     reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
@@ -202,6 +204,7 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
             ctx,
             inbox,
             reopen_at: Mutex::new(None),
+            opened_at: Mutex::new(None),
             reader: Mutex::new(None),
         }
     }
@@ -211,6 +214,17 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
     async fn ensure_stream(&self, now: Timestamp) -> Option<Duration> {
         if self.inbox.stream() != StreamState::Closed {
             return None;
+        }
+        // A stream that served a good while before it ended starts the backoff over.
+        let opened_at = self
+            .opened_at
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if opened_at.is_some_and(|at| {
+            Duration::try_from(now.duration_since(at)).is_ok_and(|open| open >= inbox::BACKOFF_MAX)
+        }) {
+            self.inbox.reset_failures();
         }
         if let Some(wait) = self.inbox.schedule_reopen() {
             *self
@@ -231,6 +245,10 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
         match self.ctx.cloud.watch_interruptions().await {
             Ok(mut stream) => {
                 self.inbox.opened();
+                *self
+                    .opened_at
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) = Some(now);
                 tracing::info!("watching the plugin's interruption notices");
                 let inbox = Arc::clone(&self.inbox);
                 let reader = tokio::spawn(async move {
@@ -307,19 +325,26 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
                 deadline,
                 annotate,
             } => {
-                if annotate
-                    && !set_termination_deadline(&*self.ctx.cluster, name_of(node_claim), deadline)
-                        .await?
-                {
+                // Deleted first, then the deadline written (the termination controller runs
+                // later in the same round): a deadline never lingers on a NodeClaim whose
+                // deletion failed, to force a later, ordinary drain.
+                let deleted = node_claim.metadata.deletion_timestamp.is_none();
+                if deleted && !delete_if_same(&*self.ctx.cluster, node_claim).await? {
                     return Ok(());
                 }
-                (node_claim, Some(deadline))
+                if annotate {
+                    // Gone already (nothing held it): nothing to drain, but what happened is
+                    // still said.
+                    set_termination_deadline(&*self.ctx.cluster, name_of(node_claim), deadline)
+                        .await?;
+                }
+                (node_claim, Some((deadline, deleted)))
             }
         };
         let name = name_of(node_claim);
         let labels = node_claim.metadata.labels.as_ref();
         let label = |key: &str| labels.and_then(|l| l.get(key)).map_or("", String::as_str);
-        let deadline_text = replace.map(|d| d.to_string()).unwrap_or_default();
+        let deadline_text = replace.map(|(d, _)| d.to_string()).unwrap_or_default();
         let fields = non_empty_fields(&[
             ("nodeClaim", name),
             ("nodePool", label(LABEL_NODEPOOL)),
@@ -354,13 +379,7 @@ impl<C: Cluster, P: CloudProvider> InterruptionController<C, P> {
             message.to_owned(),
             fields.clone(),
         );
-        let Some(deadline) = replace else {
-            return Ok(());
-        };
-        if node_claim.metadata.deletion_timestamp.is_none() {
-            if !delete_if_same(&*self.ctx.cluster, node_claim).await? {
-                return Ok(());
-            }
+        if let Some((deadline, true)) = replace {
             tracing::info!(node_claim = name, kind = notice.kind.as_str(), %deadline, "deleting NodeClaim on interruption");
             self.ctx.event(
                 object,
@@ -389,25 +408,34 @@ impl<C: Cluster, P: CloudProvider> Controller for InterruptionController<C, P> {
         };
         let notices = self.inbox.take();
         if !notices.is_empty() {
-            let snapshot = self.ctx.cluster.snapshot().await?;
+            let snapshot = match self.ctx.cluster.snapshot().await {
+                Ok(snapshot) => snapshot,
+                Err(error) => {
+                    self.inbox.put_back(notices);
+                    return Err(error.into());
+                }
+            };
             let node_claims = by_provider_id(snapshot.node_claims());
             let node_pools: HashMap<&str, &NodePool> = snapshot
                 .node_pools()
                 .map(|pool| (name_of(pool), pool))
                 .collect();
             let mut failure = None;
-            for notice in &notices {
-                let decision = decide(notice, &node_claims, &node_pools, now);
-                match self.act(notice, decision).await {
+            let mut failed = Vec::new();
+            for notice in notices {
+                let decision = decide(&notice, &node_claims, &node_pools, now);
+                match self.act(&notice, decision).await {
                     Ok(()) => self.inbox.acted([notice.event_id.clone()]),
-                    // Not acknowledged: the plugin sends it again, and it is acted on then.
+                    // Not acknowledged, and tried again on the next pass.
                     Err(error) => {
                         tracing::warn!(event_id = %notice.event_id, %error, "acting on an interruption failed");
                         failure.get_or_insert(error);
+                        failed.push(notice);
                     }
                 }
             }
             if let Some(error) = failure {
+                self.inbox.put_back(failed);
                 return Err(error);
             }
         }

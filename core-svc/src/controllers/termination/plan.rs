@@ -20,12 +20,13 @@ use crate::objects::name_of;
 /// `MinDrainTime`): long enough to catch a pod bound just before the taint landed.
 pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
 
-/// When the NodeClaim's drain ends regardless of what still runs: its deletion time plus its
-/// terminationGracePeriod, to the second; the annotation when it holds a valid time (whoever
-/// wrote it first fixed it). `None` while not deleting or without a terminationGracePeriod.
+/// When the NodeClaim's drain ends regardless of what still runs: the annotation when it
+/// holds a valid time (whoever wrote it first fixed it; interruptions and repair write it
+/// whether or not there is a terminationGracePeriod, as upstream's forceful methods do), else
+/// its deletion time plus its terminationGracePeriod, to the second. `None` while not deleting,
+/// or with neither.
 pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
     let deleting_since = node_claim.metadata.deletion_timestamp.as_ref()?;
-    let grace = node_claim.spec.termination_grace_period.as_ref()?;
     let annotated = node_claim
         .metadata
         .annotations
@@ -35,6 +36,7 @@ pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
     if annotated.is_some() {
         return annotated;
     }
+    let grace = node_claim.spec.termination_grace_period.as_ref()?;
     let deadline = deleting_since
         .0
         .saturating_add(grace.duration())

@@ -49,6 +49,20 @@ fn without_a_grace_period_there_is_no_deadline() {
     assert_eq!(termination_deadline(&claim), None);
 }
 
+/// Interruptions and repair write the deadline on NodeClaims without a grace period (the
+/// default): it binds the drain all the same, or a spot node would outlive its warning.
+#[test]
+fn a_written_deadline_binds_without_a_grace_period() {
+    let mut claim = node_claim(deleting_at(100));
+    merge_into(
+        &mut claim,
+        json!({ "metadata": { "annotations": {
+            "karpenter.sh/nodeclaim-termination-timestamp": at(220).to_string(),
+        } } }),
+    );
+    assert_eq!(termination_deadline(&claim), Some(at(220)));
+}
+
 #[test]
 fn the_annotation_wins_over_the_computed_deadline_unless_it_is_garbage() {
     let annotated = |value: &str| {
