@@ -408,3 +408,73 @@ async fn without_leader_election_a_single_replica_keeps_running_and_provisions()
         .expect("a read");
     assert!(lease.is_none(), "no Lease without leader election");
 }
+
+/// Node repair end to end, through the plugin's repair policies (the Python plugin's:
+/// `Ready=False` for ten minutes): a node whose kubelet has reported NotReady for an hour is
+/// deleted forcefully with its NodeClaim, and `NodeUnhealthy` says why. One node
+/// of one is within upstream's cap (ceil(20 % of 1) = 1).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_not_ready_past_its_toleration_is_repaired() {
+    let world = World::start();
+    let (dir, kubeconfig, socket) = (world.dir.path(), &world.kubeconfig, &world.socket);
+    let core = start_core_with(
+        dir,
+        kubeconfig,
+        socket,
+        "repair",
+        &["--disable-leader-election"],
+    );
+    let client = world.client_with_node_pool().await;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+    pods.create(&PostParams::default(), &pod("web-1", json!({})))
+        .await
+        .expect("a pod");
+    let solo = [&core];
+    let first = eventually("the pod bound", &solo, async || {
+        pods.get("web-1").await.ok()?.spec?.node_name
+    })
+    .await;
+    // The kubelet has reported NotReady for an hour.
+    let an_hour_ago = jiff::Timestamp::now()
+        .checked_sub(jiff::SignedDuration::from_hours(1))
+        .expect("an hour ago");
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .patch_status(
+            &first,
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"status": {"conditions": [{
+                "type": "Ready", "status": "False", "reason": "KubeletNotReady",
+                "lastHeartbeatTime": an_hour_ago.to_string(),
+                "lastTransitionTime": an_hour_ago.to_string(),
+            }]}})),
+        )
+        .await
+        .expect("the node's status");
+    // A bare pod is not recreated: the node's going, with its NodeClaim, is what shows.
+    eventually("the unhealthy node deleted", &solo, async || {
+        match nodes.get_opt(&first).await.ok()? {
+            None => Some(()),
+            Some(node) => node.metadata.deletion_timestamp.map(drop),
+        }
+    })
+    .await;
+    let events = Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    )
+    .list(&ListParams::default())
+    .await
+    .expect("events");
+    assert!(
+        events
+            .items
+            .iter()
+            .any(|e| e.data["reason"] == "NodeUnhealthy"),
+        "{}",
+        logs(&[&core])
+    );
+}
