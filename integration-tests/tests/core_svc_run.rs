@@ -126,6 +126,21 @@ async fn eventually<T>(
     }
 }
 
+/// Every `events.k8s.io/v1` Event (what core writes).
+async fn events(client: &kube::Client) -> Vec<DynamicObject> {
+    Api::<DynamicObject>::all_with(
+        client.clone(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    )
+    .list(&ListParams::default())
+    .await
+    .expect("events")
+    .items
+}
+
 fn object<T: serde::de::DeserializeOwned>(value: Value) -> T {
     serde_json::from_value(value).expect("a valid object")
 }
@@ -287,18 +302,9 @@ async fn core_svc_run_provisions_for_pending_pods_with_one_leader_and_explains_a
         .and_then(|spec| spec.holder_identity)
         .expect("a holder");
     assert!(leader == "core-a" || leader == "core-b", "{leader}");
-    let events = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
-            "events",
-        ),
-    )
-    .list(&ListParams::default())
-    .await
-    .expect("events");
-    assert!(!events.items.is_empty(), "the leader reports what it does");
-    for event in &events.items {
+    let events = events(&client).await;
+    assert!(!events.is_empty(), "the leader reports what it does");
+    for event in &events {
         assert_eq!(
             event.data["reportingInstance"], leader,
             "only the leader acts: {}",
@@ -459,21 +465,9 @@ async fn a_node_not_ready_past_its_toleration_is_repaired() {
         }
     })
     .await;
-    let events = Api::<DynamicObject>::all_with(
-        client.clone(),
-        &ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
-            "events",
-        ),
-    )
-    .list(&ListParams::default())
-    .await
-    .expect("events");
+    let events = events(&client).await;
     assert!(
-        events
-            .items
-            .iter()
-            .any(|e| e.data["reason"] == "NodeUnhealthy"),
+        events.iter().any(|e| e.data["reason"] == "NodeUnhealthy"),
         "{}",
         logs(&[&core])
     );
