@@ -224,7 +224,7 @@ async fn convert_checks(session: &mut Session, recorder: &mut Recorder, object: 
         },
     );
     let mut foreign = object.clone();
-    foreign["apiVersion"] = json!(format!("{}/v0conformance", group_of(object)));
+    foreign["apiVersion"] = json!(format!("{}/v0conformance", group_kind(object).0));
     foreign["kind"] = json!("ConformanceUnknownKind");
     let sent = format!("ConvertNodeClass {{ object: {foreign} }}");
     recorder.record(
@@ -235,12 +235,6 @@ async fn convert_checks(session: &mut Session, recorder: &mut Recorder, object: 
             Err(status) => Outcome::fail(&sent, describe_status(&status), "OK with `known` false"),
         },
     );
-}
-
-/// The API group of an object's `apiVersion`.
-fn group_of(object: &Value) -> &str {
-    let api_version = object["apiVersion"].as_str().unwrap_or_default();
-    api_version.split_once('/').map_or("", |(group, _)| group)
 }
 
 /// Calls ConvertNodeClass on `object`.

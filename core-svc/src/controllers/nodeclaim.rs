@@ -363,6 +363,18 @@ pub async fn delete_if_same<C: Cluster>(
     }
 }
 
+/// The `karpenter.sh/nodeclaim-termination-timestamp` a NodeClaim carries, when it holds a
+/// valid time.
+pub fn annotated_termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
+    node_claim
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(core_domain::labels::ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP)?
+        .parse()
+        .ok()
+}
+
 /// Writes `karpenter.sh/nodeclaim-termination-timestamp` = `deadline` on the NodeClaim named
 /// `name`: the drain deletes its pods by then, PDBs or not. `Ok(false)` when it is gone.
 pub async fn set_termination_deadline<C: Cluster>(

@@ -18,19 +18,22 @@
 //! [`plan`] is pure; the controller reads, asks the plugin for its policies (again every
 //! [`POLICIES_REFRESH`]) and writes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
+use core_domain::labels::LABEL_CAPACITY_TYPE;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{ConditionStatus, NodeClaim};
 
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, RepairPolicy};
-use crate::cluster::Cluster;
-use crate::controllers::nodeclaim::{delete_if_same, set_termination_deadline};
+use crate::cluster::{Cluster, Snapshot};
+use crate::controllers::nodeclaim::{
+    delete_if_same, node_pool_of, node_provider_id, set_termination_deadline,
+};
+use crate::disruption::candidates::node_claims_by_provider_id;
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::name_of;
 
@@ -154,39 +157,22 @@ pub fn allowed_unhealthy(nodes: usize) -> usize {
 /// deleted) whose toleration has ended, unless more than [`allowed_unhealthy`] of its
 /// NodePool's nodes have a matching condition.
 pub fn plan<'a>(
-    nodes: impl IntoIterator<Item = &'a Node>,
-    node_claims: impl IntoIterator<Item = &'a NodeClaim>,
+    snapshot: &'a Snapshot,
     policies: &[RepairPolicy],
     now: Timestamp,
 ) -> RepairPlan<'a> {
-    let by_provider_id: HashMap<&str, &NodeClaim> = node_claims
-        .into_iter()
-        .filter_map(|claim| {
-            let id = claim.status.as_ref()?.provider_id.as_str();
-            (!id.is_empty()).then_some((id, claim))
-        })
-        .collect();
+    let by_provider_id = node_claims_by_provider_id(snapshot);
     // By NodePool: its managed nodes, and each one's matching condition.
     let mut pools: BTreeMap<&str, Vec<Member<'a>>> = BTreeMap::new();
-    for node in nodes {
-        let provider_id = node
-            .spec
-            .as_ref()
-            .and_then(|spec| spec.provider_id.as_deref())
-            .unwrap_or_default();
-        let Some(claim) = by_provider_id.get(provider_id).copied() else {
+    for node in snapshot.nodes() {
+        let Some(claim) = by_provider_id.get(node_provider_id(node)).copied() else {
             continue;
         };
-        let Some(pool) = claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(LABEL_NODEPOOL))
-        else {
+        let Some(pool) = node_pool_of(claim) else {
             continue;
         };
         pools
-            .entry(pool.as_str())
+            .entry(pool)
             .or_default()
             .push((node, claim, unhealthy(node, policies)));
     }
@@ -367,7 +353,7 @@ impl<C: Cluster, P: CloudProvider> Controller for RepairController<C, P> {
         let now = self.ctx.clock.now();
         let policies = self.policies(now).await;
         let snapshot = self.ctx.cluster.snapshot().await?;
-        let plan = plan(snapshot.nodes(), snapshot.node_claims(), &policies, now);
+        let plan = plan(&snapshot, &policies, now);
         let mut failure = None;
         for repair in &plan.repair {
             if let Err(error) = self.repair(repair, now).await {
@@ -414,6 +400,7 @@ mod tests {
 
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
+    use core_domain::labels::LABEL_NODEPOOL;
     use serde_json::json;
 
     use super::*;
@@ -487,18 +474,17 @@ mod tests {
         assert_eq!(allowed_unhealthy(10), 2);
         let policies = policies(&[]);
         let (nodes, claims) = fleet("small", 1, 3);
-        let planned = plan(&nodes, &claims, &policies, at(1800));
+        let small = testing::snapshot(claims, nodes);
+        let planned = plan(&small, &policies, at(1800));
         assert_eq!(planned.repair.len(), 1);
         assert_eq!(planned.repair[0].node_pool, "small");
         assert!(planned.blocked.is_empty());
-        assert!(plan(&nodes, &claims, &policies, at(1799)).repair.is_empty());
-        assert_eq!(
-            plan(&nodes, &claims, &policies, at(1799)).next_due,
-            Some(at(1800))
-        );
+        assert!(plan(&small, &policies, at(1799)).repair.is_empty());
+        assert_eq!(plan(&small, &policies, at(1799)).next_due, Some(at(1800)));
 
         let (nodes, claims) = fleet("big", 3, 10);
-        let planned = plan(&nodes, &claims, &policies, at(1800));
+        let big = testing::snapshot(claims, nodes);
+        let planned = plan(&big, &policies, at(1800));
         assert!(planned.repair.is_empty());
         assert_eq!(
             planned.blocked,
@@ -516,8 +502,10 @@ mod tests {
         let policies = policies(&[]);
         let (nodes, mut claims) = fleet("p", 1, 5);
         claims[0].metadata.deletion_timestamp = Some(Time(at(5)));
-        assert!(plan(&nodes, &claims, &policies, at(4000)).repair.is_empty());
-        assert!(plan(&nodes, &[], &policies, at(4000)).repair.is_empty());
+        let deleting = testing::snapshot(claims, nodes.clone());
+        assert!(plan(&deleting, &policies, at(4000)).repair.is_empty());
+        let unmanaged = testing::snapshot(Vec::new(), nodes);
+        assert!(plan(&unmanaged, &policies, at(4000)).repair.is_empty());
     }
 
     /// The pass over the in-memory cluster: the plugin's policy and the kubelet's Ready, the

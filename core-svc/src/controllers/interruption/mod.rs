@@ -23,9 +23,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use core_domain::labels::{
-    ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP, LABEL_CAPACITY_TYPE, LABEL_NODEPOOL,
-};
+use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL};
 use futures::StreamExt as _;
 use jiff::Timestamp;
 use karpenter_api::{NodeClaim, NodePool};
@@ -34,7 +32,10 @@ use serde_json::json;
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError, Interruption, InterruptionKind};
 use crate::cluster::Cluster;
-use crate::controllers::nodeclaim::{delete_if_same, set_termination_deadline};
+use crate::controllers::nodeclaim::{
+    annotated_termination_deadline, delete_if_same, node_pool_of, set_termination_deadline,
+};
+use crate::disruption::candidates::node_claims_by_provider_id;
 use crate::events::{EventType, ObjectRef, Reason, non_empty_fields};
 use crate::objects::name_of;
 use inbox::{InterruptionInbox, StreamState};
@@ -72,30 +73,6 @@ pub enum Decision<'a> {
     },
 }
 
-/// The NodeClaims by their instance's provider ID.
-pub fn by_provider_id<'a>(
-    node_claims: impl IntoIterator<Item = &'a NodeClaim>,
-) -> HashMap<&'a str, &'a NodeClaim> {
-    node_claims
-        .into_iter()
-        .filter_map(|claim| {
-            let id = claim.status.as_ref()?.provider_id.as_str();
-            (!id.is_empty()).then_some((id, claim))
-        })
-        .collect()
-}
-
-/// The termination deadline a NodeClaim carries, if it carries a readable one.
-fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
-    node_claim
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP)?
-        .parse()
-        .ok()
-}
-
 /// What to do about `notice` at `now`.
 pub fn decide<'a>(
     notice: &Interruption,
@@ -107,12 +84,8 @@ pub fn decide<'a>(
         return Decision::Ignore("no NodeClaim has this instance");
     };
     if !notice.kind.replaces() {
-        let as_drift = node_claim
-            .metadata
-            .labels
-            .as_ref()
-            .and_then(|labels| labels.get(LABEL_NODEPOOL))
-            .and_then(|pool| node_pools.get(pool.as_str()))
+        let as_drift = node_pool_of(node_claim)
+            .and_then(|pool| node_pools.get(pool))
             .and_then(|pool| pool.metadata.annotations.as_ref())
             .and_then(|annotations| annotations.get(ANNOTATION_REBALANCE_AS_DRIFT))
             .is_some_and(|value| value == "true");
@@ -126,7 +99,7 @@ pub fn decide<'a>(
         .deadline
         .and_then(|deadline| Timestamp::try_from(deadline).ok())
         .map_or(now, |deadline| deadline.max(now));
-    let existing = termination_deadline(node_claim);
+    let existing = annotated_termination_deadline(node_claim);
     let deadline = existing.map_or(deadline, |existing| existing.min(deadline));
     Decision::Replace {
         node_claim,
@@ -415,7 +388,7 @@ impl<C: Cluster, P: CloudProvider> Controller for InterruptionController<C, P> {
                     return Err(error.into());
                 }
             };
-            let node_claims = by_provider_id(snapshot.node_claims());
+            let node_claims = node_claims_by_provider_id(&snapshot);
             let node_pools: HashMap<&str, &NodePool> = snapshot
                 .node_pools()
                 .map(|pool| (name_of(pool), pool))

@@ -4,6 +4,7 @@
 
 use std::time::SystemTime;
 
+use core_domain::labels::ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP;
 use serde_json::json;
 
 use super::*;
@@ -55,7 +56,8 @@ fn a_replacement_drains_by_the_notice_deadline() {
             json!({"metadata": {"annotations": {ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP: at(50).to_string()}}}),
         ),
     ];
-    let by_id = by_provider_id(&claims);
+    let snapshot = testing::snapshot(claims.to_vec(), Vec::new());
+    let by_id = node_claims_by_provider_id(&snapshot);
     let pools = HashMap::new();
     let spot = InterruptionKind::SpotInterruption;
     assert_eq!(
@@ -126,7 +128,8 @@ fn a_replacement_drains_by_the_notice_deadline() {
 #[test]
 fn a_rebalance_recommendation_is_drift_only_by_opt_in() {
     let claims = [claim("a", "fake:///a", json!({}))];
-    let by_id = by_provider_id(&claims);
+    let snapshot = testing::snapshot(claims.to_vec(), Vec::new());
+    let by_id = node_claims_by_provider_id(&snapshot);
     let plain = testing::node_pool("spot", json!({}));
     let opted = testing::node_pool(
         "spot",
@@ -230,7 +233,7 @@ async fn a_spot_warning_deletes_the_node_claim_and_is_acknowledged() {
     // The in-memory cluster keeps it while its finalizer holds; either way it is deleting.
     if let Some(deleted) = deleted {
         assert!(deleted.metadata.deletion_timestamp.is_some());
-        assert_eq!(termination_deadline(deleted), Some(at(1120)));
+        assert_eq!(annotated_termination_deadline(deleted), Some(at(1120)));
     }
     let reasons: Vec<Reason> = f.events.drain().into_iter().map(|e| e.reason).collect();
     assert_eq!(

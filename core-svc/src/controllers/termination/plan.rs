@@ -7,13 +7,14 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use core_domain::labels::ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP;
 use jiff::Timestamp;
 use karpenter_api::nodeclaim::CONDITION_DRAINED;
 use karpenter_api::{ConditionStatus, NodeClaim, condition};
 
 use crate::cluster::Snapshot;
-use crate::controllers::nodeclaim::{has_termination_finalizer, node_claim_of, provider_id_of};
+use crate::controllers::nodeclaim::{
+    annotated_termination_deadline, has_termination_finalizer, node_claim_of, provider_id_of,
+};
 use crate::objects::name_of;
 
 /// The shortest a drain lasts, from `Drained=Unknown` to `Drained=True` (upstream
@@ -27,12 +28,7 @@ pub const MIN_DRAIN_TIME: Duration = Duration::from_secs(5);
 /// or with neither.
 pub fn termination_deadline(node_claim: &NodeClaim) -> Option<Timestamp> {
     let deleting_since = node_claim.metadata.deletion_timestamp.as_ref()?;
-    let annotated = node_claim
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|annotations| annotations.get(ANNOTATION_NODECLAIM_TERMINATION_TIMESTAMP))
-        .and_then(|value| value.parse::<Timestamp>().ok());
+    let annotated = annotated_termination_deadline(node_claim);
     if annotated.is_some() {
         return annotated;
     }
