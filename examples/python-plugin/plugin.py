@@ -439,6 +439,9 @@ class CloudProvider(cp_grpc.CloudProviderServiceServicer):  # type: ignore[misc]
         """This cloud interrupts nothing: the stream stays open and quiet until core closes it.
         A real plugin yields WatchInterruptionsResponse(notices=[...]) as its cloud sends them,
         each notice again until AckInterruptions names it."""
+        # grpc-python sends a stream's headers with its first message: send them now, or core
+        # waits for a notice to learn that the stream opened.
+        context.send_initial_metadata(())
         while context.is_active():
             time.sleep(0.2)
         yield from ()
