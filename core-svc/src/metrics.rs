@@ -316,38 +316,43 @@ impl<E: Events> Events for MeteredEvents<E> {
     }
 }
 
-/// The gRPC adapter's counters as `karpenter_cloudprovider_calls_total` and
-/// `karpenter_cloudprovider_errors_total`, read at scrape time.
+/// The gRPC adapter's counters as `karpenter_cloudprovider_calls_total` (attempts, by method
+/// and status code) and `karpenter_cloudprovider_errors_total` (failures, by method and error:
+/// a failed attempt's status code, or a refused answer's kind), read at scrape time.
 #[derive(Debug)]
 struct PluginCalls(Arc<CallMetrics>);
 
 impl Collector for PluginCalls {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let counts = self.0.attempts_by_code();
-        for (name, help, errors_only) in [
-            (
-                "karpenter_cloudprovider_calls",
-                "Plugin call attempts, by method and gRPC status code.",
-                false,
-            ),
-            (
-                "karpenter_cloudprovider_errors",
-                "Plugin call attempts that did not end OK, by method and gRPC status code.",
-                true,
-            ),
-        ] {
-            let counter = ConstCounter::new(0u64);
-            let mut family = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
-            for count in counts
-                .iter()
-                .filter(|c| !errors_only || c.code != tonic::Code::Ok)
-            {
-                let labels: Labels = vec![
-                    ("method", count.rpc.as_str().to_owned()),
-                    ("code", format!("{:?}", count.code)),
-                ];
-                ConstCounter::new(count.count).encode(family.encode_family(&labels)?)?;
-            }
+        let counter = ConstCounter::new(0u64);
+        let mut family = encoder.encode_descriptor(
+            "karpenter_cloudprovider_calls",
+            "Plugin call attempts, by method and gRPC status code.",
+            None,
+            counter.metric_type(),
+        )?;
+        for count in self.0.attempts_by_code() {
+            let labels: Labels = vec![
+                ("method", count.rpc.as_str().to_owned()),
+                ("code", format!("{:?}", count.code)),
+            ];
+            ConstCounter::new(count.count).encode(family.encode_family(&labels)?)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "karpenter_cloudprovider_errors",
+            "Plugin calls that failed, by method and error: the gRPC status code of an attempt \
+             that did not end OK (DeadlineExceeded, Unavailable, ...), or an answer core refused \
+             (InvalidAnswer: not what the API allows; InconsistentAnswer: contradicts another \
+             answer or the cluster; MessageTooLarge: over the message size limit).",
+            None,
+            counter.metric_type(),
+        )?;
+        for count in self.0.errors_by_kind() {
+            let labels: Labels = vec![
+                ("method", count.rpc.as_str().to_owned()),
+                ("error", count.error.label()),
+            ];
+            ConstCounter::new(count.count).encode(family.encode_family(&labels)?)?;
         }
         Ok(())
     }
@@ -475,6 +480,14 @@ mod tests {
         let calls = Arc::new(CallMetrics::new());
         calls.record_attempt(crate::cloudprovider::Rpc::Create, tonic::Code::Ok);
         calls.record_attempt(crate::cloudprovider::Rpc::Create, tonic::Code::Unavailable);
+        calls.record_error(
+            crate::cloudprovider::Rpc::Create,
+            crate::cloudprovider::grpc::ErrorKind::InvalidAnswer,
+        );
+        calls.record_error(
+            crate::cloudprovider::Rpc::List,
+            crate::cloudprovider::grpc::ErrorKind::InconsistentAnswer,
+        );
         let text = Metrics::new(Some(calls)).encode().unwrap();
         assert!(
             text.contains(r#"karpenter_cloudprovider_calls_total{method="Create",code="Ok"} 1"#),
@@ -482,12 +495,24 @@ mod tests {
         );
         assert!(
             text.contains(
-                r#"karpenter_cloudprovider_errors_total{method="Create",code="Unavailable"} 1"#
+                r#"karpenter_cloudprovider_errors_total{method="Create",error="Unavailable"} 1"#
             ),
             "{text}"
         );
         assert!(
-            !text.contains(r#"karpenter_cloudprovider_errors_total{method="Create",code="Ok"}"#)
+            !text.contains(r#"karpenter_cloudprovider_errors_total{method="Create",error="Ok"}"#)
+        );
+        assert!(
+            text.contains(
+                r#"karpenter_cloudprovider_errors_total{method="Create",error="InvalidAnswer"} 1"#
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                r#"karpenter_cloudprovider_errors_total{method="List",error="InconsistentAnswer"} 1"#
+            ),
+            "{text}"
         );
     }
 

@@ -404,6 +404,11 @@ async fn given_the_plugin_reports_ami_drift_when_reconciled_then_it_is_recorded_
  {
     let env = env_with_pool().await;
     env.launch_current("default-a").await;
+    // The plugin has the instance: core acts on no drift answer about one Get does not find.
+    env.cloud.insert_instance(common::running_instance(
+        Some("default-a"),
+        &provider_id("default-a"),
+    ));
     env.cloud.set_drifted(
         &provider_id("default-a"),
         Some(DriftReason {

@@ -34,6 +34,14 @@ const MAX_FRAME_PAYLOAD: usize = 16_384;
 const MAX_HEADER_BLOCK: usize = 1024 * 1024;
 /// What replaces an invalid `:authority`.
 const REPLACEMENT_AUTHORITY: &[u8] = b"localhost";
+/// The largest decoded header list rewritten, counted as HTTP/2 counts it (name, value and 32
+/// per field). HPACK lets one byte stand for a whole dynamic-table entry, so without a bound a
+/// block of a few bytes could decode to many megabytes; the server refuses lists above 16 KiB
+/// (hyper's default `SETTINGS_MAX_HEADER_LIST_SIZE`) anyway, so nothing it would accept is cut.
+const MAX_DECODED_HEADER_LIST: usize = 64 * 1024;
+/// The HPACK dynamic table size the server advertises (HTTP/2's default, which hyper keeps): a
+/// client may not grow its table beyond it, so neither may the copy decoded here.
+const HEADER_TABLE_SIZE: usize = 4096;
 
 /// An accepted connection whose incoming header blocks get a valid `:authority`.
 pub(crate) struct AuthorityFix<S> {
@@ -61,6 +69,9 @@ enum Mode {
     PassThrough,
 }
 
+/// A decoded header field: name and value.
+type Header = (Vec<u8>, Vec<u8>);
+
 struct HeaderBlock {
     stream_id: [u8; 4],
     end_stream: bool,
@@ -77,7 +88,11 @@ impl<S> AuthorityFix<S> {
             pending: Vec::new(),
             ready: Vec::new(),
             block: None,
-            decoder: loona_hpack::Decoder::new(),
+            decoder: {
+                let mut decoder = loona_hpack::Decoder::new();
+                decoder.set_max_allowed_table_size(HEADER_TABLE_SIZE);
+                decoder
+            },
             eof: false,
         }
     }
@@ -155,7 +170,7 @@ impl<S> AuthorityFix<S> {
     }
 
     fn header_block(&mut self, block: HeaderBlock) -> io::Result<()> {
-        let headers = match self.decoder.decode(&block.fragment) {
+        let headers = match decode_bounded(&mut self.decoder, &block.fragment) {
             Ok(headers) => headers,
             // Undecided yet: let the HTTP/2 server see the original and report the error.
             Err(_) if self.mode == Mode::Inspect => {
@@ -163,7 +178,7 @@ impl<S> AuthorityFix<S> {
                 self.mode = Mode::PassThrough;
                 return Ok(());
             }
-            Err(e) => return Err(invalid(&format!("undecodable header block: {e:?}"))),
+            Err(message) => return Err(invalid(&message)),
         };
         let authority_is_valid = |headers: &[(Vec<u8>, Vec<u8>)]| {
             headers.iter().all(|(name, value)| {
@@ -238,6 +253,31 @@ impl<S> AuthorityFix<S> {
 
 fn end_stream(block: &HeaderBlock) -> u8 {
     if block.end_stream { FLAG_END_STREAM } else { 0 }
+}
+
+/// Decodes a header block, refusing one whose decoded list exceeds
+/// [`MAX_DECODED_HEADER_LIST`]. The whole block is still decoded (the dynamic table must follow
+/// the client's), but what is kept stays bounded.
+fn decode_bounded(
+    decoder: &mut loona_hpack::Decoder<'static>,
+    fragment: &[u8],
+) -> Result<Vec<Header>, String> {
+    let mut headers = Vec::new();
+    let mut size = 0usize;
+    decoder
+        .decode_with_cb(fragment, |name, value| {
+            size = size.saturating_add(name.len() + value.len() + 32);
+            if size <= MAX_DECODED_HEADER_LIST {
+                headers.push((name.into_owned(), value.into_owned()));
+            }
+        })
+        .map_err(|e| format!("undecodable header block: {e:?}"))?;
+    if size > MAX_DECODED_HEADER_LIST {
+        return Err(format!(
+            "header list of {size} bytes decoded, more than {MAX_DECODED_HEADER_LIST}"
+        ));
+    }
+    Ok(headers)
 }
 
 /// The header block fragment of a HEADERS frame's payload, without padding and priority.

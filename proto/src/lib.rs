@@ -11,6 +11,8 @@
 //! - [`status`]: building and reading the API's machine-readable errors.
 //! - [`logging`]: structured `tracing` logs, text or JSON.
 //! - [`chunk`]: splitting an instance type catalogue into stream chunks under a size limit.
+//! - `testing` (feature `testing`, for this crate's own dev-dependency only): the private
+//!   connection wrapper driven from the fuzz tests.
 //!
 //! A plugin implements [`v1::identity_service_server::IdentityService`] and
 //! [`v1::cloud_provider_service_server::CloudProviderService`] and hands both to
@@ -24,6 +26,8 @@ pub mod json;
 pub mod logging;
 pub mod serve;
 pub mod status;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod tls;
 
 pub use endpoint::Endpoint;

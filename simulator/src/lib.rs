@@ -6,7 +6,10 @@
 //! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
 //! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
-//! - [`outage`]: the provider decorator that simulates a plugin outage.
+//! - [`outage`]: the provider decorator that simulates a plugin outage or a slow plugin.
+//! - [`contention`]: the cluster decorator that makes core's optimistic writes conflict.
+//! - [`chaos`]: random clusters and fault schedules, run with invariants checked after every
+//!   step, and failures shrunk to a minimal scenario.
 //! - [`budgets`]: PodDisruptionBudgets as the disruption controller judges them.
 //! - [`world`]: the stand-ins for the kube-scheduler, kubelets and workload controllers.
 //! - [`clock`]: virtual time, as core, aws-plugin and the in-memory EC2 read it.
@@ -16,8 +19,10 @@
 
 pub mod budgets;
 pub mod catalogue;
+pub mod chaos;
 pub mod clock;
 pub mod cloud;
+pub mod contention;
 pub mod engine;
 pub mod outage;
 pub mod report;

@@ -48,9 +48,9 @@ pub fn parse_node_class(value: &serde_json::Value) -> Result<EC2NodeClass, Inval
         .or_insert_with(|| serde_json::json!({}));
     let node_class: EC2NodeClass =
         serde_path_to_error::deserialize(serde_json::Value::Object(object)).map_err(|e| {
-            let path = e.path().to_string();
+            let path = karpenter_api::validation::deserialize_path(e.path());
             InvalidNodeClass::new(
-                if path == "." {
+                if path.is_empty() {
                     "(root)".to_owned()
                 } else {
                     path
@@ -59,10 +59,11 @@ pub fn parse_node_class(value: &serde_json::Value) -> Result<EC2NodeClass, Inval
             )
         })?;
     if let Err(errors) = node_class.validate() {
-        let first = errors.first().map(ToString::to_string).unwrap_or_default();
-        let field = first
-            .split_once(':')
-            .map_or("spec", |(field, _)| field)
+        // The first error's own path: its text cannot be split at `:`, which a map key in the
+        // path may hold (`spec.tags["a:b"]`).
+        let field = errors
+            .first()
+            .map_or("spec", |first| first.path.as_str())
             .to_owned();
         let message = errors
             .iter()

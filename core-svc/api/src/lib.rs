@@ -22,7 +22,8 @@
 //!   [`labels`], [`patterns`]: the karpenter.sh rules, shared by the CRDs and Rust.
 //! - [`schema`], [`crd`]: what the derives cannot express, and the CRDs themselves.
 //! - `testing` (feature `testing`, for dev-dependencies only): the CRD-check harness and the
-//!   manifest helpers the API crates' tests share.
+//!   manifest helpers the API crates' tests share, and the fuzzing harness (`testing::fuzz`)
+//!   the workspace's `tests/fuzz_*.rs` share.
 
 pub mod condition;
 pub mod conversion;

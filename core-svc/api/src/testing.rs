@@ -13,6 +13,8 @@ use serde_json::Value;
 
 use crate::crd::{Generator, UPDATE_ENV};
 
+pub mod fuzz;
+
 /// The tests every API crate runs on its CRDs, as one `tests/apis_crds.rs` per crate:
 ///
 /// - `checked_in_crds_match_the_types`: the files in `deploy/crds/` are what the types generate

@@ -63,6 +63,36 @@ impl fmt::Display for FieldPath {
     }
 }
 
+/// Where deserializing JSON failed, as [`FieldPath`] spells paths: struct fields and plain
+/// keys as `.name`, list items as `[i]`, and any other map key quoted, `["karpenter.sh/x"]`, so
+/// a key holding `.`, `[` or `"` cannot read as a different or unfinished path. Empty for the
+/// document itself.
+pub fn deserialize_path(path: &serde_path_to_error::Path) -> String {
+    use serde_path_to_error::Segment;
+    let mut out = String::new();
+    for segment in path.iter() {
+        match segment {
+            Segment::Seq { index } => out.push_str(&format!("[{index}]")),
+            Segment::Map { key } | Segment::Enum { variant: key } => {
+                let plain = key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+                if !plain {
+                    out.push_str(&format!("[{key:?}]"));
+                } else {
+                    if !out.is_empty() {
+                        out.push('.');
+                    }
+                    out.push_str(key);
+                }
+            }
+            Segment::Unknown => out.push_str(".?"),
+        }
+    }
+    out
+}
+
 /// One broken rule, and where. `V` is the API group's violation type; karpenter.sh's is
 /// [`Violation`].
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -391,6 +421,25 @@ mod tests {
             FieldPath::root("spec").field("a").index(3).as_str(),
             "spec.a[3]"
         );
+    }
+
+    #[test]
+    fn deserialize_paths_quote_keys_that_are_not_plain() {
+        let path_of = |json: &str| {
+            let value: serde_json::Value = serde_json::from_str(json).unwrap();
+            let error = serde_path_to_error::deserialize::<
+                _,
+                BTreeMap<String, Vec<BTreeMap<String, u8>>>,
+            >(value)
+            .unwrap_err();
+            deserialize_path(error.path())
+        };
+        assert_eq!(path_of(r#"{"spec": [{"maxPods": -1}]}"#), "spec[0].maxPods");
+        assert_eq!(
+            path_of(r#"{"tags": [{"a.b\"": -1}]}"#),
+            r#"tags[0]["a.b\""]"#
+        );
+        assert_eq!(path_of(r#"{"a:b": [{"x": -1}]}"#), r#"["a:b"][0].x"#);
     }
 
     #[test]

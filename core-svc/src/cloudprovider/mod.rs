@@ -47,6 +47,16 @@ pub trait CloudProvider: Send + Sync + fmt::Debug {
     /// whose `nodeClassRef` names another kind is not this provider's.
     fn supported_node_classes(&self) -> &[NodeClassKind];
 
+    /// Tells the provider that a controller refused an answer of `rpc` because it contradicts
+    /// another answer or what the cluster knows (List omitting an instance Get finds, Create
+    /// answering an instance another NodeClaim holds, IsDrifted about an instance Get does not
+    /// find): `problem` says how, naming the field. The provider counts it with the answers it
+    /// refused itself (`karpenter_cloudprovider_errors_total`, error `InconsistentAnswer`).
+    /// Nothing else changes: the caller has already decided to act on neither answer.
+    fn answer_refused(&self, rpc: Rpc, problem: &str) {
+        let _ = (rpc, problem);
+    }
+
     /// Validates a node class (its JSON, with its status) and resolves what it selects.
     /// `Unsupported` means every node class is ready and there is no node class drift;
     /// `InvalidRequest` means Ready=False with the message; `Unavailable` leaves status and

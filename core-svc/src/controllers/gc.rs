@@ -3,7 +3,11 @@
 //! gone and instances whose NodeClaim is gone.
 //!
 //! - A Registered NodeClaim whose provider ID is absent from a complete listing, and whose Node
-//!   is not Ready, is deleted (reason `garbage_collected`); termination does the rest.
+//!   is not Ready, is deleted (reason `garbage_collected`) once Get agrees the instance is gone
+//!   (or shutting down, or the plugin has no Get); termination does the rest. A Get that finds
+//!   the instance running contradicts the listing: the NodeClaim is kept, the contradiction
+//!   reported (event `PluginUnavailable`, `karpenter_cloudprovider_errors_total{method="List",
+//!   error="InconsistentAnswer"}`); a Get that fails keeps it until the next pass.
 //! - An instance launched for a NodeClaim name that exists nowhere in the cluster (and whose
 //!   provider ID no NodeClaim holds) is terminated once it is older than
 //!   [`ORPHAN_GRACE_PERIOD`], so a Create whose NodeClaim write is still on its way is not raced.
@@ -32,7 +36,7 @@ use karpenter_api::nodeclaim::CONDITION_REGISTERED;
 use super::nodeclaim::{age, is_condition_true, is_managed, provider_id_of};
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
 use crate::cloudprovider::{
-    CloudInstance, CloudProvider, CloudProviderError, Deletion, NodeClassKind,
+    CloudInstance, CloudProvider, CloudProviderError, Deletion, NodeClassKind, Rpc,
 };
 use crate::cluster::{Cluster, DeleteOptions};
 use crate::events::{EventType, ObjectRef, Reason};
@@ -156,6 +160,36 @@ pub fn plan(
     plan
 }
 
+/// What Get says of the instance of a [`LostNodeClaim`], which a complete listing lacked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// Gone, or shutting down, or the plugin has no Get (the listing's word stands): collect
+    /// the NodeClaim.
+    Gone,
+    /// Get finds the instance alive: the plugin contradicts itself, and the NodeClaim is kept.
+    /// What contradicts what, naming the instance.
+    Contradicted(String),
+    /// Get failed: unknown, the NodeClaim is kept this pass.
+    Unknown,
+}
+
+/// Reads Get's answer about a lost NodeClaim's instance. Pure.
+pub fn confirmation(
+    lost: &LostNodeClaim,
+    answer: &Result<Option<CloudInstance>, CloudProviderError>,
+) -> Confirmation {
+    match answer {
+        Ok(None) | Err(CloudProviderError::Unsupported { .. }) => Confirmation::Gone,
+        Ok(Some(instance)) if instance.is_deleting() => Confirmation::Gone,
+        Ok(Some(instance)) => Confirmation::Contradicted(format!(
+            "List answer: node_claims: omits instance {} of NodeClaim {}, which Get finds {:?}; \
+             the plugin contradicts itself, so the NodeClaim is kept",
+            lost.provider_id, lost.name, instance.state
+        )),
+        Err(_) => Confirmation::Unknown,
+    }
+}
+
 /// The garbage collection controller.
 #[derive(Debug)]
 pub struct GarbageCollectionController<C, P> {
@@ -217,6 +251,23 @@ impl<C: Cluster, P: CloudProvider> GarbageCollectionController<C, P> {
             fields,
         );
         Ok(())
+    }
+
+    /// Reports a listing that Get contradicts: counted by the provider, a Warning on the
+    /// NodeClaim, which is kept.
+    fn contradicted(&self, lost: &LostNodeClaim, problem: &str) {
+        tracing::warn!(node_claim = %lost.name, provider_id = %lost.provider_id, problem, "garbage collection refused the listing");
+        self.ctx.cloud.answer_refused(Rpc::List, problem);
+        self.ctx.event(
+            ObjectRef::cluster_scoped("NodeClaim", &lost.name),
+            EventType::Warning,
+            Reason::PluginUnavailable,
+            format!("Garbage collection kept NodeClaim {}: {problem}", lost.name),
+            BTreeMap::from([
+                ("nodeClaim".to_owned(), lost.name.clone()),
+                ("providerID".to_owned(), lost.provider_id.clone()),
+            ]),
+        );
     }
 
     /// Terminates an orphan; answers the error when the plugin could not be reached.
@@ -304,10 +355,26 @@ impl<C: Cluster, P: CloudProvider> Controller for GarbageCollectionController<C,
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = plan.orphans_seen.clone();
 
-        for lost in &plan.node_claims {
-            self.delete_node_claim(lost).await?;
-        }
         let mut unavailable = None;
+        for lost in &plan.node_claims {
+            let answer = self.ctx.cloud.get(&lost.provider_id).await;
+            match confirmation(lost, &answer) {
+                Confirmation::Gone => self.delete_node_claim(lost).await?,
+                Confirmation::Contradicted(problem) => self.contradicted(lost, &problem),
+                Confirmation::Unknown => {
+                    if let Err(error) = answer {
+                        tracing::warn!(node_claim = %lost.name, provider_id = %lost.provider_id, %error, "could not confirm the instance is gone; NodeClaim kept");
+                        if matches!(
+                            error,
+                            CloudProviderError::Unavailable(_)
+                                | CloudProviderError::InvalidResponse(_)
+                        ) {
+                            unavailable.get_or_insert(error);
+                        }
+                    }
+                }
+            }
+        }
         for orphan in &plan.instances {
             if let Some(error) = self.terminate(orphan).await {
                 unavailable.get_or_insert(error);
@@ -403,6 +470,40 @@ mod tests {
         assert!(
             plan.node_claims.is_empty(),
             "our listing does not have its instances"
+        );
+    }
+
+    #[test]
+    fn only_a_get_that_finds_the_instance_alive_contradicts_the_listing() {
+        let lost = LostNodeClaim {
+            name: "gone".into(),
+            uid: None,
+            provider_id: "p-1".into(),
+            node_pool: None,
+        };
+        let alive = instance("p-1", Some("gone"), Some(0));
+        let mut shutting_down = alive.clone();
+        shutting_down.state = InstanceState::Terminating;
+        assert_eq!(confirmation(&lost, &Ok(None)), Confirmation::Gone);
+        assert_eq!(
+            confirmation(&lost, &Ok(Some(shutting_down))),
+            Confirmation::Gone
+        );
+        assert_eq!(
+            confirmation(&lost, &Err(CloudProviderError::Unsupported { rpc: "Get" })),
+            Confirmation::Gone,
+            "without Get, the listing's word stands"
+        );
+        assert_eq!(
+            confirmation(&lost, &Err(CloudProviderError::Unavailable("down".into()))),
+            Confirmation::Unknown
+        );
+        let Confirmation::Contradicted(problem) = confirmation(&lost, &Ok(Some(alive))) else {
+            panic!("Get finds it running");
+        };
+        assert!(
+            problem.contains("omits instance p-1 of NodeClaim gone, which Get finds Running"),
+            "{problem}"
         );
     }
 

@@ -6,11 +6,18 @@
 use std::sync::Arc;
 
 use core_domain::instance_type::{InstanceType, Offering};
-use core_domain::labels::{CAPACITY_TYPES, LABEL_INSTANCE_TYPE};
+use core_domain::labels::{CAPACITY_TYPES, LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE};
 use core_domain::quantity::Quantity;
 use core_domain::requirements::{NodeSelectorRequirement, Operator, Requirements};
 use core_domain::resources::{NodeOverhead, ResourceList};
+use karpenter_api::patterns::is_label_value;
 use provider_sdk::v1;
+
+/// The highest price per node and hour core accepts, in any currency: a thousand times the
+/// dearest instance there is, even counted in the currencies with the most units to the dollar.
+/// Prices are summed and compared across whole fleets; one near `f64::MAX` turns a sum infinite
+/// and a comparison meaningless.
+pub const MAX_PRICE: f64 = 1e9;
 
 /// Why a plugin's instance type was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,9 +55,35 @@ pub fn from_proto(pb: &v1::InstanceType) -> Result<InstanceType, InvalidInstance
             ));
         }
     }
+    if pb.offerings.is_empty() {
+        return Err(invalid(
+            "offerings".into(),
+            "empty: a type lists every zone and capacity type it is sold in, \
+             AVAILABILITY_UNAVAILABLE where it cannot be launched now"
+                .into(),
+        ));
+    }
+    // The zones the type declares its nodes in; an available offering elsewhere would launch a
+    // node whose zone contradicts the type's requirements the scheduler placed pods by.
+    let declared_zones = requirements
+        .get(LABEL_TOPOLOGY_ZONE)
+        .filter(|r| r.operator() == Operator::In);
     let mut offerings = Vec::with_capacity(pb.offerings.len());
     for (i, offering) in pb.offerings.iter().enumerate() {
         if let Some(offering) = self::offering(offering, i).map_err(|(f, p)| invalid(f, p))? {
+            if let Some(zones) = declared_zones
+                && offering.available
+                && !zones.has(&offering.zone)
+            {
+                return Err(invalid(
+                    format!("offerings[{i}].zone"),
+                    format!(
+                        "{:?} is not a zone the type declares ({zones}): an available offering \
+                         is in one of the type's zones",
+                        offering.zone
+                    ),
+                ));
+            }
             offerings.push(offering);
         }
     }
@@ -122,6 +155,16 @@ fn offering(pb: &v1::Offering, index: usize) -> Result<Option<Offering>, FieldEr
     if pb.zone.is_empty() {
         return Err((field("zone"), "must not be empty".into()));
     }
+    if !is_label_value(&pb.zone) {
+        return Err((
+            field("zone"),
+            format!(
+                "{:?} is not a valid {LABEL_TOPOLOGY_ZONE} label value (at most 63 letters, \
+                 digits, '-', '_' or '.', starting and ending with a letter or digit)",
+                pb.zone
+            ),
+        ));
+    }
     if !CAPACITY_TYPES.contains(&pb.capacity_type.as_str()) {
         return Err((
             field("capacity_type"),
@@ -160,6 +203,15 @@ fn offering(pb: &v1::Offering, index: usize) -> Result<Option<Offering>, FieldEr
         return Err((
             field("price"),
             format!("{price} is not a finite, non-negative price"),
+        ));
+    }
+    if price > MAX_PRICE {
+        return Err((
+            field("price"),
+            format!(
+                "{price:e} is above core's limit of {MAX_PRICE:e} per node and hour: no instance \
+                 costs that, and sums of such prices overflow"
+            ),
         ));
     }
     if !is_currency_code(&pb.currency) {

@@ -1,8 +1,13 @@
 //! `simulate [SCENARIO.yaml] [--report REPORT.json]`: runs a scenario (by default the embedded
 //! `scenarios/new-ami.yaml`) and prints its timeline; `--report` also writes the JSON report.
 //!
-//! Exit status: 0 when the run completed, 2 when the scenario is invalid (the message names
-//! the field), 1 when the run failed.
+//! `simulate --chaos SEED [--runs N] [--out DIR]`: chaos runs (random clusters and faults,
+//! invariants checked after every step); a failure prints its seed and what broke, and writes
+//! a minimal scenario reproducing it to `DIR/chaos-SEED.yaml`.
+//!
+//! Exit status: 0 when the run completed (every chaos run held every invariant), 2 when the
+//! scenario is invalid (the message names the field), 1 when the run failed (or a chaos run
+//! broke an invariant).
 
 use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
@@ -10,6 +15,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::Parser;
+use simulator::chaos;
 use simulator::engine::{self, EngineError, Observer, RunError};
 use simulator::report::TimelineEvent;
 use simulator::scenario;
@@ -35,6 +41,21 @@ struct Args {
     /// Log filter for the controllers' logs on stderr (`RUST_LOG` syntax).
     #[arg(long, env = "SIMULATE_LOG", default_value = "error")]
     log: String,
+    /// Check the chaos runs' invariants as the scenario runs; exit 1 when one breaks.
+    #[arg(long)]
+    check: bool,
+    /// Chaos runs from this seed on, instead of a scenario.
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report"])]
+    chaos: Option<u64>,
+    /// How many chaos runs (seeds SEED, SEED+1, ...).
+    #[arg(long, value_name = "N", default_value_t = 1, requires = "chaos")]
+    runs: u64,
+    /// Where a failed chaos run's minimal scenario is written.
+    #[arg(long, value_name = "DIR", default_value = ".", requires = "chaos")]
+    out: PathBuf,
+    /// The most runs a failure's shrinking may spend (0: write the failing scenario as drawn).
+    #[arg(long, value_name = "N", default_value_t = chaos::SHRINK_RUNS, requires = "chaos")]
+    shrink_runs: usize,
 }
 
 /// Prints the timeline as it happens and, on a terminal, a progress line.
@@ -100,6 +121,9 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
 
+    if let Some(seed) = args.chaos {
+        return run_chaos(seed, &args);
+    }
     let (source, text) = match &args.scenario {
         None => (
             "the built-in scenario new-ami.yaml".to_owned(),
@@ -125,10 +149,14 @@ fn main() -> ExitCode {
         progress: std::io::stderr().is_terminal(),
         last_progress: None,
     };
-    let result = engine::run_blocking(scenario, &mut printer);
+    let result = if args.check {
+        engine::run_checked_blocking(scenario, &mut printer)
+    } else {
+        engine::run_blocking(scenario, &mut printer).map(|report| (report, Vec::new()))
+    };
     printer.clear_progress();
-    let report = match result {
-        Ok(report) => report,
+    let (report, violations) = match result {
+        Ok(done) => done,
         Err(RunError::Engine(error @ EngineError::Apply { .. })) => {
             eprintln!("simulate: invalid scenario {source}: {error}");
             return ExitCode::from(2);
@@ -147,7 +175,69 @@ fn main() -> ExitCode {
     if !args.quiet {
         print_summary(&report);
     }
+    if args.check {
+        for violation in &violations {
+            eprintln!("simulate: invariant broken: {violation}");
+        }
+        if !violations.is_empty() {
+            return ExitCode::FAILURE;
+        }
+    }
     ExitCode::SUCCESS
+}
+
+/// `--chaos`: runs seeds `seed..seed + runs`, shrinking and writing out each failure.
+#[allow(
+    clippy::print_stdout,
+    reason = "the runs' verdicts are the program's output"
+)]
+#[allow(clippy::print_stderr, reason = "errors go to stderr")]
+fn run_chaos(first: u64, args: &Args) -> ExitCode {
+    let mut failed = 0u64;
+    for seed in first..first.saturating_add(args.runs) {
+        let document = chaos::generate::scenario(seed);
+        let violations = match chaos::check(&document) {
+            Ok(violations) => violations,
+            Err(error) => {
+                eprintln!("simulate: chaos seed {seed}: {error}");
+                failed += 1;
+                continue;
+            }
+        };
+        let Some(first_violation) = violations.first() else {
+            if !args.quiet {
+                println!("chaos seed {seed}: every invariant held");
+            }
+            continue;
+        };
+        failed += 1;
+        println!(
+            "chaos seed {seed}: {} violation(s); the first: {first_violation}",
+            violations.len()
+        );
+        for violation in violations.iter().skip(1).take(9) {
+            println!("  {violation}");
+        }
+        let shrunk = chaos::shrink(&document, first_violation.invariant, args.shrink_runs);
+        let path = args.out.join(format!("chaos-{seed}.yaml"));
+        let header = format!("# Found by `simulate --chaos {seed}`, shrunk: {first_violation}\n");
+        match std::fs::write(&path, header + &chaos::to_yaml(&shrunk)) {
+            Ok(()) => println!("  reproduce: simulate --check {}", path.display()),
+            Err(error) => eprintln!("simulate: cannot write {}: {error}", path.display()),
+        }
+    }
+    if !args.quiet {
+        println!(
+            "{} chaos run(s), {} held every invariant, {failed} did not",
+            args.runs,
+            args.runs.saturating_sub(failed)
+        );
+    }
+    if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
 }
 
 #[allow(clippy::print_stdout, reason = "the summary is the program's output")]

@@ -38,13 +38,23 @@ impl Simulation {
                 self.cloud.set_capacity_errors(errors);
             }
             Action::Cloud(CloudChange::Interrupt(spec)) => self.interrupt(spec).await?,
+            Action::Cloud(CloudChange::RegistrationFailures(count)) => {
+                self.world.fail_registrations(*count, now);
+            }
             Action::NodeCondition(spec) => self.node_condition(spec).await?,
+            Action::DeleteNodes(targets) => self.delete_nodes(targets).await?,
+            Action::Conflicts(length) => {
+                let until = now.saturating_add(*length).unwrap_or(Timestamp::MAX);
+                self.contention.start(until);
+                self.disturbed(now, until);
+            }
             Action::RestartCore => {
                 let (core, provider) = start_core(
                     &self.plugin,
                     &self.cluster,
                     &self.clock,
                     &self.outage,
+                    &self.contention,
                     &self.events,
                     self.scenario.options.feature_gates,
                 )
@@ -64,12 +74,26 @@ impl Simulation {
                 );
             }
             Action::PluginOutage(length) => {
-                self.outage
-                    .start(now.saturating_add(*length).unwrap_or(Timestamp::MAX));
-                self.recorder.outage_started(now, *length, observer);
+                let until = now.saturating_add(*length).unwrap_or(Timestamp::MAX);
+                self.outage.start(until);
+                self.disturbed(now, until);
+                self.recorder.outage_started(now, *length, false, observer);
+            }
+            Action::SlowPlugin(length) => {
+                let until = now.saturating_add(*length).unwrap_or(Timestamp::MAX);
+                self.outage.start_slow(until);
+                self.disturbed(now, until);
+                self.recorder.outage_started(now, *length, true, observer);
             }
         }
         Ok(())
+    }
+
+    /// Tells the invariants that timeouts may run late from `from` to `to`.
+    fn disturbed(&mut self, from: Timestamp, to: Timestamp) {
+        if let Some(invariants) = self.invariants.as_mut() {
+            invariants.disturbances.push((from, to));
+        }
     }
 
     /// Creates an object of the scenario, or replaces the one of the same kind and name.

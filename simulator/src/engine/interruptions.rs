@@ -202,17 +202,13 @@ impl Simulation {
         self.retirements.iter().map(|(at, _)| *at).min()
     }
 
-    /// `nodeCondition`: the picked Ready nodes' kubelets report the condition from now.
-    pub(super) async fn node_condition(
-        &mut self,
-        spec: &NodeConditionSpec,
-    ) -> Result<(), EngineError> {
-        let now = self.clock.now();
-        let snapshot = self.cluster.snapshot().await?;
-        let ready = snapshot.nodes().filter(|node| world::is_node_ready(node));
-        let picked: Vec<String> = match &spec.targets {
+    /// The Ready nodes `targets` picks (a seeded pick of a NodePool's), or the ones it names.
+    fn pick_nodes(&self, snapshot: &Snapshot, targets: &Targets) -> Vec<String> {
+        match targets {
             Targets::NodePool { name, count } => {
-                let candidates: Vec<&str> = ready
+                let candidates: Vec<&str> = snapshot
+                    .nodes()
+                    .filter(|node| world::is_node_ready(node))
                     .filter(|node| {
                         node.metadata
                             .labels
@@ -228,7 +224,32 @@ impl Simulation {
                     .collect()
             }
             Targets::Named(names) => names.clone(),
-        };
+        }
+    }
+
+    /// `deleteNodes`: the picked nodes are deleted as `kubectl delete node` would.
+    pub(super) async fn delete_nodes(&mut self, targets: &Targets) -> Result<(), EngineError> {
+        let snapshot = self.cluster.snapshot().await?;
+        for name in self.pick_nodes(&snapshot, targets) {
+            if let Err(error) = self
+                .cluster
+                .delete::<Node>(None, &name, DeleteOptions::default())
+                .await
+            {
+                tracing::warn!(node = name, %error, "deleteNodes: delete refused");
+            }
+        }
+        Ok(())
+    }
+
+    /// `nodeCondition`: the picked Ready nodes' kubelets report the condition from now.
+    pub(super) async fn node_condition(
+        &mut self,
+        spec: &NodeConditionSpec,
+    ) -> Result<(), EngineError> {
+        let now = self.clock.now();
+        let snapshot = self.cluster.snapshot().await?;
+        let picked = self.pick_nodes(&snapshot, &spec.targets);
         for name in picked {
             let Some(node) = snapshot
                 .nodes()

@@ -52,6 +52,7 @@ use serde_json::{Value, json};
 use crate::budgets;
 use crate::clock::VirtualClock;
 use crate::cloud::{CloudError, InstanceView, KUBERNETES_VERSION, SimCloud};
+use crate::contention::{ContendedCluster, ContentionSwitch};
 use crate::outage::{OutageProvider, OutageSwitch};
 use crate::report::{
     FinalCondition, FinalInstance, FinalNode, FinalNodeClaim, FinalNodePool, FinalPod, FinalState,
@@ -66,9 +67,12 @@ use crate::world::{self, World};
 mod events;
 mod final_state;
 mod interruptions;
+mod invariants;
 mod recorder;
 
 use final_state::*;
+use invariants::Invariants;
+pub use invariants::{PENDING_LIMIT, SETTLE, Violation};
 use recorder::*;
 
 /// One step of virtual time.
@@ -119,7 +123,7 @@ pub const TIMELINE_TYPES: [&str; 21] = [
 /// simulated outages.
 pub type SimProvider = OutageProvider<GrpcProvider>;
 
-type Ctx = Context<InMemoryCluster, SimProvider>;
+type Ctx = Context<ContendedCluster, SimProvider>;
 
 /// Why a run stopped.
 #[derive(Debug, thiserror::Error)]
@@ -165,6 +169,36 @@ pub async fn run(scenario: Scenario, observer: &mut dyn Observer) -> Result<Repo
     Simulation::new(scenario).await?.run(observer).await
 }
 
+/// Runs `scenario` to its end with the invariants checked after every pass and change, and at
+/// the end when its last event is at least [`SETTLE`] before it: the report and what broke.
+pub async fn run_checked(
+    scenario: Scenario,
+    observer: &mut dyn Observer,
+) -> Result<(Report, Vec<Violation>), EngineError> {
+    let mut simulation = Simulation::new(scenario).await?;
+    simulation.invariants = Some(Invariants::default());
+    simulation.run_steps(observer).await?;
+    simulation.end_checks().await?;
+    let violations = simulation
+        .invariants
+        .take()
+        .map(|invariants| invariants.violations)
+        .unwrap_or_default();
+    Ok((simulation.report().await?, violations))
+}
+
+/// [`run_checked`] on a new current-thread runtime.
+pub fn run_checked_blocking(
+    scenario: Scenario,
+    observer: &mut dyn Observer,
+) -> Result<(Report, Vec<Violation>), RunError> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(RunError::Runtime)?;
+    Ok(runtime.block_on(run_checked(scenario, observer))?)
+}
+
 /// Runs `scenario` on a new current-thread runtime (what the binary and the tests call).
 pub fn run_blocking(scenario: Scenario, observer: &mut dyn Observer) -> Result<Report, RunError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
@@ -186,7 +220,7 @@ pub enum RunError {
 }
 
 /// core-svc: the controller manager core builds at start-up, all of it in memory only.
-type Core = Manager<InMemoryCluster, SimProvider>;
+type Core = Manager<ContendedCluster, SimProvider>;
 
 /// The first step at or after `due`, as the step loop meets it.
 fn first_step_at_or_after(due: Duration) -> Duration {
@@ -204,6 +238,8 @@ pub struct Simulation {
     cloud: SimCloud,
     plugin: InProcessPlugin,
     outage: OutageSwitch,
+    /// Write conflicts on core's side of the cluster.
+    contention: ContentionSwitch,
     events: Arc<MemoryEvents>,
     label_policy: LabelPolicy,
     core: Core,
@@ -217,6 +253,8 @@ pub struct Simulation {
     retirements: Vec<(Timestamp, String)>,
     /// Interruption notices sent so far (their event ids count them).
     interruption_events: u64,
+    /// The invariants, when checked ([`run_checked`]).
+    invariants: Option<Invariants>,
 }
 
 impl Simulation {
@@ -266,6 +304,7 @@ impl Simulation {
         )
         .await;
         let outage = OutageSwitch::new();
+        let contention = ContentionSwitch::new();
         let events = Arc::new(MemoryEvents::new());
         let world = World::new(
             Arc::clone(&cluster),
@@ -279,6 +318,7 @@ impl Simulation {
             &cluster,
             &clock,
             &outage,
+            &contention,
             &events,
             scenario.options.feature_gates,
         )
@@ -291,6 +331,7 @@ impl Simulation {
             cloud,
             plugin,
             outage,
+            contention,
             events,
             label_policy,
             core,
@@ -300,6 +341,7 @@ impl Simulation {
             sqs,
             retirements: Vec::new(),
             interruption_events: 0,
+            invariants: None,
         };
         let objects = simulation.scenario.objects.clone();
         for (i, manifest) in objects.iter().enumerate() {
@@ -320,6 +362,11 @@ impl Simulation {
 
     /// Runs to the scenario's end and reports.
     pub async fn run(mut self, observer: &mut dyn Observer) -> Result<Report, EngineError> {
+        self.run_steps(observer).await?;
+        self.report().await
+    }
+
+    async fn run_steps(&mut self, observer: &mut dyn Observer) -> Result<(), EngineError> {
         let total = self.scenario.duration;
         let mut elapsed = Duration::ZERO;
         while elapsed <= total {
@@ -332,7 +379,31 @@ impl Simulation {
                 elapsed + STEP
             };
         }
-        self.report().await
+        Ok(())
+    }
+
+    /// The end-of-run invariants, once the run has been quiet for [`SETTLE`].
+    async fn end_checks(&mut self) -> Result<(), EngineError> {
+        let Some(invariants) = self.invariants.as_mut() else {
+            return Ok(());
+        };
+        let last_event = self.scenario.events.last().map_or(Duration::ZERO, |e| e.at);
+        let snapshot = self.cluster.snapshot().await?;
+        let now = self.clock.now();
+        invariants.after_change(&snapshot, self.recorder.start, now);
+        if self.scenario.duration.saturating_sub(last_event) < SETTLE {
+            return Ok(());
+        }
+        let instances = self.cloud.instances().await;
+        self.recorder.track_pending(&snapshot, now);
+        invariants.at_end(
+            &snapshot,
+            &instances,
+            &self.recorder.pending,
+            self.recorder.start,
+            now,
+        );
+        Ok(())
     }
 
     /// After a step in which nothing in the cluster changed: the next step at which anything
@@ -400,8 +471,11 @@ impl Simulation {
             .record(self.events.drain(), &self.outage, now, observer);
         for kind in ControllerKind::ALL {
             // The state before a pass that may evict, to check its evictions against the
-            // budgets; read only for those passes.
-            let before = if kind.evicts() && self.core.is_due(kind, now) {
+            // budgets (and, when the invariants are checked, before a disruption pass, to
+            // check what it chose); read only for those passes.
+            let wanted =
+                kind.evicts() || (self.invariants.is_some() && kind == ControllerKind::Disruption);
+            let before = if wanted && self.core.is_due(kind, now) {
                 Some(self.cluster.snapshot().await?)
             } else {
                 None
@@ -409,13 +483,28 @@ impl Simulation {
             if self.core.run_if_due(kind, now).await.is_none() {
                 continue;
             }
+            let mark = self.recorder.timeline.len();
+            let violations = self.recorder.pdb_violations;
             let evicted = self
                 .recorder
                 .record(self.events.drain(), &self.outage, now, observer);
-            if let Some(before) = before.filter(|_| !evicted.is_empty()) {
+            if let Some(before) = before.as_ref().filter(|_| !evicted.is_empty()) {
                 let world = &self.world;
                 self.recorder
-                    .check_budgets(&evicted, &before, &|pod| world.controller_of(pod));
+                    .check_budgets(&evicted, before, &|pod| world.controller_of(pod));
+            }
+            if let Some(invariants) = self.invariants.as_mut() {
+                invariants.after_pass(
+                    &self.recorder.timeline[mark..],
+                    before
+                        .as_ref()
+                        .filter(|_| kind == ControllerKind::Disruption),
+                    self.recorder.pdb_violations - violations,
+                    &evicted,
+                    self.recorder.start,
+                    now,
+                    &self.label_policy,
+                );
             }
         }
         // Read before the snapshot: a change landing in between is sampled next step.
@@ -424,6 +513,9 @@ impl Simulation {
             let after = self.cluster.snapshot().await?;
             self.recorder.sample(&after, now);
             self.recorder.sampled = Some(revision);
+            if let Some(invariants) = self.invariants.as_mut() {
+                invariants.after_change(&after, self.recorder.start, now);
+            }
         }
         Ok(())
     }
@@ -515,13 +607,18 @@ async fn start_core(
     cluster: &Arc<InMemoryCluster>,
     clock: &VirtualClock,
     outage: &OutageSwitch,
+    contention: &ContentionSwitch,
     events: &Arc<MemoryEvents>,
     feature_gates: FeatureGates,
 ) -> Result<(Core, Arc<SimProvider>), EngineError> {
     let (_connection, handshake, grpc) = plugin.connect().await?;
     let provider = Arc::new(OutageProvider::new(grpc, outage.clone(), clock.core()));
     let ctx: Ctx = Context {
-        cluster: Arc::clone(cluster),
+        cluster: Arc::new(ContendedCluster::new(
+            Arc::clone(cluster),
+            contention.clone(),
+            clock.core(),
+        )),
         cloud: Arc::clone(&provider),
         clock: Arc::new(clock.core()),
         events: Arc::clone(events) as _,

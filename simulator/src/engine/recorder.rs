@@ -64,22 +64,27 @@ impl Recorder {
         &mut self,
         now: Timestamp,
         length: Duration,
+        slow: bool,
         observer: &mut dyn Observer,
     ) {
         self.outage_on = true;
         let seconds = length.as_secs_f64();
+        let message = if slow {
+            format!(
+                "simulated slow plugin: every provider call is acted on but answered after core's deadline for {seconds}s"
+            )
+        } else {
+            format!(
+                "simulated plugin outage: every provider call fails as unavailable for {seconds}s"
+            )
+        };
         self.push(
             TimelineEvent {
                 t: self.t(now),
                 type_: "PluginUnavailable".to_owned(),
                 fields: BTreeMap::from([
                     ("for".to_owned(), json!(seconds)),
-                    (
-                        "message".to_owned(),
-                        json!(format!(
-                            "simulated plugin outage: every provider call fails as unavailable for {seconds}s"
-                        )),
-                    ),
+                    ("message".to_owned(), json!(message)),
                 ]),
             },
             observer,
@@ -92,7 +97,7 @@ impl Recorder {
         now: Timestamp,
         observer: &mut dyn Observer,
     ) {
-        if self.outage_on && !outage.is_down(now) {
+        if self.outage_on && !outage.is_disturbed(now) {
             self.outage_on = false;
             self.push(
                 TimelineEvent {
@@ -123,7 +128,7 @@ impl Recorder {
             }
             let object = &event.object;
             if event.reason == Reason::PluginUnavailable {
-                if outage.is_down(now) {
+                if outage.is_disturbed(now) {
                     continue;
                 }
                 let key = format!("{}/{}/{}", object.kind, object.namespace, object.name);

@@ -24,9 +24,11 @@ pub(super) fn label_policy() -> LabelPolicy {
 /// Deserializes `value` as `T`, naming the path of a field of the wrong shape.
 pub(super) fn typed<T: DeserializeOwned>(path: &str, value: &Value) -> Result<T> {
     serde_path_to_error::deserialize::<_, T>(value.clone()).map_err(|error| {
-        let inner = error.path().to_string();
-        let field = if inner == "." || inner.is_empty() {
+        let inner = karpenter_api::validation::deserialize_path(error.path());
+        let field = if inner.is_empty() {
             path.to_owned()
+        } else if inner.starts_with('[') {
+            format!("{path}{inner}")
         } else {
             format!("{path}.{inner}")
         };

@@ -281,8 +281,16 @@ pub enum Action {
     RestartCore,
     /// Every provider call fails as unavailable for this long.
     PluginOutage(Duration),
+    /// For this long every provider call reaches the plugin, which acts on it (a Create
+    /// launches), but its answer comes after core's deadline: core sees the call fail.
+    SlowPlugin(Duration),
+    /// For this long, core's writes that carry a `resourceVersion` precondition conflict
+    /// (409) every other time, as if another writer had got there first.
+    Conflicts(Duration),
     /// Kubelets report a condition.
     NodeCondition(NodeConditionSpec),
+    /// Nodes deleted by hand (`kubectl delete node`).
+    DeleteNodes(Targets),
 }
 
 /// A change to the simulated cloud.
@@ -294,6 +302,9 @@ pub enum CloudChange {
     CapacityErrors(Vec<CapacityErrorSpec>),
     /// The cloud sends interruption notices.
     Interrupt(InterruptSpec),
+    /// Of the instances due to join in the next 10 minutes, the first this many never do (a
+    /// broken bootstrap, fixed by then).
+    RegistrationFailures(usize),
 }
 
 /// Which instances or nodes an event is about: a seeded pick of `count` of a NodePool's, or

@@ -441,14 +441,17 @@ pub(super) fn event(
             "after the end of the scenario (its duration)",
         ));
     }
-    const ACTIONS: [&str; 7] = [
+    const ACTIONS: [&str; 10] = [
         "apply",
         "delete",
         "scale",
         "cloud",
         "restartCore",
         "pluginOutage",
+        "slowPlugin",
+        "conflicts",
         "nodeCondition",
+        "deleteNodes",
     ];
     let present: Vec<&'static str> = ACTIONS
         .into_iter()
@@ -515,36 +518,47 @@ pub(super) fn event(
         }
         "cloud" => {
             let mut c = Fields::of(&field, body)?;
-            let publish_field = c.field("publishImage");
-            let publish = c.get("publishImage");
-            let errors = c.list("capacityErrors")?;
-            let interrupt_field = c.field("interrupt");
-            let interrupt = c.get("interrupt");
-            let change = match (publish, errors, interrupt) {
-                (Some(image_value), None, None) => {
-                    CloudChange::PublishImage(self::image(&publish_field, image_value)?)
+            const CHANGES: [&str; 4] = [
+                "publishImage",
+                "capacityErrors",
+                "interrupt",
+                "registrationFailures",
+            ];
+            let present: Vec<&'static str> = CHANGES
+                .into_iter()
+                .filter(|key| c.map.get(*key).is_some())
+                .collect();
+            match present.as_slice() {
+                [] => {
+                    return Err(ScenarioError::new(
+                        field,
+                        format!("needs one of {}", CHANGES.join(", ")),
+                    ));
                 }
-                (None, Some(items), None) => CloudChange::CapacityErrors(capacity_errors(
+                [_] => {}
+                several => {
+                    return Err(ScenarioError::new(
+                        field,
+                        format!("has {}: one change per event", several.join(" and ")),
+                    ));
+                }
+            }
+            let publish_field = c.field("publishImage");
+            let interrupt_field = c.field("interrupt");
+            let failures_field = c.field("registrationFailures");
+            let change = if let Some(image_value) = c.get("publishImage") {
+                CloudChange::PublishImage(self::image(&publish_field, image_value)?)
+            } else if let Some(items) = c.list("capacityErrors")? {
+                CloudChange::CapacityErrors(capacity_errors(
                     &c.field("capacityErrors"),
                     items,
                     cloud,
-                )?),
-                (None, None, Some(value)) => {
-                    CloudChange::Interrupt(self::interrupt(&interrupt_field, value)?)
-                }
-                (None, None, None) => {
-                    return Err(ScenarioError::new(
-                        field,
-                        "needs publishImage, capacityErrors or interrupt",
-                    ));
-                }
-                _ => {
-                    return Err(ScenarioError::new(
-                        field,
-                        "has more than one of publishImage, capacityErrors and interrupt: one \
-                         change per event",
-                    ));
-                }
+                )?)
+            } else if let Some(value) = c.get("interrupt") {
+                CloudChange::Interrupt(self::interrupt(&interrupt_field, value)?)
+            } else {
+                let count = c.get("registrationFailures").unwrap_or(&Value::Null);
+                CloudChange::RegistrationFailures(positive_count(&failures_field, count)?)
             };
             c.finish()?;
             if let CloudChange::PublishImage(image) = &change
@@ -558,6 +572,12 @@ pub(super) fn event(
             Action::Cloud(change)
         }
         "nodeCondition" => Action::NodeCondition(node_condition(&field, body)?),
+        "deleteNodes" => {
+            let mut d = Fields::of(&field, body)?;
+            let targets = targets(&mut d, "nodes")?;
+            d.finish()?;
+            Action::DeleteNodes(targets)
+        }
         "restartCore" => {
             if !matches!(body, Value::Object(map) if map.is_empty()) && !body.is_null() {
                 return Err(ScenarioError::new(field, "expected {}"));
@@ -572,7 +592,11 @@ pub(super) fn event(
                 return Err(ScenarioError::new(for_field, "must be positive"));
             }
             o.finish()?;
-            Action::PluginOutage(length)
+            match action {
+                "pluginOutage" => Action::PluginOutage(length),
+                "slowPlugin" => Action::SlowPlugin(length),
+                _ => Action::Conflicts(length),
+            }
         }
     };
     f.finish()?;
@@ -613,6 +637,21 @@ pub(super) fn check_references(scenario: &Scenario) -> Result<()> {
     Ok(())
 }
 
+/// A whole number > 0.
+fn positive_count(field: &str, value: &Value) -> Result<usize> {
+    match value {
+        Value::Number(n) => n
+            .as_u64()
+            .and_then(|n| usize::try_from(n).ok())
+            .filter(|n| *n > 0)
+            .ok_or_else(|| ScenarioError::new(field, "expected a whole number > 0")),
+        other => Err(ScenarioError::new(
+            field,
+            format!("expected a whole number, found {}", type_name(other)),
+        )),
+    }
+}
+
 /// `targets` of an `interrupt` (`providerIDs`) or a `nodeCondition` (`nodes`): `nodePool` with
 /// `count`, or the list named by `named`.
 fn targets(f: &mut Fields<'_>, named: &'static str) -> Result<Targets> {
@@ -625,19 +664,7 @@ fn targets(f: &mut Fields<'_>, named: &'static str) -> Result<Targets> {
         (Some(name), None) => {
             let count = match count {
                 None => 1,
-                Some(Value::Number(n)) => n
-                    .as_u64()
-                    .and_then(|n| usize::try_from(n).ok())
-                    .filter(|n| *n > 0)
-                    .ok_or_else(|| {
-                        ScenarioError::new(&count_field, "expected a whole number > 0")
-                    })?,
-                Some(other) => {
-                    return Err(ScenarioError::new(
-                        count_field,
-                        format!("expected a whole number, found {}", type_name(other)),
-                    ));
-                }
+                Some(value) => positive_count(&count_field, value)?,
             };
             Ok(Targets::NodePool { name, count })
         }

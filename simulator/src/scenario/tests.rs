@@ -273,3 +273,51 @@ fn interruptions_and_node_conditions_read_and_refuse_naming_the_field() {
         assert_eq!(error.field, field, "{event}: {error}");
     }
 }
+
+#[test]
+fn the_fault_events_read_into_their_actions() {
+    let scenario = parse(
+        "name: t\nduration: 1h\nevents:\n  - {at: 1m, slowPlugin: {for: 2m}}\n  - {at: 2m, conflicts: {for: 3m}}\n  - {at: 3m, deleteNodes: {nodePool: general, count: 2}}\n  - {at: 4m, deleteNodes: {nodes: [n1]}}\n  - {at: 5m, cloud: {registrationFailures: 3}}\n",
+    )
+    .unwrap();
+    let actions: Vec<&Action> = scenario.events.iter().map(|e| &e.action).collect();
+    assert_eq!(
+        actions,
+        [
+            &Action::SlowPlugin(Duration::from_secs(120)),
+            &Action::Conflicts(Duration::from_secs(180)),
+            &Action::DeleteNodes(Targets::NodePool {
+                name: "general".to_owned(),
+                count: 2
+            }),
+            &Action::DeleteNodes(Targets::Named(vec!["n1".to_owned()])),
+            &Action::Cloud(CloudChange::RegistrationFailures(3)),
+        ]
+    );
+}
+
+#[test]
+fn a_bad_fault_event_names_its_field() {
+    for (event, field) in [
+        (
+            "{at: 1m, slowPlugin: {for: 0s}}",
+            "events[0].slowPlugin.for",
+        ),
+        ("{at: 1m, conflicts: {}}", "events[0].conflicts.for"),
+        (
+            "{at: 1m, deleteNodes: {count: 1}}",
+            "events[0].deleteNodes.nodePool",
+        ),
+        (
+            "{at: 1m, cloud: {registrationFailures: 0}}",
+            "events[0].cloud.registrationFailures",
+        ),
+        (
+            "{at: 1m, cloud: {registrationFailures: 1, capacityErrors: []}}",
+            "events[0].cloud",
+        ),
+    ] {
+        let error = error_of(&format!("name: t\nduration: 1h\nevents:\n  - {event}\n"));
+        assert_eq!(error.field, field, "{event}: {error}");
+    }
+}

@@ -39,6 +39,18 @@ pub const UNREGISTERED_TAINT: &str = "karpenter.sh/unregistered";
 /// The label core sets on a Node it registered.
 const LABEL_REGISTERED: &str = "karpenter.sh/registered";
 
+/// Instances whose kubelet never joins the cluster (a broken bootstrap): the next `pending`
+/// instances due to join before `until` fail, and are remembered in `failed` by provider ID.
+#[derive(Debug, Clone, Default)]
+pub struct FailingRegistrations {
+    /// How many of the next instances due to join will not.
+    pub pending: usize,
+    /// When the bootstrap is fixed: later joins succeed whatever `pending` says.
+    pub until: Option<Timestamp>,
+    /// The provider IDs of those that did not.
+    pub failed: BTreeSet<String>,
+}
+
 /// The cloud's delays that decide when a Node joins.
 #[derive(Debug, Clone, Copy)]
 pub struct Timing {
@@ -81,6 +93,7 @@ pub async fn step(
     snapshot: &Snapshot,
     instances: &[InstanceView],
     timing: Timing,
+    failing: &mut FailingRegistrations,
     now: Timestamp,
 ) {
     let by_id: BTreeMap<String, &InstanceView> = instances
@@ -91,7 +104,7 @@ pub async fn step(
                 .map(|(_, id)| (id, view))
         })
         .collect();
-    register_nodes(cluster, snapshot, &by_id, timing, now).await;
+    register_nodes(cluster, snapshot, &by_id, timing, failing, now).await;
     node_lifecycle(cluster, snapshot, &by_id, now).await;
     pods(cluster, snapshot, now).await;
 }
@@ -104,6 +117,7 @@ pub fn next_due(
     snapshot: &Snapshot,
     instances: &[InstanceView],
     timing: Timing,
+    failed: &BTreeSet<String>,
     now: Timestamp,
 ) -> Option<Timestamp> {
     let joined: BTreeSet<&str> = snapshot.nodes().filter_map(provider_id_of).collect();
@@ -117,7 +131,7 @@ pub fn next_due(
         .node_claims()
         .filter(|claim| claim.metadata.deletion_timestamp.is_none())
         .map(claim_provider_id)
-        .filter(|id| !id.is_empty() && !joined.contains(id))
+        .filter(|id| !id.is_empty() && !joined.contains(id) && !failed.contains(*id))
         .filter_map(|id| by_id.get(id))
         .filter(|instance| instance.state == "running")
         .filter_map(|instance| instance.launch_time)
@@ -134,6 +148,7 @@ async fn register_nodes(
     snapshot: &Snapshot,
     instances: &BTreeMap<String, &InstanceView>,
     timing: Timing,
+    failing: &mut FailingRegistrations,
     now: Timestamp,
 ) {
     let joined: BTreeSet<&str> = snapshot.nodes().filter_map(provider_id_of).collect();
@@ -143,6 +158,7 @@ async fn register_nodes(
         if provider_id.is_empty()
             || claim.metadata.deletion_timestamp.is_some()
             || joined.contains(provider_id)
+            || failing.failed.contains(provider_id)
         {
             continue;
         }
@@ -154,6 +170,15 @@ async fn register_nodes(
             launched.saturating_add(i64::try_from(delay.as_secs()).unwrap_or(i64::MAX))
         });
         if instance.state != "running" || due.is_none_or(|due| seconds(now) < due) {
+            continue;
+        }
+        if failing.pending > 0 && failing.until.is_some_and(|until| now < until) {
+            failing.pending -= 1;
+            failing.failed.insert(provider_id.to_owned());
+            tracing::debug!(
+                provider_id,
+                "kubelet: the node never joins (simulated failure)"
+            );
             continue;
         }
         let node = node_for(claim, instance, now);

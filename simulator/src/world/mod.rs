@@ -5,6 +5,8 @@
 //! - [`kubelet`]: Nodes join `registrationDelay` after their instance runs, become Ready, run
 //!   their pods and finish their graceful terminations; startup taints go once Ready; a Node
 //!   whose instance is gone is deleted; pods of a Node that no longer exists are deleted.
+//! - [`node_lifecycle`]: NotReady Nodes get the `not-ready` / `unreachable` taints, and their
+//!   pods are evicted once their toleration runs out.
 //! - [`workloads`]: Deployments keep their replicas (rolling a changed template), DaemonSets
 //!   one pod per matching Node.
 //! - [`scheduler`]: pending pods are bound to Ready nodes where they fit, by the domain's own
@@ -15,6 +17,7 @@
 //! controllers run only on their own schedule.
 
 pub mod kubelet;
+pub mod node_lifecycle;
 pub mod scheduler;
 pub mod workloads;
 
@@ -34,6 +37,9 @@ use k8s_openapi::api::core::v1::Pod;
 use crate::budgets;
 use crate::cloud::SimCloud;
 
+/// How long a `registrationFailures` event's broken bootstrap lasts.
+pub const REGISTRATION_FAILURES_FOR: Duration = Duration::from_secs(10 * 60);
+
 /// Everything the stand-ins need.
 #[derive(Debug)]
 pub struct World {
@@ -44,6 +50,8 @@ pub struct World {
     deployments: workloads::Deployments,
     /// The kube-scheduler's Nodes, converted by earlier cycles.
     scheduled_nodes: NodeMemo,
+    /// Instances whose kubelet never joins.
+    registrations: kubelet::FailingRegistrations,
     /// Set when the last step changed nothing: the cluster's revision and the cloud's
     /// fingerprint it saw, and when a kubelet acts next by the clock. While all three hold,
     /// a step would change nothing again and is skipped.
@@ -76,8 +84,17 @@ impl World {
             label_policy,
             deployments: workloads::Deployments::default(),
             scheduled_nodes: NodeMemo::new(),
+            registrations: kubelet::FailingRegistrations::default(),
             fixpoint: None,
         }
+    }
+
+    /// Of the instances due to join the cluster in the next [`REGISTRATION_FAILURES_FOR`], the
+    /// first `count` never do (a broken bootstrap, fixed by then).
+    pub fn fail_registrations(&mut self, count: usize, now: Timestamp) {
+        self.fixpoint = None;
+        self.registrations.pending = self.registrations.pending.saturating_add(count);
+        self.registrations.until = now.checked_add(REGISTRATION_FAILURES_FOR).ok();
     }
 
     /// Creates or replaces a Deployment (its template may change: the pods roll).
@@ -131,7 +148,16 @@ impl World {
         self.fixpoint = None;
         let snapshot = self.cluster.snapshot().await?;
         let instances = self.cloud.instances().await;
-        kubelet::step(&self.cluster, &snapshot, &instances, self.timing, now).await;
+        kubelet::step(
+            &self.cluster,
+            &snapshot,
+            &instances,
+            self.timing,
+            &mut self.registrations,
+            now,
+        )
+        .await;
+        node_lifecycle::step(&self.cluster, &snapshot, now).await;
         self.deployments.reconcile(&self.cluster, &snapshot).await;
         workloads::daemon_sets(&self.cluster, &snapshot).await;
         let snapshot = self.cluster.snapshot().await?;
@@ -147,7 +173,16 @@ impl World {
             self.fixpoint = Some(Fixpoint {
                 revision,
                 cloud,
-                next_due: kubelet::next_due(&snapshot, &instances, self.timing, now),
+                next_due: kubelet::next_due(
+                    &snapshot,
+                    &instances,
+                    self.timing,
+                    &self.registrations.failed,
+                    now,
+                )
+                .into_iter()
+                .chain(node_lifecycle::next_due(&snapshot, now))
+                .min(),
             });
         }
         Ok(())
@@ -165,7 +200,16 @@ impl World {
             return fixpoint.next_due.filter(|due| now < *due);
         }
         let instances = self.cloud.instances().await;
-        kubelet::next_due(snapshot, &instances, self.timing, now)
+        kubelet::next_due(
+            snapshot,
+            &instances,
+            self.timing,
+            &self.registrations.failed,
+            now,
+        )
+        .into_iter()
+        .chain(node_lifecycle::next_due(snapshot, now))
+        .min()
     }
 }
 

@@ -172,6 +172,53 @@ pub async fn step(
     }
 }
 
+/// Of `pods` (bound or not), those this scheduler could not place on the Ready, schedulable
+/// Nodes other than `excluded`, each with why; empty when every one fits. Pods that cannot be
+/// read count as placed: the question is about room, not about the pod.
+pub fn unplaceable(
+    snapshot: &Snapshot,
+    pods: &[&Pod],
+    excluded: &std::collections::BTreeSet<&str>,
+    policy: &LabelPolicy,
+) -> Vec<(String, String)> {
+    let nodes: Vec<Arc<ExistingNode>> = schedulable_nodes(snapshot, &NodeMemo::new())
+        .into_iter()
+        .filter(|node| !excluded.contains(node.name.as_str()))
+        .collect();
+    let converted: Vec<core_domain::scheduler::Pod> = pods
+        .iter()
+        .filter_map(|pod| {
+            let mut unbound = Pod::clone(pod);
+            if let Some(spec) = unbound.spec.as_mut() {
+                spec.node_name = None;
+            }
+            convert::pod(&unbound).ok()
+        })
+        .collect();
+    if converted.is_empty() {
+        return Vec::new();
+    }
+    let input = SchedulingInput {
+        pods: converted,
+        existing_nodes: nodes,
+        node_pools: Vec::new(),
+        daemon_set_pods: Vec::new(),
+        label_policy: policy.clone(),
+        preference_policy: PreferencePolicy::Respect,
+    };
+    match solve(&input) {
+        Ok(results) => results
+            .unschedulable
+            .into_iter()
+            .map(|(id, reason)| (format!("{}/{}", id.namespace(), id.name()), reason))
+            .collect(),
+        Err(error) => vec![(
+            "(all)".to_owned(),
+            format!("the scheduling input is invalid: {error}"),
+        )],
+    }
+}
+
 /// Ready Nodes that take pods, with the pods bound to them; those unchanged since the last
 /// cycle come from `memo`.
 fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNode>> {

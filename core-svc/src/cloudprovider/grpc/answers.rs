@@ -6,7 +6,9 @@
 use provider_sdk::v1;
 
 use super::convert;
-use crate::cloudprovider::{CloudInstance, LaunchedNodeClaim, RepairPolicy, ResolvedNodeClass};
+use crate::cloudprovider::{
+    CloudInstance, Interruption, LaunchedNodeClaim, RepairPolicy, ResolvedNodeClass,
+};
 
 /// A ResolveNodeClass answer, as core reads it.
 pub fn resolved(answer: v1::ResolveNodeClassResponse) -> Result<ResolvedNodeClass, String> {
@@ -29,4 +31,9 @@ pub fn instance(claim: v1::NodeClaim, field: &str) -> Result<CloudInstance, Stri
 /// The `index`th policy of a GetRepairPolicies answer.
 pub fn repair_policy(policy: v1::RepairPolicy, index: usize) -> Result<RepairPolicy, String> {
     convert::repair_policy_from_proto(policy, index)
+}
+
+/// One notice of a WatchInterruptions batch; `field` is its path in the batch.
+pub fn interruption(notice: v1::InterruptionNotice, field: &str) -> Result<Interruption, String> {
+    convert::interruption_from_proto(notice, field)
 }

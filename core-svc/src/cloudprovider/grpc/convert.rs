@@ -7,7 +7,7 @@ use std::time::{Duration, SystemTime};
 
 use core_domain::labels::{LABEL_CAPACITY_TYPE, LABEL_INSTANCE_TYPE, LABEL_TOPOLOGY_ZONE};
 use core_domain::quantity::Quantity;
-use core_domain::requirements::NodeSelectorRequirement;
+use core_domain::requirements::{NodeSelectorRequirement, Requirements};
 use core_domain::resources::{Quantities, ResourceName};
 use core_domain::scheduler::Taint;
 use karpenter_api::ConditionStatus;
@@ -191,12 +191,18 @@ pub(super) fn resolved_from_proto(
     }
     let resolve_again_after = match answer.resolve_again_after {
         None => DEFAULT_RESOLVE_AGAIN_AFTER,
-        Some(d) => match Duration::try_from(d) {
+        Some(d) => match duration_from_proto(d) {
             Ok(d) if !d.is_zero() => d,
-            _ => {
+            Ok(_) => {
                 return Err(invalid(
                     rpc,
-                    format!("resolve_again_after: {d} is not a positive duration"),
+                    "resolve_again_after: 0s is not a positive duration",
+                ));
+            }
+            Err(problem) => {
+                return Err(invalid(
+                    rpc,
+                    format!("resolve_again_after: {problem}; it must be positive"),
                 ));
             }
         },
@@ -208,6 +214,27 @@ pub(super) fn resolved_from_proto(
         static_hash_version: answer.static_hash_version,
         resolve_again_after,
     })
+}
+
+/// The range `google.protobuf.Duration` documents: about 10,000 years either way.
+const MAX_DURATION_SECONDS: i64 = 315_576_000_000;
+
+/// A plugin's `google.protobuf.Duration` as a `Duration`; the problem otherwise (`-5s is
+/// negative`, or a value outside the type's documented range). Checked before prost's own
+/// conversion and `Display`, which negate the seconds and overflow on `i64::MIN` (a panic in
+/// debug builds, a wrapped value in release).
+pub(super) fn duration_from_proto(d: prost_types::Duration) -> Result<Duration, String> {
+    let prost_types::Duration { seconds, nanos } = d;
+    let in_range = (-MAX_DURATION_SECONDS..=MAX_DURATION_SECONDS).contains(&seconds)
+        && (-999_999_999..=999_999_999).contains(&nanos)
+        && !(seconds > 0 && nanos < 0 || seconds < 0 && nanos > 0);
+    if !in_range {
+        return Err(format!(
+            "{{seconds: {seconds}, nanos: {nanos}}} is outside google.protobuf.Duration's range"
+        ));
+    }
+    // In range, prost's conversion and display are exact.
+    Duration::try_from(d).map_err(|_| format!("{d} is negative"))
 }
 
 pub(super) fn condition_from_proto(
@@ -286,8 +313,8 @@ pub(super) fn repair_policy_from_proto(
         .and_then(|d| {
             // Zero is allowed: repair as soon as the condition is seen (a node the plugin knows
             // is broken for good, say); negative durations are refused.
-            Duration::try_from(d)
-                .map_err(|_| format!("{field}.toleration_duration: {d} is negative"))
+            duration_from_proto(d)
+                .map_err(|problem| format!("{field}.toleration_duration: {problem}"))
         })?;
     Ok(RepairPolicy {
         condition_type: policy.condition_type,
@@ -380,6 +407,52 @@ pub(super) fn launched_from_proto(
         allocatable: status.allocatable,
         state: status.state,
     })
+}
+
+/// The labels a launch must resolve, which a LAUNCHED answer is checked against the request
+/// on: what the scheduler chose among, and what topology and cost are computed from.
+const RESOLVED_LABELS: [&str; 3] = [
+    LABEL_INSTANCE_TYPE,
+    LABEL_TOPOLOGY_ZONE,
+    LABEL_CAPACITY_TYPE,
+];
+
+/// A LAUNCHED answer against the NodeClaim it answers: its instance type, zone and capacity
+/// type must be ones the NodeClaim's requirements allow, and none may contradict a label the
+/// NodeClaim carries itself (the NodeClaim's own would win, hiding what was launched). A plugin
+/// that answers another NodeClaim's instance, or launched what was not asked for, is refused
+/// rather than recorded. The problem starts with the field.
+pub(super) fn launch_fits_request(
+    launched: &LaunchedNodeClaim,
+    request: &NodeClaimRequest,
+) -> Result<(), String> {
+    // Core built the requirements; ones it cannot read leave only the labels to check.
+    let requirements =
+        Requirements::from_node_selector_requirements(&request.requirements).unwrap_or_default();
+    for key in RESOLVED_LABELS {
+        let Some(value) = launched.labels.get(key) else {
+            continue;
+        };
+        if let Some(own) = request.labels.get(key)
+            && own != value
+        {
+            return Err(format!(
+                "node_claim.labels[{key}]: {value:?} contradicts the NodeClaim {:?}'s own label \
+                 {own:?}",
+                request.name
+            ));
+        }
+        if let Some(requirement) = requirements.get(key)
+            && !requirement.has(value)
+        {
+            return Err(format!(
+                "node_claim.labels[{key}]: {value:?} is not what the NodeClaim {:?} asked for \
+                 ({requirement})",
+                request.name
+            ));
+        }
+    }
+    Ok(())
 }
 
 pub(super) fn instance_from_proto(

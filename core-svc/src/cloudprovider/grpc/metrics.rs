@@ -1,5 +1,6 @@
-//! [`CallMetrics`]: the plugin calls counted per RPC and status code, and timed per RPC, for the
-//! metrics exporter.
+//! [`CallMetrics`]: the plugin calls counted per RPC and status code, their failures per RPC and
+//! [`ErrorKind`] (a status, or an answer core refused), and timed per RPC, for the metrics
+//! exporter.
 //! Apart from the client: it is read by `metrics.rs` and knows nothing of the calls.
 
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,13 +11,80 @@ use tonic::Code;
 
 use crate::cloudprovider::Rpc;
 
-/// Counters of plugin calls per RPC: attempts by status code (OK included) and retries, for a
-/// metrics exporter to read. Lock-free; shared by clones of one provider.
+/// Counters of plugin calls per RPC: attempts by status code (OK included), failures by
+/// [`ErrorKind`] and retries, for a metrics exporter to read. Lock-free; shared by clones of one
+/// provider.
 #[derive(Debug)]
 pub struct CallMetrics {
     attempts: [[AtomicU64; CODES]; Rpc::ALL.len()],
+    errors: [[AtomicU64; ERROR_KINDS]; Rpc::ALL.len()],
     retries: [AtomicU64; Rpc::ALL.len()],
     durations: Family<DurationLabels, Histogram>,
+}
+
+/// Why a plugin call failed, as `karpenter_cloudprovider_errors_total` labels it (`error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ErrorKind {
+    /// An attempt ended with this status (never OK), the plugin's or the client's own
+    /// (`DeadlineExceeded` when core's deadline passed, `Unavailable` for a broken connection).
+    Status(Code),
+    /// An answer the message size limit refused before it could be read: larger than
+    /// `MAX_MESSAGE_BYTES`.
+    MessageTooLarge,
+    /// An answer the API does not allow, refused field by field (a NaN price, an instance type
+    /// twice, an empty catalogue, a Create answer for another NodeClaim, ...).
+    InvalidAnswer,
+    /// An answer that contradicts another answer of the plugin or what core knows, refused by
+    /// the controller that cross-checked it (List omitting an instance Get finds, Create
+    /// answering an instance another NodeClaim holds, IsDrifted about an instance the plugin
+    /// does not have).
+    InconsistentAnswer,
+}
+
+/// Status codes 0 to 16 (0, OK, never used), then the three kinds of refused answers.
+const ERROR_KINDS: usize = CODES + 3;
+
+impl ErrorKind {
+    /// Every kind, in the order of the counters.
+    fn all() -> impl Iterator<Item = ErrorKind> {
+        (1..CODES)
+            .map(|code| ErrorKind::Status(i32::try_from(code).map_or(Code::Unknown, Code::from)))
+            .chain([
+                ErrorKind::MessageTooLarge,
+                ErrorKind::InvalidAnswer,
+                ErrorKind::InconsistentAnswer,
+            ])
+    }
+
+    fn index(self) -> usize {
+        match self {
+            ErrorKind::Status(code) => code_index(code),
+            ErrorKind::MessageTooLarge => CODES,
+            ErrorKind::InvalidAnswer => CODES + 1,
+            ErrorKind::InconsistentAnswer => CODES + 2,
+        }
+    }
+
+    /// The `error` label: the status code's name (`DeadlineExceeded`), or the kind's.
+    pub fn label(self) -> String {
+        match self {
+            ErrorKind::Status(code) => format!("{code:?}"),
+            ErrorKind::MessageTooLarge => "MessageTooLarge".to_owned(),
+            ErrorKind::InvalidAnswer => "InvalidAnswer".to_owned(),
+            ErrorKind::InconsistentAnswer => "InconsistentAnswer".to_owned(),
+        }
+    }
+}
+
+/// One non-zero counter of [`CallMetrics::errors_by_kind`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ErrorCount {
+    /// The RPC.
+    pub rpc: Rpc,
+    /// What went wrong.
+    pub error: ErrorKind,
+    /// How many times.
+    pub count: u64,
 }
 
 /// A duration histogram's labels: the method.
@@ -54,6 +122,7 @@ impl CallMetrics {
     pub fn new() -> Self {
         CallMetrics {
             attempts: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
+            errors: std::array::from_fn(|_| std::array::from_fn(|_| AtomicU64::new(0))),
             retries: std::array::from_fn(|_| AtomicU64::new(0)),
             durations: Family::new_with_constructor(duration_histogram),
         }
@@ -96,9 +165,44 @@ impl CallMetrics {
         counts
     }
 
-    /// Counts one attempt of `rpc` that ended with `code`.
+    /// How many calls or attempts of `rpc` failed for `error`.
+    pub fn errors(&self, rpc: Rpc, error: ErrorKind) -> u64 {
+        self.errors[rpc.index()][error.index()].load(Ordering::Relaxed)
+    }
+
+    /// Every non-zero error counter, by RPC then kind (status codes first).
+    pub fn errors_by_kind(&self) -> Vec<ErrorCount> {
+        let mut counts = Vec::new();
+        for rpc in Rpc::ALL {
+            for error in ErrorKind::all() {
+                let count = self.errors(rpc, error);
+                if count > 0 {
+                    counts.push(ErrorCount { rpc, error, count });
+                }
+            }
+        }
+        counts
+    }
+
+    /// Counts one attempt of `rpc` that ended with `code`, and a failure of that status when it
+    /// is not OK.
     pub fn record_attempt(&self, rpc: Rpc, code: Code) {
+        let error = (code != Code::Ok).then_some(ErrorKind::Status(code));
+        self.record_attempt_as(rpc, code, error);
+    }
+
+    /// Counts one attempt of `rpc` that ended with `code`, and `error` when it failed.
+    pub(super) fn record_attempt_as(&self, rpc: Rpc, code: Code, error: Option<ErrorKind>) {
         self.attempts[rpc.index()][code_index(code)].fetch_add(1, Ordering::Relaxed);
+        if let Some(error) = error {
+            self.record_error(rpc, error);
+        }
+    }
+
+    /// Counts one failure of `rpc` (an answer refused, most often: failed attempts are counted
+    /// by [`Self::record_attempt`]).
+    pub fn record_error(&self, rpc: Rpc, error: ErrorKind) {
+        self.errors[rpc.index()][error.index()].fetch_add(1, Ordering::Relaxed);
     }
 
     pub(super) fn record_retry(&self, rpc: Rpc) {

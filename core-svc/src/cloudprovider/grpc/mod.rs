@@ -37,7 +37,7 @@ use crate::plugin::instance_types::catalogue_from_proto;
 use crate::plugin::{Deadlines, Handshake, PluginConnection, with_deadline};
 use provider_sdk::serve::MAX_MESSAGE_BYTES;
 
-pub use self::metrics::{AttemptCount, CallMetrics, DurationLabels};
+pub use self::metrics::{AttemptCount, CallMetrics, DurationLabels, ErrorCount, ErrorKind};
 
 /// The most List pages one listing reads; beyond, the plugin is paging in circles.
 const MAX_LIST_PAGES: usize = 10_000;
@@ -119,6 +119,31 @@ impl<C: Timer> GrpcCloudProvider<C> {
         &self.metrics
     }
 
+    /// An answer of `rpc` that the API does not allow, counted (`InvalidAnswer`) and logged;
+    /// `problem` starts with the field.
+    fn refuse(&self, rpc: Rpc, problem: impl std::fmt::Display) -> CloudProviderError {
+        let error = invalid(rpc, problem);
+        self.count_refused(rpc, &error);
+        error
+    }
+
+    /// `result`, the reading of an answer of `rpc`, with a refused answer counted and logged.
+    fn checked<T>(
+        &self,
+        rpc: Rpc,
+        result: Result<T, CloudProviderError>,
+    ) -> Result<T, CloudProviderError> {
+        if let Err(error @ CloudProviderError::InvalidResponse(_)) = &result {
+            self.count_refused(rpc, error);
+        }
+        result
+    }
+
+    fn count_refused(&self, rpc: Rpc, error: &CloudProviderError) {
+        self.metrics.record_error(rpc, ErrorKind::InvalidAnswer);
+        tracing::warn!(rpc = rpc.as_str(), %error, "plugin answer refused");
+    }
+
     /// Makes one call of `rpc`: attempts until one succeeds, the policy gives up, or `deadline`
     /// (for the whole call) passes. `attempt` gets a client and the time left.
     async fn call<T, F, Fut>(
@@ -155,7 +180,13 @@ impl<C: Timer> GrpcCloudProvider<C> {
                 }
                 Err(status) => status,
             };
-            self.metrics.record_attempt(rpc, status.code());
+            let kind = if is_too_large(&status) {
+                ErrorKind::MessageTooLarge
+            } else {
+                ErrorKind::Status(status.code())
+            };
+            self.metrics
+                .record_attempt_as(rpc, status.code(), Some(kind));
             let elapsed = self.timer.now().saturating_duration_since(start);
             match self
                 .retry
@@ -226,6 +257,15 @@ fn received(status: Status) -> Status {
 fn classify(rpc: Rpc, error: &CallError) -> CloudProviderError {
     let status = &error.status;
     let message = status.message().to_owned();
+    if is_too_large(status) {
+        return invalid(
+            rpc,
+            format!(
+                "a message over core's limit of {MAX_MESSAGE_BYTES} bytes, refused unread \
+                 ({message}); the API keeps each message, each GetInstanceTypes chunk, under 1 MiB"
+            ),
+        );
+    }
     let reason = provider_sdk::status::error_reason(status);
     match status.code() {
         Code::Unimplemented => CloudProviderError::Unsupported { rpc: rpc.as_str() },
@@ -251,6 +291,16 @@ fn classify(rpc: Rpc, error: &CallError) -> CloudProviderError {
     }
 }
 
+/// Whether `status` is the client's own refusal of an answer over the message size limit
+/// (tonic's decoder answers OUT_OF_RANGE, which the plugin may also send for reasons of its own:
+/// its message tells them apart).
+fn is_too_large(status: &Status) -> bool {
+    status.code() == Code::OutOfRange
+        && status
+            .message()
+            .starts_with("Error, decoded message length too large")
+}
+
 /// The port's kind of failure for a status code that has no meaning of its own in the API's
 /// tables (the codes `classify` does not tell apart).
 fn failure_kind(code: Code) -> FailureKind {
@@ -273,6 +323,16 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
         &self.node_classes
     }
 
+    fn answer_refused(&self, rpc: Rpc, problem: &str) {
+        self.metrics
+            .record_error(rpc, ErrorKind::InconsistentAnswer);
+        tracing::warn!(
+            rpc = rpc.as_str(),
+            problem,
+            "plugin answer refused: it contradicts another"
+        );
+    }
+
     async fn resolve_node_class(
         &self,
         node_class: &serde_json::Value,
@@ -293,7 +353,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             )
             .await
             .map_err(|e| classify(rpc, &e))?;
-        resolved_from_proto(answer)
+        self.checked(rpc, resolved_from_proto(answer))
     }
 
     async fn instance_types(
@@ -328,7 +388,17 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             )
             .await
             .map_err(|e| classify(rpc, &e))?;
-        catalogue_from_proto(&types).map_err(|e| invalid(rpc, e))
+        if types.is_empty() {
+            // Core's drift check would read every type as gone; the API has a status for a node
+            // class that selects nothing.
+            return Err(self.refuse(
+                rpc,
+                "instance_types: empty: a catalogue lists every instance type the cloud has, \
+                 at least one; a node class that selects none answers FAILED_PRECONDITION with \
+                 ERROR_REASON_NODE_CLASS_NOT_READY",
+            ));
+        }
+        catalogue_from_proto(&types).map_err(|e| self.refuse(rpc, e))
     }
 
     async fn create(
@@ -359,14 +429,19 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             .await
             .map_err(|e| classify(rpc, &e))?;
         match v1::LaunchState::try_from(answer.state) {
-            Ok(v1::LaunchState::Launched) => launched_from_proto(answer.node_claim, &request.name),
+            Ok(v1::LaunchState::Launched) => {
+                let launched =
+                    self.checked(rpc, launched_from_proto(answer.node_claim, &request.name))?;
+                launch_fits_request(&launched, request).map_err(|e| self.refuse(rpc, e))?;
+                Ok(launched)
+            }
             Ok(v1::LaunchState::Pending) => Err(CloudProviderError::LaunchPending {
                 message: answer.message,
                 retry_after: answer
                     .retry_after
-                    .and_then(|after| std::time::Duration::try_from(after).ok()),
+                    .and_then(|after| convert::duration_from_proto(after).ok()),
             }),
-            Ok(v1::LaunchState::Unspecified) | Err(_) => Err(invalid(
+            Ok(v1::LaunchState::Unspecified) | Err(_) => Err(self.refuse(
                 rpc,
                 format!(
                     "state: {} is neither LAUNCH_STATE_LAUNCHED nor LAUNCH_STATE_PENDING",
@@ -409,7 +484,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
                 Ok(v1::DeletionState::Terminating | v1::DeletionState::Unspecified) => {
                     Ok(Deletion::Terminating)
                 }
-                Err(_) => Err(invalid(
+                Err(_) => Err(self.refuse(
                     rpc,
                     format!("state: {} is not a known deletion state", answer.state),
                 )),
@@ -445,11 +520,11 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             Ok(answer) => {
                 let claim = answer
                     .node_claim
-                    .ok_or_else(|| invalid(rpc, "node_claim: missing"))?;
+                    .ok_or_else(|| self.refuse(rpc, "node_claim: missing"))?;
                 let instance =
-                    instance_from_proto(claim, "node_claim").map_err(|e| invalid(rpc, e))?;
+                    instance_from_proto(claim, "node_claim").map_err(|e| self.refuse(rpc, e))?;
                 if instance.provider_id != provider_id {
-                    return Err(invalid(
+                    return Err(self.refuse(
                         rpc,
                         format!(
                             "node_claim.status.provider_id: {:?} is not the instance asked for, {provider_id:?}",
@@ -504,7 +579,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             };
             for (i, claim) in page.node_claims.into_iter().enumerate() {
                 let instance = instance_from_proto(claim, &format!("node_claims[{i}]"))
-                    .map_err(|e| invalid(rpc, e))?;
+                    .map_err(|e| self.refuse(rpc, e))?;
                 instances.insert(instance.provider_id.clone(), instance);
             }
             pages += 1;
@@ -512,7 +587,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
                 return Ok(instances.into_values().collect());
             }
             if page.next_page_token == token || pages >= MAX_LIST_PAGES {
-                return Err(invalid(
+                return Err(self.refuse(
                     rpc,
                     format!(
                         "next_page_token: {:?} after {pages} page(s) would page forever",
@@ -563,7 +638,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             return Ok(None);
         }
         if !is_condition_reason(&answer.reason) {
-            return Err(invalid(
+            return Err(self.refuse(
                 rpc,
                 format!(
                     "reason: {:?} is not a one-word UpperCamelCase reason",
@@ -590,7 +665,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
             .policies
             .into_iter()
             .enumerate()
-            .map(|(i, policy)| repair_policy_from_proto(policy, i).map_err(|e| invalid(rpc, e)))
+            .map(|(i, policy)| repair_policy_from_proto(policy, i).map_err(|e| self.refuse(rpc, e)))
             .collect()
     }
 
@@ -624,6 +699,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
                 )
             })?
             .into_inner();
+        let metrics = Arc::clone(&self.metrics);
         Ok(Box::pin(stream.map(move |batch| {
             let batch = batch.map_err(|status| {
                 classify(
@@ -642,6 +718,7 @@ impl<C: Timer> CloudProvider for GrpcCloudProvider<C> {
                     // One bad notice is dropped, said; the rest of the batch stands.
                     interruption_from_proto(notice, &format!("notices[{i}]"))
                         .map_err(|problem| {
+                            metrics.record_error(rpc, ErrorKind::InvalidAnswer);
                             tracing::warn!(%problem, "WatchInterruptions: invalid notice dropped");
                         })
                         .ok()

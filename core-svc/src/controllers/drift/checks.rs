@@ -18,7 +18,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::CONDITION_DRIFTED;
 use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
 
-use crate::cloudprovider::DriftReason;
+use crate::cloudprovider::{CloudInstance, CloudProviderError, DriftReason};
 use crate::controllers::hash::HashAnnotationKeys;
 use crate::controllers::interruption::{
     ANNOTATION_REBALANCE_AS_DRIFT, ANNOTATION_REBALANCE_RECOMMENDED,
@@ -160,6 +160,48 @@ fn node_pool_requirements(node_pool: &NodePool) -> Option<Requirements> {
             );
             None
         }
+    }
+}
+
+/// What Get says of the instance the plugin just called drifted.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DriftConfirmation {
+    /// The instance is the NodeClaim's (or the plugin has no Get): the verdict stands.
+    Confirmed,
+    /// The plugin judged an instance it does not have, or one it launched for another
+    /// NodeClaim: the verdict is refused and drift left unchanged. What contradicts what.
+    Refused(String),
+    /// Get failed: unknown, drift left unchanged this pass.
+    Unknown,
+}
+
+/// Reads Get's answer about `provider_id`, the instance of NodeClaim `node_claim`, which the
+/// plugin's IsDrifted called drifted for `drift`: a replacement is only ever started for an
+/// instance the plugin has. Pure.
+pub fn drift_confirmation(
+    node_claim: &str,
+    provider_id: &str,
+    drift: &DriftReason,
+    answer: &Result<Option<CloudInstance>, CloudProviderError>,
+) -> DriftConfirmation {
+    match answer {
+        Err(CloudProviderError::Unsupported { .. }) => DriftConfirmation::Confirmed,
+        Err(_) => DriftConfirmation::Unknown,
+        Ok(None) => DriftConfirmation::Refused(format!(
+            "IsDrifted answer: reason: {:?} about NodeClaim {node_claim:?}, whose instance \
+             {provider_id} Get does not find: the plugin judged an instance it does not have; \
+             drift left unchanged",
+            drift.reason
+        )),
+        Ok(Some(instance)) => match instance.node_claim_name.as_deref() {
+            Some(other) if other != node_claim => DriftConfirmation::Refused(format!(
+                "IsDrifted answer: reason: {:?} about NodeClaim {node_claim:?}, whose instance \
+                 {provider_id} Get says was launched for NodeClaim {other:?}; drift left \
+                 unchanged",
+                drift.reason
+            )),
+            _ => DriftConfirmation::Confirmed,
+        },
     }
 }
 

@@ -36,7 +36,7 @@ use super::hash::{CONFLICT_RETRY, is_managed};
 use super::nodeclaim::{age, is_condition_true, launched_of, request_of};
 use super::nodeclass::PLUGIN_RETRY;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot};
-use crate::cloudprovider::{CloudProvider, CloudProviderError, DriftReason};
+use crate::cloudprovider::{CloudProvider, CloudProviderError, DriftReason, Rpc};
 use crate::cluster::Cluster;
 use crate::events::{EventType, ObjectRef, Reason};
 use crate::objects::name_of;
@@ -349,7 +349,36 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             .is_drifted(&request, &launched, &class_json)
             .await
         {
-            Ok(drift) => remember(drift),
+            Ok(None) => remember(None),
+            Ok(Some(drift)) => {
+                // A replacement is only ever started for an instance the plugin has.
+                let answer = self.ctx.cloud.get(&launched.provider_id).await;
+                match drift_confirmation(name, &launched.provider_id, &drift, &answer) {
+                    DriftConfirmation::Confirmed => remember(Some(drift)),
+                    DriftConfirmation::Refused(problem) => {
+                        self.ctx.cloud.answer_refused(Rpc::IsDrifted, &problem);
+                        let error = CloudProviderError::InvalidResponse(problem);
+                        self.plugin_failed(
+                            pass,
+                            ObjectRef::cluster_scoped("NodeClaim", name),
+                            "nodeClaim",
+                            &error,
+                        );
+                        Verdict::Unknown
+                    }
+                    DriftConfirmation::Unknown => {
+                        if let Err(error) = answer {
+                            self.plugin_failed(
+                                pass,
+                                ObjectRef::cluster_scoped("NodeClaim", name),
+                                "nodeClaim",
+                                &error,
+                            );
+                        }
+                        Verdict::Unknown
+                    }
+                }
+            }
             Err(CloudProviderError::Unsupported { .. }) => remember(None),
             Err(CloudProviderError::NotFound(_) | CloudProviderError::NodeClassNotReady(_)) => {
                 Verdict::Unknown

@@ -38,7 +38,7 @@ pub use self::plan::*;
 use super::nodeclaim::{node_pool_of, provider_id_of, request_of};
 use super::provisioning::catalogue::CatalogueCache;
 use super::{Context, Controller, ControllerError, Requeue, Snapshot, TERMINATION_FINALIZER};
-use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion, LaunchedNodeClaim};
+use crate::cloudprovider::{CloudProvider, CloudProviderError, Deletion, LaunchedNodeClaim, Rpc};
 use crate::cluster::{Cluster, ClusterError, ClusterExt, DeleteOptions};
 use crate::events::{EventType, ObjectRef, Reason};
 
@@ -55,7 +55,8 @@ pub struct LifecycleController<C, P> {
 #[derive(Debug, Default)]
 struct Outcome {
     requeue: Option<Duration>,
-    plugin_unavailable: bool,
+    /// What the plugin answered, when it could not be reached or its answer was refused.
+    plugin_unavailable: Option<String>,
 }
 
 impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
@@ -164,7 +165,18 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
             }
         };
         match self.ctx.cloud.create(&request, &node_class).await {
-            Ok(launched) => self.record_launch(node_claim, &launched).await,
+            Ok(launched) => match foreign_launch(snapshot, name, &launched) {
+                None => self.record_launch(node_claim, &launched).await,
+                Some(problem) => {
+                    // Another NodeClaim's instance: recorded, it would be terminated with
+                    // either. As any refused answer: the launch waits and is asked again.
+                    tracing::warn!(node_claim = name, %problem, "launch answer refused");
+                    self.ctx.cloud.answer_refused(Rpc::Create, &problem);
+                    outcome.plugin_unavailable = Some(problem);
+                    outcome.requeue = Some(LAUNCH_RETRY);
+                    Ok(())
+                }
+            },
             Err(error) => match launch_failure(&error) {
                 LaunchFailure::Delete { reason, message } => {
                     tracing::info!(node_claim = name, reason, %message, "launch failed, deleting the NodeClaim");
@@ -211,7 +223,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                 }
                 LaunchFailure::PluginUnavailable => {
                     tracing::warn!(node_claim = name, %error, "plugin unavailable, launch postponed");
-                    outcome.plugin_unavailable = true;
+                    outcome.plugin_unavailable = Some(error.to_string());
                     outcome.requeue = Some(LAUNCH_RETRY);
                     Ok(())
                 }
@@ -434,7 +446,7 @@ impl<C: Cluster, P: CloudProvider> LifecycleController<C, P> {
                     error,
                     CloudProviderError::Unavailable(_) | CloudProviderError::InvalidResponse(_)
                 ) {
-                    outcome.plugin_unavailable = true;
+                    outcome.plugin_unavailable = Some(error.to_string());
                 }
                 tracing::warn!(node_claim = name, %error, "could not make sure no instance was launched");
                 outcome.requeue = Some(self.ctx.settings.termination_poll);
@@ -486,15 +498,17 @@ impl<C: Cluster, P: CloudProvider> Controller for LifecycleController<C, P> {
         );
         let mut requeue = plan.requeue;
         // The first NodeClaim held up by the plugin carries the one event of the pass.
-        let mut plugin_unavailable: Option<&str> = None;
+        let mut plugin_unavailable: Option<(&str, String)> = None;
         for node_claim_plan in &plan.node_claims {
             match self.apply(&snapshot, node_claim_plan).await {
                 Ok(outcome) => {
                     if let Some(after) = outcome.requeue {
                         requeue = requeue.min(Requeue::After(after));
                     }
-                    if outcome.plugin_unavailable && plugin_unavailable.is_none() {
-                        plugin_unavailable = Some(node_claim_plan.node_claim.as_str());
+                    if let Some(message) = outcome.plugin_unavailable
+                        && plugin_unavailable.is_none()
+                    {
+                        plugin_unavailable = Some((node_claim_plan.node_claim.as_str(), message));
                     }
                 }
                 Err(error @ ClusterError::Unavailable(_)) => return Err(error.into()),
@@ -509,12 +523,12 @@ impl<C: Cluster, P: CloudProvider> Controller for LifecycleController<C, P> {
                 }
             }
         }
-        if let Some(first) = plugin_unavailable {
+        if let Some((first, message)) = plugin_unavailable {
             self.ctx.event(
                 Self::node_claim_ref(first),
                 EventType::Warning,
                 Reason::PluginUnavailable,
-                "The cloud provider plugin is unavailable; launches wait",
+                format!("The cloud provider plugin is unavailable; launches wait: {message}"),
                 BTreeMap::new(),
             );
         }

@@ -325,6 +325,27 @@ pub(super) fn truncated(message: &str) -> String {
     }
 }
 
+/// Why a LAUNCHED answer about `node_claim` must not be recorded, when it names an instance
+/// another NodeClaim of `snapshot` already holds: recording it would give two NodeClaims one
+/// instance, and the deletion of either would terminate the other's node. The problem names
+/// the field. Pure.
+pub fn foreign_launch(
+    snapshot: &Snapshot,
+    node_claim: &str,
+    launched: &LaunchedNodeClaim,
+) -> Option<String> {
+    let holder = snapshot.node_claims().find(|other| {
+        other.metadata.name.as_deref() != Some(node_claim)
+            && provider_id_of(other) == launched.provider_id
+    })?;
+    Some(format!(
+        "Create answer: node_claim.status.provider_id: {:?} is the instance of NodeClaim {:?}, \
+         not one launched for {node_claim:?}; not recorded",
+        launched.provider_id,
+        holder.metadata.name.as_deref().unwrap_or_default()
+    ))
+}
+
 /// The metadata merge patch recording a launch: the launch's labels and annotations the
 /// NodeClaim does not set itself (its own win). `None` when there is nothing to add. Pure.
 pub fn launch_metadata_patch(
