@@ -15,7 +15,7 @@
 //!   ignores pod blocks then: kubernetes-sigs/karpenter `pkg/controllers/disruption/types.go`,
 //!   `NewCandidate`).
 //! - `replacement`: a disruption that deletes a non-empty node without a replacement leaves
-//!   its pods somewhere to go, on the other Ready nodes.
+//!   its pods somewhere to go: the other Ready nodes, or launched NodeClaims on their way.
 //! - `stuck-launch` / `stuck-termination`: no NodeClaim outlives its registration timeout
 //!   unregistered, or its termination grace period being deleted, beyond a margin and the
 //!   time the plugin was out of reach.
@@ -264,7 +264,23 @@ impl Invariants {
             }
             let replacements = event.field("replacements").unwrap_or("0");
             if replacements == "0" && !leaving.is_empty() {
-                let stranded = world::scheduler::unplaceable(before, &leaving, &excluded, policy);
+                let registered: BTreeSet<&str> = before
+                    .nodes()
+                    .map(node_provider_id)
+                    .filter(|id| !id.is_empty())
+                    .collect();
+                let in_flight: Vec<&NodeClaim> = before
+                    .node_claims()
+                    .filter(|c| c.metadata.deletion_timestamp.is_none())
+                    .filter(|c| {
+                        c.status.as_ref().is_some_and(|status| {
+                            !status.provider_id.is_empty()
+                                && !registered.contains(status.provider_id.as_str())
+                        })
+                    })
+                    .collect();
+                let stranded =
+                    world::scheduler::unplaceable(before, &leaving, &excluded, &in_flight, policy);
                 if !stranded.is_empty() {
                     let list: Vec<String> = stranded
                         .iter()

@@ -172,18 +172,26 @@ pub async fn step(
     }
 }
 
-/// Of `pods` (bound or not), those this scheduler could not place on the Ready, schedulable
-/// Nodes other than `excluded`, each with why; empty when every one fits. Pods that cannot be
-/// read count as placed: the question is about room, not about the pod.
+/// Of `pods` (bound or not), those that could not be placed on the Ready, schedulable Nodes
+/// other than `excluded`, nor on the launched NodeClaims `in_flight` (capacity on its way, as
+/// core's disruption counts it), each with why; empty when every one fits. Pods that cannot
+/// be read count as placed: the question is about room, not about the pod.
 pub fn unplaceable(
     snapshot: &Snapshot,
     pods: &[&Pod],
     excluded: &std::collections::BTreeSet<&str>,
+    in_flight: &[&karpenter_api::NodeClaim],
     policy: &LabelPolicy,
 ) -> Vec<(String, String)> {
     let nodes: Vec<Arc<ExistingNode>> = schedulable_nodes(snapshot, &NodeMemo::new())
         .into_iter()
         .filter(|node| !excluded.contains(node.name.as_str()))
+        .chain(
+            in_flight
+                .iter()
+                .filter_map(|claim| convert::in_flight_node_claim(claim, &[]).ok())
+                .map(Arc::new),
+        )
         .collect();
     let converted: Vec<core_domain::scheduler::Pod> = pods
         .iter()
