@@ -105,3 +105,75 @@ fn a_missing_file_exits_2() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
 }
+
+#[test]
+fn a_chaos_run_that_holds_exits_0_and_a_checked_scenario_that_breaks_exits_1_naming_it() {
+    let output = simulate()
+        .args(["--chaos", "2", "--runs", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(output.status.success(), "{stdout}");
+    assert!(
+        stdout.contains("chaos seed 2: every invariant held"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("1 chaos run(s), 1 held every invariant"),
+        "{stdout}"
+    );
+
+    // A pod no instance type can hold never runs: `pod-never-ran` at the end.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("giant.yaml");
+    let scenario = r#"
+name: giant
+duration: 1h
+cloud:
+  instanceTypes: [m5.large]
+  images: [{id: ami-0a1, name: al2023, created: "2025-12-01T00:00:00Z", tags: {team: platform}}]
+  subnets: [{id: subnet-a, zone: us-east-1a, tags: {discovery: demo}}]
+  securityGroups: [{id: sg-1, name: nodes, tags: {discovery: demo}}]
+objects:
+  - apiVersion: karpenter.k8s.aws/v1
+    kind: EC2NodeClass
+    metadata: {name: default}
+    spec:
+      role: KarpenterNodeRole
+      amiFamily: AL2023
+      amiSelectorTerms: [{tags: {team: platform}}]
+      subnetSelectorTerms: [{tags: {discovery: demo}}]
+      securityGroupSelectorTerms: [{tags: {discovery: demo}}]
+  - apiVersion: karpenter.sh/v1
+    kind: NodePool
+    metadata: {name: default}
+    spec:
+      template:
+        spec:
+          nodeClassRef: {group: karpenter.k8s.aws, kind: EC2NodeClass, name: default}
+          requirements: [{key: karpenter.sh/capacity-type, operator: In, values: [on-demand]}]
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: giant}
+    spec:
+      replicas: 1
+      selector: {matchLabels: {app: giant}}
+      template:
+        metadata: {labels: {app: giant}}
+        spec:
+          containers: [{name: giant, image: registry.invalid/giant, resources: {requests: {cpu: "64"}}}]
+"#;
+    std::fs::write(&path, scenario).unwrap();
+    let output = simulate()
+        .arg("--check")
+        .arg("-q")
+        .arg(&path)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("invariant broken: 1:00:00 pod-never-ran: 1 pod(s) still wait"),
+        "{stderr}"
+    );
+}

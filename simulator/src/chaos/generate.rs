@@ -326,7 +326,7 @@ fn faults(draw: &mut Draw, cluster: &Cluster) -> Vec<Value> {
             .as_str()
             .unwrap_or_default()
             .to_owned();
-        let fault = match draw.below(17) {
+        let fault = match draw.below(18) {
             0 => json!({"pluginOutage": {"for": draw.minutes(1, 10)}}),
             1 => json!({"slowPlugin": {"for": draw.minutes(1, 5)}}),
             2 => json!({"conflicts": {"for": draw.minutes(2, 10)}}),
@@ -425,6 +425,7 @@ fn faults(draw: &mut Draw, cluster: &Cluster) -> Vec<Value> {
             }
             15 => json!({"cloud": {"interrupt": {"kind": "SpotInterruption", "nodePool": pool,
                                                  "count": draw.between(2, 4)}}}),
+            16 => json!({"cloud": {"launchFailures": draw.between(1, 3)}}),
             _ => {
                 let (name, replicas) = draw.pick(&cluster.deployments).clone();
                 json!({"scale": {"kind": "Deployment", "namespace": "default", "name": name,

@@ -38,6 +38,12 @@ impl Simulation {
                 self.cloud.set_capacity_errors(errors);
             }
             Action::Cloud(CloudChange::Interrupt(spec)) => self.interrupt(spec).await?,
+            Action::Cloud(CloudChange::LaunchFailures(count)) => {
+                self.launch_failures = (
+                    self.launch_failures.0.saturating_add(*count),
+                    now.checked_add(world::REGISTRATION_FAILURES_FOR).ok(),
+                );
+            }
             Action::Cloud(CloudChange::RegistrationFailures(count)) => {
                 self.world.fail_registrations(*count, now);
             }

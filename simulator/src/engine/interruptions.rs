@@ -197,6 +197,31 @@ impl Simulation {
         }
     }
 
+    /// `cloud: {launchFailures}`: instances still starting are terminated by the cloud, as
+    /// many as the event said, until its window closes.
+    pub(super) async fn fail_launches(&mut self, now: Timestamp) {
+        let (count, until) = self.launch_failures;
+        if count == 0 || until.is_none_or(|until| now >= until) {
+            return;
+        }
+        let starting: Vec<String> = self
+            .cloud
+            .instances()
+            .await
+            .into_iter()
+            .filter(|i| i.state == "pending")
+            .map(|i| i.provider_id)
+            .take(count)
+            .collect();
+        for provider_id in starting {
+            if let Ok((_, instance)) = parse_provider_id(&provider_id) {
+                tracing::debug!(provider_id, "the instance fails to start (simulated)");
+                self.cloud.terminate(&instance).await;
+                self.launch_failures.0 -= 1;
+            }
+        }
+    }
+
     /// The earliest retirement still to come.
     pub(super) fn next_retirement(&self) -> Option<Timestamp> {
         self.retirements.iter().map(|(at, _)| *at).min()

@@ -255,6 +255,8 @@ pub struct Simulation {
     interruption_events: u64,
     /// The invariants, when checked ([`run_checked`]).
     invariants: Option<Invariants>,
+    /// `cloud: {launchFailures}`: how many of the instances launched until when still fail.
+    launch_failures: (usize, Option<Timestamp>),
 }
 
 impl Simulation {
@@ -342,6 +344,7 @@ impl Simulation {
             retirements: Vec::new(),
             interruption_events: 0,
             invariants: None,
+            launch_failures: (0, None),
         };
         let objects = simulation.scenario.objects.clone();
         for (i, manifest) in objects.iter().enumerate() {
@@ -466,6 +469,7 @@ impl Simulation {
             self.act(&event.field, &event.action, observer).await?;
         }
         self.retire_due(now).await;
+        self.fail_launches(now).await;
         self.world.step(now).await?;
         self.recorder
             .record(self.events.drain(), &self.outage, now, observer);

@@ -305,6 +305,9 @@ pub enum CloudChange {
     /// Of the instances due to join in the next 10 minutes, the first this many never do (a
     /// broken bootstrap, fixed by then).
     RegistrationFailures(usize),
+    /// Of the instances launched in the next 10 minutes, the first this many fail while they
+    /// start: the cloud terminates them before they run.
+    LaunchFailures(usize),
 }
 
 /// Which instances or nodes an event is about: a seeded pick of `count` of a NodePool's, or

@@ -518,11 +518,12 @@ pub(super) fn event(
         }
         "cloud" => {
             let mut c = Fields::of(&field, body)?;
-            const CHANGES: [&str; 4] = [
+            const CHANGES: [&str; 5] = [
                 "publishImage",
                 "capacityErrors",
                 "interrupt",
                 "registrationFailures",
+                "launchFailures",
             ];
             let present: Vec<&'static str> = CHANGES
                 .into_iter()
@@ -546,6 +547,7 @@ pub(super) fn event(
             let publish_field = c.field("publishImage");
             let interrupt_field = c.field("interrupt");
             let failures_field = c.field("registrationFailures");
+            let launches_field = c.field("launchFailures");
             let change = if let Some(image_value) = c.get("publishImage") {
                 CloudChange::PublishImage(self::image(&publish_field, image_value)?)
             } else if let Some(items) = c.list("capacityErrors")? {
@@ -556,6 +558,8 @@ pub(super) fn event(
                 )?)
             } else if let Some(value) = c.get("interrupt") {
                 CloudChange::Interrupt(self::interrupt(&interrupt_field, value)?)
+            } else if let Some(count) = c.get("launchFailures") {
+                CloudChange::LaunchFailures(positive_count(&launches_field, count)?)
             } else {
                 let count = c.get("registrationFailures").unwrap_or(&Value::Null);
                 CloudChange::RegistrationFailures(positive_count(&failures_field, count)?)

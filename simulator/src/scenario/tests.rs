@@ -277,7 +277,7 @@ fn interruptions_and_node_conditions_read_and_refuse_naming_the_field() {
 #[test]
 fn the_fault_events_read_into_their_actions() {
     let scenario = parse(
-        "name: t\nduration: 1h\nevents:\n  - {at: 1m, slowPlugin: {for: 2m}}\n  - {at: 2m, conflicts: {for: 3m}}\n  - {at: 3m, deleteNodes: {nodePool: general, count: 2}}\n  - {at: 4m, deleteNodes: {nodes: [n1]}}\n  - {at: 5m, cloud: {registrationFailures: 3}}\n",
+        "name: t\nduration: 1h\nevents:\n  - {at: 1m, slowPlugin: {for: 2m}}\n  - {at: 2m, conflicts: {for: 3m}}\n  - {at: 3m, deleteNodes: {nodePool: general, count: 2}}\n  - {at: 4m, deleteNodes: {nodes: [n1]}}\n  - {at: 5m, cloud: {registrationFailures: 3}}\n  - {at: 6m, cloud: {launchFailures: 2}}\n",
     )
     .unwrap();
     let actions: Vec<&Action> = scenario.events.iter().map(|e| &e.action).collect();
@@ -292,6 +292,7 @@ fn the_fault_events_read_into_their_actions() {
             }),
             &Action::DeleteNodes(Targets::Named(vec!["n1".to_owned()])),
             &Action::Cloud(CloudChange::RegistrationFailures(3)),
+            &Action::Cloud(CloudChange::LaunchFailures(2)),
         ]
     );
 }
@@ -315,6 +316,10 @@ fn a_bad_fault_event_names_its_field() {
         (
             "{at: 1m, cloud: {registrationFailures: 1, capacityErrors: []}}",
             "events[0].cloud",
+        ),
+        (
+            "{at: 1m, cloud: {launchFailures: many}}",
+            "events[0].cloud.launchFailures",
         ),
     ] {
         let error = error_of(&format!("name: t\nduration: 1h\nevents:\n  - {event}\n"));
