@@ -314,6 +314,20 @@ fn daemon_set() -> Value {
     })
 }
 
+/// Capacity errors from `at`, cleared 5 to 25 minutes later (by `last` at the latest): the
+/// event setting them, the clearing one pushed onto `events`.
+fn capacity_errors(
+    draw: &mut Draw,
+    events: &mut Vec<(usize, Value)>,
+    errors: Vec<Value>,
+    at: usize,
+    last: usize,
+) -> Value {
+    let clear = (at + draw.between(5, 25)).min(last);
+    events.push((clear, json!({"cloud": {"capacityErrors": []}})));
+    json!({"cloud": {"capacityErrors": errors}})
+}
+
 /// The fault schedule: 3 to 14 faults in the run's first part, each at a whole minute.
 fn faults(draw: &mut Draw, cluster: &Cluster) -> Vec<Value> {
     let last = usize::try_from((DURATION.saturating_sub(TAIL)).as_secs() / 60).unwrap_or(60);
@@ -340,9 +354,7 @@ fn faults(draw: &mut Draw, cluster: &Cluster) -> Vec<Value> {
                         })
                     })
                     .collect();
-                let clear = (at + draw.between(5, 25)).min(last);
-                events.push((clear, json!({"cloud": {"capacityErrors": []}})));
-                json!({"cloud": {"capacityErrors": errors}})
+                capacity_errors(draw, &mut events, errors, at, last)
             }
             5 => {
                 images += 1;
@@ -392,9 +404,7 @@ fn faults(draw: &mut Draw, cluster: &Cluster) -> Vec<Value> {
                     .iter()
                     .map(|t| json!({"instanceType": t, "zone": zone}))
                     .collect();
-                let clear = (at + draw.between(5, 25)).min(last);
-                events.push((clear, json!({"cloud": {"capacityErrors": []}})));
-                json!({"cloud": {"capacityErrors": errors}})
+                capacity_errors(draw, &mut events, errors, at, last)
             }
             13 => {
                 // A requirement edit: one instance type less (requirement drift), or the

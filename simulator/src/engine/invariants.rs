@@ -404,28 +404,19 @@ impl Invariants {
         now: Timestamp,
     ) {
         let t = seconds(start, now);
-        let live = |i: &InstanceView| i.state == "pending" || i.state == "running";
-        let claimed: BTreeSet<&str> = snapshot
-            .node_claims()
-            .filter_map(|c| c.status.as_ref())
-            .map(|s| s.provider_id.as_str())
-            .filter(|id| !id.is_empty())
-            .collect();
-        for instance in instances.iter().filter(|i| live(i)) {
-            if !claimed.contains(instance.provider_id.as_str()) {
-                self.violate(
-                    t,
-                    "orphaned-instance",
-                    format!(
-                        "instance {} ({}) runs with no NodeClaim",
-                        instance.provider_id, instance.instance_type
-                    ),
-                );
-            }
+        for instance in orphaned_instances(snapshot, instances) {
+            self.violate(
+                t,
+                "orphaned-instance",
+                format!(
+                    "instance {} ({}) runs with no NodeClaim",
+                    instance.provider_id, instance.instance_type
+                ),
+            );
         }
         let alive: BTreeSet<&str> = instances
             .iter()
-            .filter(|i| live(i))
+            .filter(|i| is_live(i))
             .map(|i| i.provider_id.as_str())
             .collect();
         for claim in snapshot.node_claims() {

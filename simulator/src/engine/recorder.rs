@@ -295,19 +295,12 @@ impl Recorder {
             .iter()
             .filter(|name| !present.contains(name.as_str()))
             .count();
-        let claimed: BTreeSet<&str> = snapshot
-            .node_claims()
-            .filter_map(|c| c.status.as_ref())
-            .map(|s| s.provider_id.as_str())
-            .filter(|id| !id.is_empty())
-            .collect();
-        let live = |i: &&InstanceView| i.state == "pending" || i.state == "running";
-        let orphaned = instances
+        let orphaned = orphaned_instances(snapshot, instances).count();
+        let cost: f64 = instances
             .iter()
-            .filter(live)
-            .filter(|i| !claimed.contains(i.provider_id.as_str()))
-            .count();
-        let cost: f64 = instances.iter().filter(live).filter_map(|i| i.price).sum();
+            .filter(|i| is_live(i))
+            .filter_map(|i| i.price)
+            .sum();
         Stats {
             node_claims_created: created as u64,
             node_claims_deleted: deleted as u64,
@@ -321,6 +314,27 @@ impl Recorder {
             cost_lower_bound_per_hour_at_end: None,
         }
     }
+}
+
+/// Whether the instance is starting or running (what costs, and what a NodeClaim must hold).
+pub(super) fn is_live(instance: &InstanceView) -> bool {
+    instance.state == "pending" || instance.state == "running"
+}
+
+/// The live instances no NodeClaim holds (by provider ID).
+pub(super) fn orphaned_instances<'a>(
+    snapshot: &Snapshot,
+    instances: &'a [InstanceView],
+) -> impl Iterator<Item = &'a InstanceView> {
+    let claimed: BTreeSet<String> = snapshot
+        .node_claims()
+        .filter_map(|c| c.status.as_ref())
+        .map(|s| s.provider_id.clone())
+        .filter(|id| !id.is_empty())
+        .collect();
+    instances
+        .iter()
+        .filter(move |i| is_live(i) && !claimed.contains(&i.provider_id))
 }
 
 pub(super) fn elapsed(since: Timestamp, now: Timestamp) -> Duration {
