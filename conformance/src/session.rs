@@ -300,7 +300,7 @@ impl Launcher {
                 LaunchState::Pending if started.elapsed() < self.settle_timeout => {
                     let wait = answer
                         .retry_after
-                        .and_then(|d| Duration::try_from(d).ok())
+                        .and_then(|d| provider_sdk::duration::from_proto(d).ok())
                         .unwrap_or(Duration::from_secs(5))
                         .clamp(
                             self.poll_interval,

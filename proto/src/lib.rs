@@ -10,6 +10,7 @@
 //! - [`connect`]: a channel to a plugin at the same kind of endpoint.
 //! - [`status`]: building and reading the API's machine-readable errors.
 //! - [`logging`]: structured `tracing` logs, text or JSON.
+//! - [`duration`]: a peer's `google.protobuf.Duration` read without overflow.
 //! - [`chunk`]: splitting an instance type catalogue into stream chunks under a size limit.
 //! - `testing` (feature `testing`, for this crate's own dev-dependency only): the private
 //!   connection wrapper driven from the fuzz tests.
@@ -21,6 +22,7 @@
 mod authority;
 pub mod chunk;
 pub mod connect;
+pub mod duration;
 pub mod endpoint;
 pub mod json;
 pub mod logging;

@@ -216,26 +216,8 @@ pub(super) fn resolved_from_proto(
     })
 }
 
-/// The range `google.protobuf.Duration` documents: about 10,000 years either way.
-const MAX_DURATION_SECONDS: i64 = 315_576_000_000;
-
-/// A plugin's `google.protobuf.Duration` as a `Duration`; the problem otherwise (`-5s is
-/// negative`, or a value outside the type's documented range). Checked before prost's own
-/// conversion and `Display`, which negate the seconds and overflow on `i64::MIN` (a panic in
-/// debug builds, a wrapped value in release).
-pub(super) fn duration_from_proto(d: prost_types::Duration) -> Result<Duration, String> {
-    let prost_types::Duration { seconds, nanos } = d;
-    let in_range = (-MAX_DURATION_SECONDS..=MAX_DURATION_SECONDS).contains(&seconds)
-        && (-999_999_999..=999_999_999).contains(&nanos)
-        && !(seconds > 0 && nanos < 0 || seconds < 0 && nanos > 0);
-    if !in_range {
-        return Err(format!(
-            "{{seconds: {seconds}, nanos: {nanos}}} is outside google.protobuf.Duration's range"
-        ));
-    }
-    // In range, prost's conversion and display are exact.
-    Duration::try_from(d).map_err(|_| format!("{d} is negative"))
-}
+/// A plugin's `google.protobuf.Duration`, read without overflow.
+pub(super) use provider_sdk::duration::from_proto as duration_from_proto;
 
 pub(super) fn condition_from_proto(
     condition: v1::Condition,
