@@ -29,7 +29,7 @@
 //! - `pod-never-ran`: no pod has waited unscheduled for [`PENDING_LIMIT`].
 
 use core_svc::controllers::nodeclaim::node_provider_id;
-use core_svc::disruption::budgets::{budget_limit, count_nodes, effective_budgets};
+use core_svc::disruption::budgets::{NodePoolNodes, budget_limit, count_nodes, effective_budgets};
 use core_svc::disruption::candidates::{node_claim_of, node_claims_by_provider_id};
 use karpenter_api::DisruptionReason;
 
@@ -103,6 +103,62 @@ fn annotated(meta: &kube::api::ObjectMeta) -> bool {
         .as_ref()
         .and_then(|a| a.get(DO_NOT_DISRUPT))
         .is_some_and(|value| value == "true")
+}
+
+/// What holds a disruption candidate by `karpenter.sh/do-not-disrupt`, if anything: its
+/// NodeClaim, its node, or one of its running `pods` (not for drift of a NodeClaim with a
+/// `terminationGracePeriod`, which upstream's eventual class lets through pod blocks).
+fn holder(
+    reason: DisruptionReason,
+    candidate: &str,
+    claim: Option<&NodeClaim>,
+    node: Option<&Node>,
+    pods: &[&Pod],
+) -> Option<String> {
+    if claim.is_some_and(|c| annotated(&c.metadata)) {
+        return Some(format!("NodeClaim {candidate}"));
+    }
+    if let Some(node) = node.filter(|n| annotated(&n.metadata)) {
+        return Some(format!(
+            "node {}",
+            node.metadata.name.as_deref().unwrap_or_default()
+        ));
+    }
+    let eventual = reason == DisruptionReason::Drifted
+        && claim.is_some_and(|c| c.spec.termination_grace_period.is_some());
+    if eventual {
+        return None;
+    }
+    pods.iter().find(|pod| annotated(&pod.metadata)).map(|pod| {
+        format!(
+            "pod {}/{}",
+            pod.metadata.namespace.as_deref().unwrap_or_default(),
+            pod.metadata.name.as_deref().unwrap_or_default()
+        )
+    })
+}
+
+/// The provider IDs of the Nodes that joined.
+fn registered_provider_ids(snapshot: &Snapshot) -> BTreeSet<&str> {
+    snapshot
+        .nodes()
+        .map(node_provider_id)
+        .filter(|id| !id.is_empty())
+        .collect()
+}
+
+/// The NodeClaims launched and not registered yet, not being deleted: capacity on its way.
+fn launched_unregistered(snapshot: &Snapshot) -> Vec<&NodeClaim> {
+    let registered = registered_provider_ids(snapshot);
+    snapshot
+        .node_claims()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| {
+            c.status.as_ref().is_some_and(|status| {
+                !status.provider_id.is_empty() && !registered.contains(status.provider_id.as_str())
+            })
+        })
+        .collect()
 }
 
 fn seconds(since: Timestamp, now: Timestamp) -> u64 {
@@ -227,27 +283,7 @@ impl Invariants {
                     .copied()
                     .filter(|pod| !world::is_terminal(pod) && !world::is_terminating(pod))
                     .collect();
-                let held_by = claim
-                    .filter(|c| annotated(&c.metadata))
-                    .map(|_| format!("NodeClaim {candidate}"))
-                    .or_else(|| {
-                        node.filter(|n| annotated(&n.metadata))
-                            .map(|_| format!("node {}", node_name.unwrap_or_default()))
-                    })
-                    .or_else(|| {
-                        let eventual = reason == DisruptionReason::Drifted
-                            && claim.is_some_and(|c| c.spec.termination_grace_period.is_some());
-                        if eventual {
-                            return None;
-                        }
-                        pods.iter().find(|pod| annotated(&pod.metadata)).map(|pod| {
-                            format!(
-                                "pod {}/{}",
-                                pod.metadata.namespace.as_deref().unwrap_or_default(),
-                                pod.metadata.name.as_deref().unwrap_or_default()
-                            )
-                        })
-                    });
+                let held_by = holder(reason, candidate, claim, node, &pods);
                 if let Some(held_by) = held_by {
                     self.violate(
                         t,
@@ -264,21 +300,7 @@ impl Invariants {
             }
             let replacements = event.field("replacements").unwrap_or("0");
             if replacements == "0" && !leaving.is_empty() {
-                let registered: BTreeSet<&str> = before
-                    .nodes()
-                    .map(node_provider_id)
-                    .filter(|id| !id.is_empty())
-                    .collect();
-                let in_flight: Vec<&NodeClaim> = before
-                    .node_claims()
-                    .filter(|c| c.metadata.deletion_timestamp.is_none())
-                    .filter(|c| {
-                        c.status.as_ref().is_some_and(|status| {
-                            !status.provider_id.is_empty()
-                                && !registered.contains(status.provider_id.as_str())
-                        })
-                    })
-                    .collect();
+                let in_flight = launched_unregistered(before);
                 let stranded =
                     world::scheduler::unplaceable(before, &leaving, &excluded, &in_flight, policy);
                 if !stranded.is_empty() {
@@ -300,6 +322,19 @@ impl Invariants {
                 }
             }
         }
+        self.check_budgets(t, before, &counts, per_pool, now);
+    }
+
+    /// The disruptions one pass started, by NodePool and reason, against what the budgets
+    /// allowed before it.
+    fn check_budgets(
+        &mut self,
+        t: u64,
+        before: &Snapshot,
+        counts: &BTreeMap<String, NodePoolNodes>,
+        per_pool: BTreeMap<(String, DisruptionReason), Vec<String>>,
+        now: Timestamp,
+    ) {
         for ((pool, reason), chosen) in per_pool {
             let Some(node_pool) = before
                 .node_pools()
@@ -333,11 +368,7 @@ impl Invariants {
 
     /// After a change: NodeClaims past their timeouts.
     pub(super) fn after_change(&mut self, snapshot: &Snapshot, start: Timestamp, now: Timestamp) {
-        let registered: BTreeSet<&str> = snapshot
-            .nodes()
-            .map(node_provider_id)
-            .filter(|id| !id.is_empty())
-            .collect();
+        let registered = registered_provider_ids(snapshot);
         let mut found = Vec::new();
         for claim in snapshot.node_claims() {
             let name = claim.metadata.name.clone().unwrap_or_default();
