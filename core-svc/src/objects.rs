@@ -96,8 +96,9 @@ pub fn tolerates_disrupted_taint(pod: &Pod) -> bool {
         .any(|toleration| tolerates(toleration, DISRUPTED_TAINT_KEY, "", DISRUPTED_TAINT_EFFECT))
 }
 
-/// Kubernetes' `Toleration.ToleratesTaint`.
-fn tolerates(toleration: &Toleration, key: &str, value: &str, effect: &str) -> bool {
+/// Kubernetes' `Toleration.ToleratesTaint`: whether `toleration` tolerates the taint `key`,
+/// `value`, `effect`.
+pub fn tolerates(toleration: &Toleration, key: &str, value: &str, effect: &str) -> bool {
     if toleration
         .effect
         .as_deref()

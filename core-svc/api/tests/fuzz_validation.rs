@@ -143,15 +143,16 @@ impl Target {
     }
 }
 
-#[test]
-fn fuzz_nodepool() {
-    let target = Target::load("nodepool");
-    let old: NodePool = serde_json::from_value(target.seeds[0].clone()).expect("seed 0 reads");
-    target.replay(|value| check_nodepool(value, &old));
+/// Replays the corpus of `target`, then mutates its seeds as documents and as text, checking
+/// each with `check` against the first seed as the object's old version.
+fn fuzz_object<K: serde::de::DeserializeOwned>(target: &str, check: fn(&Value, &K)) {
+    let target = Target::load(target);
+    let old: K = serde_json::from_value(target.seeds[0].clone()).expect("seed 0 reads");
+    target.replay(|value| check(value, &old));
     let mut runner = TestRunner::new(fuzz::config(512, file!()));
     runner
         .run(&fuzz::mutated(target.seeds.clone()), |value| {
-            check_nodepool(&value, &old);
+            check(&value, &old);
             Ok(())
         })
         .unwrap();
@@ -159,7 +160,7 @@ fn fuzz_nodepool() {
     runner
         .run(&fuzz::mutated_text(target.texts()), |text| {
             if let Ok(value) = serde_json::from_str::<Value>(&text) {
-                check_nodepool(&value, &old);
+                check(&value, &old);
             }
             Ok(())
         })
@@ -167,26 +168,13 @@ fn fuzz_nodepool() {
 }
 
 #[test]
+fn fuzz_nodepool() {
+    fuzz_object::<NodePool>("nodepool", check_nodepool);
+}
+
+#[test]
 fn fuzz_nodeclaim() {
-    let target = Target::load("nodeclaim");
-    let old: NodeClaim = serde_json::from_value(target.seeds[0].clone()).expect("seed 0 reads");
-    target.replay(|value| check_nodeclaim(value, &old));
-    let mut runner = TestRunner::new(fuzz::config(512, file!()));
-    runner
-        .run(&fuzz::mutated(target.seeds.clone()), |value| {
-            check_nodeclaim(&value, &old);
-            Ok(())
-        })
-        .unwrap();
-    let mut runner = TestRunner::new(fuzz::config(128, file!()));
-    runner
-        .run(&fuzz::mutated_text(target.texts()), |text| {
-            if let Ok(value) = serde_json::from_str::<Value>(&text) {
-                check_nodeclaim(&value, &old);
-            }
-            Ok(())
-        })
-        .unwrap();
+    fuzz_object::<NodeClaim>("nodeclaim", check_nodeclaim);
 }
 
 fn key() -> impl Strategy<Value = String> {

@@ -28,6 +28,7 @@
 //!   run);
 //! - `pod-never-ran`: no pod has waited unscheduled for [`PENDING_LIMIT`].
 
+use core_domain::labels::ANNOTATION_DO_NOT_DISRUPT as DO_NOT_DISRUPT;
 use core_svc::controllers::nodeclaim::node_provider_id;
 use core_svc::disruption::budgets::{NodePoolNodes, budget_limit, count_nodes, effective_budgets};
 use core_svc::disruption::candidates::{node_claim_of, node_claims_by_provider_id};
@@ -45,12 +46,6 @@ pub const PENDING_LIMIT: Duration = Duration::from_secs(20 * 60);
 /// How far past a timeout a NodeClaim may get before it counts as stuck: the controllers'
 /// requeue intervals, a launch and a drain's last pods.
 const STUCK_MARGIN: Duration = Duration::from_secs(10 * 60);
-
-/// The registration timeout core runs with (core's default).
-const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(15 * 60);
-
-/// The annotation that holds a pod's, node's or NodeClaim's disruption.
-const DO_NOT_DISRUPT: &str = "karpenter.sh/do-not-disrupt";
 
 /// A broken invariant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -369,6 +364,8 @@ impl Invariants {
     /// After a change: NodeClaims past their timeouts.
     pub(super) fn after_change(&mut self, snapshot: &Snapshot, start: Timestamp, now: Timestamp) {
         let registered = registered_provider_ids(snapshot);
+        // The simulation runs core with its default settings.
+        let registration_timeout = Settings::default().registration_timeout;
         let mut found = Vec::new();
         for claim in snapshot.node_claims() {
             let name = claim.metadata.name.clone().unwrap_or_default();
@@ -402,7 +399,7 @@ impl Invariants {
                 let Some(created) = &claim.metadata.creation_timestamp else {
                     continue;
                 };
-                let allowed = REGISTRATION_TIMEOUT
+                let allowed = registration_timeout
                     .saturating_add(STUCK_MARGIN)
                     .saturating_add(self.disturbed(created.0, now));
                 if elapsed(created.0, now) > allowed {
@@ -412,7 +409,7 @@ impl Invariants {
                         format!(
                             "unregistered {}s after it was created (registration timeout {}s), and not being deleted",
                             seconds(created.0, now),
-                            REGISTRATION_TIMEOUT.as_secs()
+                            registration_timeout.as_secs()
                         ),
                     ));
                 }

@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use core_svc::cluster::{Cluster, ClusterExt, DeleteOptions, InMemoryCluster, Snapshot};
+use core_svc::objects::tolerates;
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, Pod, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -73,23 +74,12 @@ fn toleration(pod: &Pod, taint: &Taint) -> Option<Duration> {
         .and_then(|spec| spec.tolerations.as_deref())
         .unwrap_or_default();
     let matching = tolerations.iter().find(|t| {
-        let key_matches = t
-            .key
-            .as_deref()
-            .is_none_or(|k| k.is_empty() || k == taint.key);
-        let effect_matches = t
-            .effect
-            .as_deref()
-            .is_none_or(|e| e.is_empty() || e == taint.effect);
-        let operator_matches = match t.operator.as_deref() {
-            Some("Exists") => true,
-            _ => {
-                t.key.is_some()
-                    && t.value.as_deref().unwrap_or_default()
-                        == taint.value.as_deref().unwrap_or_default()
-            }
-        };
-        key_matches && effect_matches && operator_matches
+        tolerates(
+            t,
+            &taint.key,
+            taint.value.as_deref().unwrap_or_default(),
+            &taint.effect,
+        )
     });
     match matching {
         None => Some(DEFAULT_TOLERATION),

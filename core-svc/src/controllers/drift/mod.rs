@@ -343,56 +343,43 @@ impl<C: Cluster, P: CloudProvider> DriftController<C, P> {
             );
             drift.map_or(Verdict::NotDrifted, Verdict::Drifted)
         };
-        match self
+        let (verdict, failure) = match self
             .ctx
             .cloud
             .is_drifted(&request, &launched, &class_json)
             .await
         {
-            Ok(None) => remember(None),
+            Ok(None) => (remember(None), None),
             Ok(Some(drift)) => {
                 // A replacement is only ever started for an instance the plugin has.
                 let answer = self.ctx.cloud.get(&launched.provider_id).await;
                 match drift_confirmation(name, &launched.provider_id, &drift, &answer) {
-                    DriftConfirmation::Confirmed => remember(Some(drift)),
+                    DriftConfirmation::Confirmed => (remember(Some(drift)), None),
                     DriftConfirmation::Refused(problem) => {
                         self.ctx.cloud.answer_refused(Rpc::IsDrifted, &problem);
-                        let error = CloudProviderError::InvalidResponse(problem);
-                        self.plugin_failed(
-                            pass,
-                            ObjectRef::cluster_scoped("NodeClaim", name),
-                            "nodeClaim",
-                            &error,
-                        );
-                        Verdict::Unknown
+                        (
+                            Verdict::Unknown,
+                            Some(CloudProviderError::InvalidResponse(problem)),
+                        )
                     }
-                    DriftConfirmation::Unknown => {
-                        if let Err(error) = answer {
-                            self.plugin_failed(
-                                pass,
-                                ObjectRef::cluster_scoped("NodeClaim", name),
-                                "nodeClaim",
-                                &error,
-                            );
-                        }
-                        Verdict::Unknown
-                    }
+                    DriftConfirmation::Unknown => (Verdict::Unknown, answer.err()),
                 }
             }
-            Err(CloudProviderError::Unsupported { .. }) => remember(None),
+            Err(CloudProviderError::Unsupported { .. }) => (remember(None), None),
             Err(CloudProviderError::NotFound(_) | CloudProviderError::NodeClassNotReady(_)) => {
-                Verdict::Unknown
+                (Verdict::Unknown, None)
             }
-            Err(error) => {
-                self.plugin_failed(
-                    pass,
-                    ObjectRef::cluster_scoped("NodeClaim", name),
-                    "nodeClaim",
-                    &error,
-                );
-                Verdict::Unknown
-            }
+            Err(error) => (Verdict::Unknown, Some(error)),
+        };
+        if let Some(error) = failure {
+            self.plugin_failed(
+                pass,
+                ObjectRef::cluster_scoped("NodeClaim", name),
+                "nodeClaim",
+                &error,
+            );
         }
+        verdict
     }
 
     /// Writes the condition `verdict` calls for, and its event.
