@@ -17,6 +17,8 @@
 //!   cheapest first, ties by name.
 //! - [`do_not_disrupt`]: the pod annotation's values (`"true"`, a duration, anything else:
 //!   invalid, reported for an event).
+//! - [`successors`]: the evicted pods of leaving nodes whose controller has not made their
+//!   successors yet, which a disruption simulation must still find room for.
 //! - [`explain`](mod@explain): the one place that turns all of the above, plus what the
 //!   controller observed, into the sentence a `DisruptionBlocked` event carries.
 //!
@@ -38,6 +40,7 @@ pub mod cost;
 pub mod cron;
 pub mod do_not_disrupt;
 pub mod explain;
+pub mod successors;
 
 pub use budgets::{
     ActiveBudget, BudgetError, BudgetProblem, CronError, CronSchedule, Limit, NodePoolAllowance,

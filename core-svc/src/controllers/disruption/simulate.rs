@@ -7,7 +7,9 @@
 //!   the nodes that are already leaving without being marked in the snapshot (the candidates of
 //!   commands in flight, whose replacements are being launched);
 //! - as pods placed first: the pods waiting for capacity (pending, and the reschedulable pods
-//!   of nodes being deleted) and the reschedulable pods of the leaving nodes. They are solved
+//!   of nodes being deleted), the reschedulable pods of the leaving nodes, and the pods evicted
+//!   from either whose controller has not made their successors yet
+//!   ([`awaiting_successors`]). They are solved
 //!   once, alone; those that fit existing capacity (the replacements in flight, typically) are
 //!   bound to it in the input, so a candidate's pod never takes a place already promised; the
 //!   others stay in every simulation, competing for new capacity only;
@@ -64,6 +66,7 @@ use crate::controllers::provisioning::input::{self, Catalogue, Sources};
 use crate::controllers::provisioning::memo::NodeMemo;
 use crate::controllers::provisioning::selection;
 use crate::disruption::candidates::is_reschedulable;
+use crate::disruption::successors::awaiting_successors;
 
 /// What a [`Simulator`] is built from.
 #[derive(Debug, Clone, Copy)]
@@ -244,6 +247,19 @@ impl State {
                 if is_reschedulable(pod) && seen.insert(pod_key(pod)) {
                     waiting.push(pod);
                 }
+            }
+        }
+        // In name order: the pods' order is the scheduler's.
+        let gone: BTreeSet<&str> = selection::deleting_nodes(snapshot)
+            .into_iter()
+            .chain(sources.leaving.iter().map(String::as_str))
+            .collect();
+        let gone = gone
+            .into_iter()
+            .flat_map(|node| pods_by_node.get(node).into_iter().flatten().copied());
+        for pod in awaiting_successors(snapshot, gone) {
+            if seen.insert(pod_key(pod)) {
+                waiting.push(pod);
             }
         }
         let built = input::build(&Sources {
@@ -784,6 +800,88 @@ mod tests {
                 .iter()
                 .any(|pod| pod.to_string() == "default/candidate")
         );
+    }
+
+    #[test]
+    fn pods_evicted_from_a_leaving_node_keep_their_room_until_their_successors_exist() {
+        // node-c's pod was evicted a second ago (its drain started): terminating, it needs no
+        // place itself, but its ReplicaSet has not made its successor yet. node-b has room for
+        // one 3-CPU pod: the successor's, not the candidate's.
+        let now = crate::controllers::disruption::fixtures::now();
+        let mut evicted = pod("evicted", Some("node-c"), "3");
+        evicted.metadata.deletion_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                now.checked_add(jiff::SignedDuration::from_secs(29))
+                    .unwrap(),
+            ));
+        evicted.metadata.deletion_grace_period_seconds = Some(30);
+        let evicted_snapshot = |successor: Option<Pod>| {
+            snapshot(
+                default_pool(),
+                vec![
+                    managed("a", "default", vec![]),
+                    managed("b", "default", vec![]),
+                    managed("c", "default", vec![]),
+                ],
+                [pod("candidate", Some("node-a"), "3"), evicted.clone()]
+                    .into_iter()
+                    .chain(successor)
+                    .collect(),
+            )
+        };
+        for leaving in [&["node-c"][..], &[]] {
+            let snapshot = evicted_snapshot(None);
+            let result = &simulate_on(&snapshot, leaving, &[&["node-a"]])[0];
+            if leaving.is_empty() {
+                // Not leaving (nor deleting): node-c's terminating pod is not a displaced one.
+                assert_eq!(
+                    result.placements,
+                    [("default/candidate".to_owned(), "node-b".to_owned())]
+                );
+            } else {
+                assert!(result.all_scheduled);
+                assert!(result.placements.is_empty(), "{:?}", result.placements);
+                assert_eq!(result.new_node_claims.len(), 1);
+            }
+        }
+
+        // Its successor made (pending, created after the eviction), the evicted pod counts no
+        // more: the successor is the one waiting.
+        let mut successor = pod("successor", None, "3");
+        successor.metadata.creation_timestamp =
+            Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now));
+        let snapshot = evicted_snapshot(Some(successor));
+        let simulator_input = {
+            let leaving: BTreeSet<String> = BTreeSet::from(["node-c".to_owned()]);
+            let pods_by_node = snapshot.pods_by_node();
+            let node_pools: Vec<(&NodePool, Catalogue)> = snapshot
+                .node_pools()
+                .map(|pool| (pool, catalogue()))
+                .collect();
+            let policy = LabelPolicy::core();
+            let state = State::build(
+                &SimulationSources {
+                    snapshot: &snapshot,
+                    node_pools: &node_pools,
+                    catalogues: &HashMap::new(),
+                    label_policy: &policy,
+                    preference_policy: PreferencePolicy::Respect,
+                    leaving: &leaving,
+                    memo: None,
+                    now,
+                },
+                &pods_by_node,
+            );
+            let placed: Vec<String> = state
+                .slots
+                .iter()
+                .flat_map(|slot| slot.node.pods.iter().map(|pod| pod.id.to_string()))
+                .chain(state.input.pods.iter().map(|pod| pod.id.to_string()))
+                .filter(|pod| pod != "default/candidate")
+                .collect();
+            placed
+        };
+        assert_eq!(simulator_input, ["default/successor"]);
     }
 
     #[test]
