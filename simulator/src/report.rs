@@ -46,6 +46,18 @@ impl Report {
     }
 }
 
+/// Seconds of virtual time as the timeline prints them: `h:mm:ss`, the hours right-aligned
+/// in three columns.
+pub fn clock(t: f64) -> String {
+    let seconds = t.max(0.0) as u64;
+    format!(
+        "{:>3}:{:02}:{:02}",
+        seconds / 3600,
+        seconds / 60 % 60,
+        seconds % 60
+    )
+}
+
 /// One timeline entry: when, what, and the fields that say about what.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct TimelineEvent {
@@ -69,14 +81,7 @@ impl TimelineEvent {
     /// the others, and the message.
     pub fn line(&self) -> String {
         const IDENTIFYING: [&str; 4] = ["nodePool", "nodeClaim", "node", "pod"];
-        let seconds = self.t.max(0.0) as u64;
-        let mut line = format!(
-            "{:>3}:{:02}:{:02}  {:<20}",
-            seconds / 3600,
-            seconds / 60 % 60,
-            seconds % 60,
-            self.type_
-        );
+        let mut line = format!("{}  {:<20}", clock(self.t), self.type_);
         let mut push = |key: &str, value: &Value| {
             let text = match value {
                 Value::String(s) => s.clone(),

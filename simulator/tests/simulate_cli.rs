@@ -177,3 +177,65 @@ objects:
         "{stderr}"
     );
 }
+
+#[test]
+fn a_reader_that_stops_early_is_not_an_error() {
+    // `simulate | head -1`: the pipe closes after the first line.
+    use std::io::{BufRead as _, BufReader};
+    use std::process::Stdio;
+    let mut child = simulate()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut first = String::new();
+    BufReader::new(stdout).read_line(&mut first).unwrap();
+    // The reader is dropped here: the pipe is closed.
+    let output = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(first.contains("NodeClaimCreated"), "{first}");
+    assert!(output.status.success(), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn repeated_events_are_folded_in_the_timeline_but_kept_in_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("report.json");
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/budget-window-holds-drift.yaml"
+    );
+    let folded = simulate()
+        .arg(scenario)
+        .arg("--report")
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(folded.status.success());
+    let every = simulate()
+        .arg(scenario)
+        .arg("--every-event")
+        .output()
+        .unwrap();
+    let folded = String::from_utf8(folded.stdout).unwrap();
+    let every = String::from_utf8(every.stdout).unwrap();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let events = json["timeline"].as_array().unwrap().len();
+    assert!(
+        every.lines().filter(|line| line.starts_with(' ')).count() >= events,
+        "--every-event prints every event of the report"
+    );
+    assert!(
+        folded.contains("(the same as at"),
+        "the budget window blocks the drift pass after pass: {folded}"
+    );
+    assert!(
+        folded.lines().count() < every.lines().count(),
+        "folded: {}, every: {}",
+        folded.lines().count(),
+        every.lines().count()
+    );
+}

@@ -17,6 +17,7 @@ use std::time::Duration;
 use clap::Parser;
 use simulator::chaos;
 use simulator::engine::{self, EngineError, Observer, RunError};
+use simulator::fold::Folder;
 use simulator::report::TimelineEvent;
 use simulator::scenario;
 
@@ -43,6 +44,10 @@ struct Args {
     /// Log filter for the controllers' logs on stderr (`RUST_LOG` syntax).
     #[arg(long, env = "SIMULATE_LOG", default_value = "error")]
     log: String,
+    /// Print every timeline event; by default an event identical to one printed before (only
+    /// its time differs) is counted, not printed again.
+    #[arg(long)]
+    every_event: bool,
     /// Check the chaos runs' invariants as the scenario runs; exit 1 when one breaks.
     #[arg(long)]
     check: bool,
@@ -60,11 +65,24 @@ struct Args {
     shrink_runs: usize,
 }
 
-/// Prints the timeline as it happens and, on a terminal, a progress line.
+/// Prints the timeline as it happens, repeated events folded, and, on a terminal, a progress
+/// line.
 struct Printer {
     quiet: bool,
     progress: bool,
     last_progress: Option<u64>,
+    folder: Fold,
+    /// Whoever read stdout has stopped (`simulate ... | head`): nothing more is printed.
+    closed: bool,
+    /// Whether the run still has something to produce once stdout is closed (a report file, a
+    /// verdict); without, a closed stdout ends the program.
+    more_to_do: bool,
+}
+
+/// How the timeline is folded (see `simulator::fold`).
+enum Fold {
+    Repeats(Folder),
+    Off,
 }
 
 impl Printer {
@@ -78,16 +96,51 @@ impl Printer {
             self.last_progress = None;
         }
     }
+
+    /// Writes `lines` to stdout. A closed pipe is the reader saying it has seen enough, not an
+    /// error: printing stops, and the program ends unless it has more to do.
+    fn print(&mut self, lines: &[String]) {
+        if self.closed || lines.is_empty() {
+            return;
+        }
+        if let Err(error) = write_lines(lines) {
+            self.closed = true;
+            if error.kind() == std::io::ErrorKind::BrokenPipe && !self.more_to_do {
+                std::process::exit(0);
+            }
+        }
+    }
+
+    /// The folded events' counts, at the end of the timeline.
+    fn finish(&mut self) {
+        self.clear_progress();
+        if let Fold::Repeats(folder) = &mut self.folder {
+            let lines = folder.finish();
+            self.print(&lines);
+        }
+    }
+}
+
+/// Writes `lines` to stdout, flushed.
+fn write_lines(lines: &[String]) -> std::io::Result<()> {
+    let mut out = std::io::stdout().lock();
+    lines
+        .iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+        .and_then(|()| out.flush())
 }
 
 impl Observer for Printer {
-    #[allow(clippy::print_stdout, reason = "the timeline is the program's output")]
     fn event(&mut self, event: &TimelineEvent) {
-        if self.quiet {
+        if self.quiet || self.closed {
             return;
         }
         self.clear_progress();
-        println!("{}", event.line());
+        let lines = match &mut self.folder {
+            Fold::Repeats(folder) => folder.push(event),
+            Fold::Off => vec![event.line()],
+        };
+        self.print(&lines);
     }
 
     #[allow(
@@ -150,13 +203,20 @@ fn main() -> ExitCode {
         quiet: args.quiet,
         progress: std::io::stderr().is_terminal(),
         last_progress: None,
+        folder: if args.every_event {
+            Fold::Off
+        } else {
+            Fold::Repeats(Folder::new())
+        },
+        closed: false,
+        more_to_do: args.check || args.report.is_some(),
     };
     let result = if args.check {
         engine::run_checked_blocking(scenario, &mut printer)
     } else {
         engine::run_blocking(scenario, &mut printer).map(|report| (report, Vec::new()))
     };
-    printer.clear_progress();
+    printer.finish();
     let (report, violations) = match result {
         Ok(done) => done,
         Err(RunError::Engine(error @ EngineError::Apply { .. })) => {
@@ -175,7 +235,7 @@ fn main() -> ExitCode {
         return ExitCode::FAILURE;
     }
     if !args.quiet {
-        print_summary(&report);
+        printer.print(&summary(&report));
     }
     if args.check {
         for violation in &violations {
@@ -188,13 +248,17 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
-/// `--chaos`: runs seeds `seed..seed + runs`, shrinking and writing out each failure.
-#[allow(
-    clippy::print_stdout,
-    reason = "the runs' verdicts are the program's output"
-)]
+/// `--chaos`: runs seeds `seed..seed + runs`, shrinking and writing out each failure. A closed
+/// stdout ends the search, with the verdict so far.
 #[allow(clippy::print_stderr, reason = "errors go to stderr")]
 fn run_chaos(first: u64, args: &Args) -> ExitCode {
+    let verdict = |failed: u64| {
+        if failed == 0 {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::FAILURE
+        }
+    };
     let mut failed = 0u64;
     for seed in first..first.saturating_add(args.runs) {
         let document = chaos::generate::scenario(seed);
@@ -206,44 +270,43 @@ fn run_chaos(first: u64, args: &Args) -> ExitCode {
                 continue;
             }
         };
-        let Some(first_violation) = violations.first() else {
-            if !args.quiet {
-                println!("chaos seed {seed}: every invariant held");
+        let mut lines = Vec::new();
+        if let Some(first_violation) = violations.first() {
+            failed += 1;
+            lines.push(format!(
+                "chaos seed {seed}: {} violation(s); the first: {first_violation}",
+                violations.len()
+            ));
+            for violation in violations.iter().skip(1).take(9) {
+                lines.push(format!("  {violation}"));
             }
-            continue;
-        };
-        failed += 1;
-        println!(
-            "chaos seed {seed}: {} violation(s); the first: {first_violation}",
-            violations.len()
-        );
-        for violation in violations.iter().skip(1).take(9) {
-            println!("  {violation}");
+            let shrunk = chaos::shrink(&document, first_violation.invariant, args.shrink_runs);
+            let path = args.out.join(format!("chaos-{seed}.yaml"));
+            let header =
+                format!("# Found by `simulate --chaos {seed}`, shrunk: {first_violation}\n");
+            match std::fs::write(&path, header + &chaos::to_yaml(&shrunk)) {
+                Ok(()) => lines.push(format!("  reproduce: simulate --check {}", path.display())),
+                Err(error) => eprintln!("simulate: cannot write {}: {error}", path.display()),
+            }
+        } else if !args.quiet {
+            lines.push(format!("chaos seed {seed}: every invariant held"));
         }
-        let shrunk = chaos::shrink(&document, first_violation.invariant, args.shrink_runs);
-        let path = args.out.join(format!("chaos-{seed}.yaml"));
-        let header = format!("# Found by `simulate --chaos {seed}`, shrunk: {first_violation}\n");
-        match std::fs::write(&path, header + &chaos::to_yaml(&shrunk)) {
-            Ok(()) => println!("  reproduce: simulate --check {}", path.display()),
-            Err(error) => eprintln!("simulate: cannot write {}: {error}", path.display()),
+        if write_lines(&lines).is_err() {
+            return verdict(failed);
         }
     }
     if !args.quiet {
-        println!(
+        let _ = write_lines(&[format!(
             "{} chaos run(s), {} held every invariant, {failed} did not",
             args.runs,
             args.runs.saturating_sub(failed)
-        );
+        )]);
     }
-    if failed == 0 {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
-    }
+    verdict(failed)
 }
 
-#[allow(clippy::print_stdout, reason = "the summary is the program's output")]
-fn print_summary(report: &simulator::report::Report) {
+/// The lines after the timeline: what the run ended with.
+fn summary(report: &simulator::report::Report) -> Vec<String> {
     let stats = &report.stats;
     let running = report
         .final_state
@@ -251,11 +314,10 @@ fn print_summary(report: &simulator::report::Report) {
         .iter()
         .filter(|i| i.state == "running" || i.state == "pending")
         .count();
-    println!();
     let bound = stats
         .cost_lower_bound_per_hour_at_end
         .map_or_else(|| "none".to_owned(), |bound| format!("${bound:.4}/h"));
-    println!(
+    let totals = format!(
         "{}: {} events over {}s; {} NodeClaims, {} nodes, {} instances running at ${:.4}/h (lower bound {bound})",
         report.scenario,
         report.timeline.len(),
@@ -265,7 +327,7 @@ fn print_summary(report: &simulator::report::Report) {
         running,
         stats.cost_per_hour_at_end
     );
-    println!(
+    let activity = format!(
         "created {} NodeClaims, deleted {}; longest pending pod {}s; {} PDB violations; {} orphaned instances",
         stats.node_claims_created,
         stats.node_claims_deleted,
@@ -273,4 +335,5 @@ fn print_summary(report: &simulator::report::Report) {
         stats.pdb_violations,
         stats.orphaned_instances
     );
+    vec![String::new(), totals, activity]
 }
