@@ -5,6 +5,7 @@
 //! - [`scenario`]: the scenario file format (`simulator/SCENARIO.md`), read and checked.
 //! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
 //! - [`fold`]: the human timeline's folding of repeated events.
+//! - [`compare`]: two runs' figures side by side (`--vs`, `--set`).
 //! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
 //! - [`outage`]: the provider decorator that simulates a plugin outage or a slow plugin.
@@ -23,6 +24,7 @@ pub mod catalogue;
 pub mod chaos;
 pub mod clock;
 pub mod cloud;
+pub mod compare;
 pub mod contention;
 pub mod engine;
 pub mod fold;

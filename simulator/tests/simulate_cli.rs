@@ -239,3 +239,68 @@ fn repeated_events_are_folded_in_the_timeline_but_kept_in_the_report() {
         every.lines().count()
     );
 }
+
+#[test]
+fn set_compares_the_scenario_as_written_and_as_changed() {
+    let scenario = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scenarios/ami-upgrade-respects-budget.yaml"
+    );
+    let output = simulate()
+        .arg(scenario)
+        .args([
+            "--set",
+            r#"objects[NodePool/default].spec.disruption.budgets=[{nodes: "50%"}]"#,
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let header = stdout.lines().nth(1).unwrap();
+    assert!(
+        header.contains("ami-upgrade-respects-budget with --set"),
+        "{stdout}"
+    );
+    let most = stdout
+        .lines()
+        .find(|line| line.starts_with("most disrupting at once"))
+        .unwrap();
+    // 8 nodes: a 20% budget lets 2 disrupt at once, 50% lets 4.
+    assert!(
+        most.contains("default 2") && most.contains("default 4"),
+        "{most}"
+    );
+
+    let vs_itself = simulate()
+        .arg(scenario)
+        .arg("--vs")
+        .arg(scenario)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8(vs_itself.stdout).unwrap();
+    for line in stdout.lines().skip(1) {
+        let cells: Vec<&str> = line.split("  ").filter(|c| !c.trim().is_empty()).collect();
+        assert_eq!(cells.len(), 3, "{line}");
+        assert_eq!(
+            cells[1].trim(),
+            cells[2].trim(),
+            "the same scenario twice: {line}"
+        );
+    }
+
+    let bad = simulate()
+        .arg(scenario)
+        .args(["--set", "objects[NodePool/nope].spec=1"])
+        .output()
+        .unwrap();
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("objects[NodePool/nope]: no such object"),
+        "{stderr}"
+    );
+}

@@ -16,10 +16,12 @@ use std::time::Duration;
 
 use clap::Parser;
 use simulator::chaos;
+use simulator::compare;
 use simulator::engine::{self, EngineError, Observer, RunError};
 use simulator::fold::Folder;
 use simulator::report::TimelineEvent;
 use simulator::scenario;
+use simulator::scenario::overrides::{self, Override};
 
 // The simulator allocates and frees small objects at a high rate; glibc's malloc spent a
 // quarter of a fleet roll's time in its free lists. The `system-allocator` feature leaves it
@@ -49,8 +51,16 @@ struct Args {
     #[arg(long)]
     every_event: bool,
     /// Check the chaos runs' invariants as the scenario runs; exit 1 when one breaks.
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["vs", "set"])]
     check: bool,
+    /// Run this scenario too and print the two runs' figures side by side.
+    #[arg(long, value_name = "B.yaml", conflicts_with = "report")]
+    vs: Option<PathBuf>,
+    /// Change the scenario before it runs (`objects[NodePool/default].spec.disruption.budgets[0].nodes=20%`);
+    /// repeatable. Runs the scenario as written and as changed (or, with `--vs`, changes B), and
+    /// prints the two runs' figures side by side.
+    #[arg(long, value_name = "PATH=VALUE", conflicts_with = "report")]
+    set: Vec<String>,
     /// Chaos runs from this seed on, instead of a scenario.
     #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report"])]
     chaos: Option<u64>,
@@ -192,6 +202,9 @@ fn main() -> ExitCode {
             }
         },
     };
+    if args.vs.is_some() || !args.set.is_empty() {
+        return run_compare(&args, &source, &text);
+    }
     let scenario = match scenario::parse(&text) {
         Ok(scenario) => scenario,
         Err(error) => {
@@ -244,6 +257,95 @@ fn main() -> ExitCode {
         if !violations.is_empty() {
             return ExitCode::FAILURE;
         }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `--vs` and `--set`: runs A and B (the `--vs` scenario, else A, changed by the `--set`s) and
+/// prints their figures side by side.
+#[allow(clippy::print_stderr, reason = "errors go to stderr")]
+fn run_compare(args: &Args, source: &str, text: &str) -> ExitCode {
+    let overrides: Vec<Override> = match args.set.iter().map(|text| Override::parse(text)).collect()
+    {
+        Ok(overrides) => overrides,
+        Err(error) => {
+            eprintln!("simulate: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let (b_source, b_text) = match &args.vs {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (path.display().to_string(), text),
+            Err(error) => {
+                eprintln!("simulate: cannot read {}: {error}", path.display());
+                return ExitCode::from(2);
+            }
+        },
+        None => (source.to_owned(), text.to_owned()),
+    };
+    let b_text = match overrides::apply_all(&b_text, &overrides) {
+        Ok(changed) => changed,
+        Err(error) => {
+            eprintln!("simulate: {b_source}: {error}");
+            return ExitCode::from(2);
+        }
+    };
+    let stem = |path: Option<&PathBuf>, default: &str| {
+        path.and_then(|path| path.file_stem()).map_or_else(
+            || default.to_owned(),
+            |stem| stem.to_string_lossy().into_owned(),
+        )
+    };
+    let a_label = stem(args.scenario.as_ref(), "new-ami");
+    let mut b_label = stem(args.vs.as_ref(), &a_label);
+    if !overrides.is_empty() {
+        b_label.push_str(" with --set");
+    }
+    if b_label == a_label {
+        b_label.push_str(" (B)");
+    }
+    let mut reports = Vec::with_capacity(2);
+    for (source, text) in [(source, text), (b_source.as_str(), b_text.as_str())] {
+        let scenario = match scenario::parse(text) {
+            Ok(scenario) => scenario,
+            Err(error) => {
+                eprintln!("simulate: invalid scenario {source}: {error}");
+                return ExitCode::from(2);
+            }
+        };
+        let mut printer = Printer {
+            quiet: true,
+            progress: std::io::stderr().is_terminal(),
+            last_progress: None,
+            folder: Fold::Off,
+            closed: false,
+            more_to_do: false,
+        };
+        let result = engine::run_blocking(scenario, &mut printer);
+        printer.finish();
+        match result {
+            Ok(report) => reports.push(report),
+            Err(RunError::Engine(error @ EngineError::Apply { .. })) => {
+                eprintln!("simulate: invalid scenario {source}: {error}");
+                return ExitCode::from(2);
+            }
+            Err(error) => {
+                eprintln!("simulate: {source}: {error}");
+                return ExitCode::FAILURE;
+            }
+        }
+    }
+    if !args.quiet {
+        let runs: Vec<(&str, &simulator::report::Report)> = [a_label.as_str(), b_label.as_str()]
+            .into_iter()
+            .zip(&reports)
+            .collect();
+        let mut lines = Vec::new();
+        for set in &args.set {
+            lines.push(format!("--set {set}"));
+        }
+        lines.extend(compare::table(&runs));
+        let _ = write_lines(&lines);
     }
     ExitCode::SUCCESS
 }

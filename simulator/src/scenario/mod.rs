@@ -6,9 +6,12 @@
 //! Manifests are checked as the API server would admit them: NodePools, NodeClaims and
 //! EC2NodeClasses by their own validation, the Kubernetes kinds by their schema (a field of
 //! the wrong type names its path).
+//!
+//! [`overrides`]: `--set PATH=VALUE`, changes to a scenario document before it is read.
 
 mod fields;
 mod manifest;
+pub mod overrides;
 mod parse;
 
 use std::collections::BTreeMap;
