@@ -4,6 +4,8 @@
 //!
 //! - [`scenario`]: the scenario file format (`simulator/SCENARIO.md`), read and checked.
 //! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
+//! - [`series`]: the report's figures over time, one point per change and minute at most.
+//! - [`plot`]: a run's (or several runs') figures as an SVG picture, and an HTML page of it.
 //! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
 //! - [`outage`]: the provider decorator that simulates a plugin outage or a slow plugin.
@@ -25,8 +27,10 @@ pub mod cloud;
 pub mod contention;
 pub mod engine;
 pub mod outage;
+pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod series;
 pub mod transport;
 pub mod workloads;
 pub mod world;

@@ -1,5 +1,7 @@
-//! `simulate [SCENARIO.yaml] [--report REPORT.json]`: runs a scenario (by default the embedded
-//! `scenarios/new-ami.yaml`) and prints its timeline; `--report` also writes the JSON report.
+//! `simulate [SCENARIO.yaml] [--report REPORT.json] [--plot FILE.svg] [--html FILE.html]`: runs a
+//! scenario (by default the embedded `scenarios/new-ami.yaml`) and prints its timeline;
+//! `--report` also writes the JSON report, `--plot` its figures over time as an SVG picture,
+//! `--html` a self-contained page with the stats, the picture and the timeline.
 //!
 //! `simulate --chaos SEED [--runs N] [--out DIR]`: chaos runs (random clusters and faults,
 //! invariants checked after every step); a failure prints its seed and what broke, and writes
@@ -17,6 +19,7 @@ use std::time::Duration;
 use clap::Parser;
 use simulator::chaos;
 use simulator::engine::{self, EngineError, Observer, RunError};
+use simulator::plot;
 use simulator::report::TimelineEvent;
 use simulator::scenario;
 
@@ -37,6 +40,12 @@ struct Args {
     /// Where to write the JSON report.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
+    /// Where to write the run's figures over time as an SVG picture.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Where to write a self-contained HTML page: stats, the picture, the timeline.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
     /// Print nothing but errors (the report is still written).
     #[arg(long, short)]
     quiet: bool,
@@ -47,7 +56,7 @@ struct Args {
     #[arg(long)]
     check: bool,
     /// Chaos runs from this seed on, instead of a scenario.
-    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report"])]
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report", "plot", "html"])]
     chaos: Option<u64>,
     /// How many chaos runs (seeds SEED, SEED+1, ...).
     #[arg(long, value_name = "N", default_value_t = 1, requires = "chaos")]
@@ -174,6 +183,10 @@ fn main() -> ExitCode {
         eprintln!("simulate: cannot write {}: {error}", path.display());
         return ExitCode::FAILURE;
     }
+    if let Err(message) = write_pictures(&args, &report) {
+        eprintln!("simulate: {message}");
+        return ExitCode::FAILURE;
+    }
     if !args.quiet {
         print_summary(&report);
     }
@@ -186,6 +199,21 @@ fn main() -> ExitCode {
         }
     }
     ExitCode::SUCCESS
+}
+
+/// `--plot` and `--html`: what went wrong, if anything.
+fn write_pictures(args: &Args, report: &simulator::report::Report) -> Result<(), String> {
+    let runs = [(report.scenario.as_str(), report)];
+    type Draw = fn(&[(&str, &simulator::report::Report)]) -> Result<String, plot::PlotError>;
+    let wanted: [(&Option<PathBuf>, Draw); 2] = [(&args.plot, plot::svg), (&args.html, plot::html)];
+    for (path, draw) in wanted {
+        let Some(path) = path else { continue };
+        let text =
+            draw(&runs).map_err(|error| format!("cannot draw {}: {error}", path.display()))?;
+        std::fs::write(path, text)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `--chaos`: runs seeds `seed..seed + runs`, shrinking and writing out each failure.

@@ -515,7 +515,8 @@ impl Simulation {
         let revision = self.cluster.revision();
         if self.recorder.sampled != Some(revision) {
             let after = self.cluster.snapshot().await?;
-            self.recorder.sample(&after, now);
+            let instances = self.cloud.instances().await;
+            self.recorder.sample(&after, &instances, now);
             self.recorder.sampled = Some(revision);
             if let Some(invariants) = self.invariants.as_mut() {
                 invariants.after_change(&after, self.recorder.start, now);
@@ -539,6 +540,7 @@ impl Simulation {
             timeline: std::mem::take(&mut self.recorder.timeline),
             final_state,
             stats,
+            series: std::mem::take(&mut self.recorder.series).finish(self.recorder.t(now)),
         })
     }
 }
