@@ -11,6 +11,7 @@
 //! NodePool). Several runs overlaid: stacking two runs' areas would hide one under the other,
 //! so every panel draws lines instead, one per run and key, each pair its own colour and
 //! labelled `run: key`; single-valued panels and the event ticks take one colour per run.
+//! Earlier runs are drawn first and wider, so where two runs hold the same value both show.
 //!
 //! The SVG's size is bounded by the series' (one point per minute at most) and by the ticks,
 //! drawn once per pixel column, row and run however many events fall there.
@@ -100,6 +101,13 @@ const PALETTE: [RGBColor; 10] = [
     RGBColor(0xba, 0xb0, 0xac),
 ];
 
+/// A run's stroke width: the earlier runs, drawn first, wider, so that a later run drawn on
+/// the same values leaves them showing on both sides.
+fn width(run: usize, runs: usize) -> u32 {
+    let later = runs.saturating_sub(run + 1);
+    2 + 2 * u32::try_from(later).unwrap_or(0).min(4)
+}
+
 fn colour(index: usize) -> RGBColor {
     PALETTE[index % PALETTE.len()]
 }
@@ -139,6 +147,8 @@ struct Trace {
     label: String,
     colour: RGBColor,
     style: Style,
+    /// Its stroke width.
+    width: u32,
     /// Polylines (a gap between two where the series is null).
     segments: Vec<Vec<(f64, f64)>>,
 }
@@ -226,19 +236,21 @@ fn family_panel<'a>(
                 label: key.clone(),
                 colour: colour(index),
                 style: Style::Area,
+                width: 1,
                 segments: step_segments(edge, end),
             });
         }
     } else {
         let keys = keys(runs, family);
         let mut pair = 0;
-        for (run, report) in runs {
+        for (run_index, (run, report)) in runs.iter().enumerate() {
             for key in &keys {
                 if let Some(points) = family(report).get(*key) {
                     traces.push(Trace {
                         label: format!("{run}: {key}"),
                         colour: colour(pair),
                         style: Style::Line,
+                        width: width(run_index, runs.len()),
                         segments: step_segments(points, end),
                     });
                     pair += 1;
@@ -268,6 +280,7 @@ fn value_panel<'a>(
             label: (*run).to_owned(),
             colour: colour(index),
             style: Style::Line,
+            width: width(index, runs.len()),
             segments: step_segments(value(report), end),
         })
         .collect();
@@ -284,8 +297,9 @@ fn disruption_panel(runs: &[(&str, &Report)], end: f64) -> Panel {
     let several = runs.len() > 1;
     let mut traces = Vec::new();
     let mut pair = 0;
-    for (run, report) in runs {
+    for (run_index, (run, report)) in runs.iter().enumerate() {
         let series = &report.series;
+        let width = width(run_index, runs.len());
         for pool in &pools {
             let name = if several {
                 format!("{run}: {pool}")
@@ -302,6 +316,7 @@ fn disruption_panel(runs: &[(&str, &Report)], end: f64) -> Panel {
                     label: format!("{name} disrupting"),
                     colour: colour(pair),
                     style: Style::Line,
+                    width,
                     segments: step_segments(points, end),
                 });
             }
@@ -310,6 +325,7 @@ fn disruption_panel(runs: &[(&str, &Report)], end: f64) -> Panel {
                     label: format!("{name} budget (Drifted)"),
                     colour: colour(pair),
                     style: Style::Dashed,
+                    width,
                     segments: step_segments(points, end),
                 });
             }
@@ -465,7 +481,7 @@ fn draw_panel(area: &Area<'_>, panel: &Panel, end: f64) -> Result<(), PlotError>
                 Style::Line => chart
                     .draw_series(LineSeries::new(
                         segment.iter().copied(),
-                        trace.colour.stroke_width(2),
+                        trace.colour.stroke_width(trace.width),
                     ))
                     .map(|_| ()),
                 Style::Dashed => chart
@@ -473,7 +489,7 @@ fn draw_panel(area: &Area<'_>, panel: &Panel, end: f64) -> Result<(), PlotError>
                         segment.iter().copied(),
                         6,
                         4,
-                        trace.colour.stroke_width(2),
+                        trace.colour.stroke_width(trace.width),
                     ))
                     .map(|_| ()),
             }
