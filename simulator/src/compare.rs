@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 
 use crate::report::{Report, clock};
+use crate::series::Point;
 
 /// One row: what, and the value for each run.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,11 +43,17 @@ pub fn rows(runs: &[(&str, &Report)]) -> Vec<Row> {
         row("cost at the end", &|report| {
             format!("${:.4}/h", report.stats.cost_per_hour_at_end)
         }),
+        row("spent over the run", &|report| {
+            format!("${:.2}", spent(report))
+        }),
         row("cost lower bound at the end", &|report| {
             report
                 .stats
                 .cost_lower_bound_per_hour_at_end
                 .map_or_else(|| "none".to_owned(), |bound| format!("${bound:.4}/h"))
+        }),
+        row("most pods pending at once", &|report| {
+            most(&report.series.pending_pods).to_string()
         }),
         row("longest pending pod", &|report| {
             format!("{:.0}s", report.stats.pods_pending_max_seconds)
@@ -136,6 +143,29 @@ fn roll(report: &Report) -> String {
     }
 }
 
+/// What the instances cost over the run, in dollars: the cost per hour held from each point of
+/// its series to the next, and the last to the end.
+fn spent(report: &Report) -> f64 {
+    let points = &report.series.cost_per_hour;
+    let end = report.end as f64;
+    points
+        .iter()
+        .enumerate()
+        .map(|(position, point)| {
+            let until = points.get(position + 1).map_or(end, |next| next.0);
+            point.1.unwrap_or(0.0) * (until - point.0).max(0.0) / 3600.0
+        })
+        .sum()
+}
+
+/// The highest value of a series (0 when empty).
+fn most(points: &[Point]) -> u64 {
+    points
+        .iter()
+        .filter_map(|point| point.1)
+        .fold(0.0_f64, f64::max) as u64
+}
+
 /// How many events of `type_` there were per `reason`, as `Drifted 12, Empty 3`.
 fn by_reason(report: &Report, type_: &str) -> String {
     let mut counts: BTreeMap<String, u64> = BTreeMap::new();
@@ -162,6 +192,7 @@ fn listed(counts: &BTreeMap<String, u64>) -> String {
 mod tests {
     use super::*;
     use crate::report::{FinalState, Stats, TimelineEvent};
+    use crate::series::Series;
     use serde_json::json;
 
     fn event(t: f64, type_: &str, fields: serde_json::Value) -> TimelineEvent {
@@ -186,6 +217,15 @@ mod tests {
                 cost_per_hour_at_end: cost,
                 max_disrupting_by_node_pool: BTreeMap::from([("default".to_owned(), 2)]),
                 ..Stats::default()
+            },
+            series: Series {
+                cost_per_hour: vec![Point(0.0, Some(cost)), Point(3600.0, Some(2.0 * cost))],
+                pending_pods: vec![
+                    Point(0.0, Some(3.0)),
+                    Point(60.0, Some(12.0)),
+                    Point(120.0, None),
+                ],
+                ..Series::default()
             },
         }
     }
@@ -218,6 +258,14 @@ mod tests {
         let unfinished = report(vec![drift(600.0, "a"), drift(600.0, "b")], 1.0);
         assert_eq!(roll(&unfinished), "unfinished: 2 of 2 drifted left");
         assert_eq!(roll(&report(Vec::new(), 1.0)), "no drift");
+    }
+
+    #[test]
+    fn what_was_spent_adds_up_the_cost_held_between_points() {
+        // $1/h for the first hour, $2/h for the second (the run ends at 2 h).
+        let run = report(Vec::new(), 1.0);
+        assert!((spent(&run) - 3.0).abs() < 1e-9, "{}", spent(&run));
+        assert_eq!(most(&run.series.pending_pods), 12);
     }
 
     #[test]

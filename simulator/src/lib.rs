@@ -6,6 +6,8 @@
 //! - [`engine`]: the virtual-time loop running a scenario to its [`report`].
 //! - [`fold`]: the human timeline's folding of repeated events.
 //! - [`compare`]: two runs' figures side by side (`--vs`, `--set`).
+//! - [`series`]: the report's figures over time, one point per change and minute at most.
+//! - [`plot`]: a run's (or several runs') figures as an SVG picture, and an HTML page of it.
 //! - [`cloud`]: the simulated cloud over aws-plugin's in-memory AWS.
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
 //! - [`outage`]: the provider decorator that simulates a plugin outage or a slow plugin.
@@ -29,8 +31,10 @@ pub mod contention;
 pub mod engine;
 pub mod fold;
 pub mod outage;
+pub mod plot;
 pub mod report;
 pub mod scenario;
+pub mod series;
 pub mod transport;
 pub mod workloads;
 pub mod world;

@@ -11,6 +11,8 @@ use karpenter_api::NodeSelectorRequirementWithMinValues;
 use serde::Serialize;
 use serde_json::Value;
 
+pub use crate::series::{Point, Series};
+
 /// The whole report.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Report {
@@ -27,6 +29,8 @@ pub struct Report {
     pub final_state: FinalState,
     /// Figures over the whole run.
     pub stats: Stats,
+    /// The fleet's figures over virtual time (`crate::series`).
+    pub series: Series,
 }
 
 impl Report {
@@ -296,6 +300,7 @@ mod tests {
             timeline: vec![],
             final_state: FinalState::default(),
             stats: Stats::default(),
+            series: Series::default(),
         };
         let value: Value = serde_json::from_str(&report.to_json()).unwrap();
         assert!(value.get("final").unwrap().get("nodeClaims").is_some());
@@ -312,6 +317,19 @@ mod tests {
             "costLowerBoundPerHourAtEnd",
         ] {
             assert!(stats.get(key).is_some(), "{key}");
+        }
+        let series = value.get("series").unwrap();
+        for key in [
+            "resolution",
+            "nodesByImage",
+            "nodesByCapacityType",
+            "nodesByNodePool",
+            "costPerHour",
+            "pendingPods",
+            "disruptingByNodePool",
+            "disruptionBudgetByNodePool",
+        ] {
+            assert!(series.get(key).is_some(), "{key}");
         }
     }
 }

@@ -556,7 +556,7 @@ fn another_seed_gives_other_generated_names() {
 struct StepCounter(u64);
 
 impl simulator::engine::Observer for StepCounter {
-    fn progress(&mut self, _elapsed: std::time::Duration, _total: std::time::Duration) {
+    fn progress(&mut self, _progress: &simulator::engine::Progress) {
         self.0 += 1;
     }
 }

@@ -304,3 +304,89 @@ fn set_compares_the_scenario_as_written_and_as_changed() {
         "{stderr}"
     );
 }
+
+#[test]
+fn plot_and_html_write_the_picture_and_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let svg = dir.path().join("run.svg");
+    let html = dir.path().join("run.html");
+    let report = dir.path().join("run.json");
+    let output = simulate()
+        .arg("--quiet")
+        .arg("--report")
+        .arg(&report)
+        .arg("--plot")
+        .arg(&svg)
+        .arg("--html")
+        .arg(&html)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let picture = std::fs::read_to_string(&svg).unwrap();
+    let document = roxmltree::Document::parse(&picture).unwrap();
+    let texts: Vec<&str> = document
+        .descendants()
+        .filter(|node| node.has_tag_name("text"))
+        .filter_map(|node| node.text())
+        .collect();
+    let json: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let drifted = json["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["type"] == "NodeClaimDrifted")
+        .count();
+    assert!(drifted > 0);
+    assert!(
+        json["series"]["nodesByImage"]["ami-0b2"].is_array(),
+        "{}",
+        json["series"]
+    );
+    // The built-in new-ami scenario: one NodePool, on-demand, rolled from one image to another.
+    let drifted = format!("NodeClaimDrifted ({drifted})");
+    for wanted in [
+        simulator::plot::NODES_BY_IMAGE,
+        simulator::plot::DISRUPTING,
+        "on-demand",
+        "default disrupting",
+        "default budget (Drifted)",
+        "ami-0a1",
+        "ami-0b2",
+        &drifted,
+    ] {
+        assert!(
+            texts.iter().any(|text| text.contains(wanted)),
+            "{wanted:?} not in {texts:?}"
+        );
+    }
+
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<h1>new-ami</h1>"), "{page}");
+    assert!(page.contains("<svg"), "{page}");
+    assert!(page.contains("<th>pdbViolations</th><td>0</td>"), "{page}");
+    assert!(page.contains("NodeClaimDrifted"), "{page}");
+    assert!(!page.contains("src=\"http"), "{page}");
+    assert!(!page.contains("href=\"http"), "{page}");
+}
+
+#[test]
+fn a_picture_that_cannot_be_written_exits_1_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-dir").join("run.svg");
+    let output = simulate()
+        .arg("--quiet")
+        .arg("--plot")
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1));
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("cannot write"), "{stderr}");
+    assert!(stderr.contains("run.svg"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}

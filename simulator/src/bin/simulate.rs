@@ -1,5 +1,10 @@
-//! `simulate [SCENARIO.yaml] [--report REPORT.json]`: runs a scenario (by default the embedded
-//! `scenarios/new-ami.yaml`) and prints its timeline; `--report` also writes the JSON report.
+//! `simulate [SCENARIO.yaml] [--report REPORT.json] [--plot FILE.svg] [--html FILE.html]`: runs a
+//! scenario (by default the embedded `scenarios/new-ami.yaml`) and prints its timeline;
+//! `--report` also writes the JSON report, `--plot` its figures over time as an SVG picture,
+//! `--html` a self-contained page with the stats, the picture and the timeline.
+//!
+//! `simulate A.yaml --vs B.yaml` or `simulate A.yaml --set PATH=VALUE`: two runs, their figures
+//! side by side (and, with `--plot`/`--html`, on one picture).
 //!
 //! `simulate --chaos SEED [--runs N] [--out DIR]`: chaos runs (random clusters and faults,
 //! invariants checked after every step); a failure prints its seed and what broke, and writes
@@ -17,8 +22,9 @@ use std::time::Duration;
 use clap::Parser;
 use simulator::chaos;
 use simulator::compare;
-use simulator::engine::{self, EngineError, Observer, RunError};
+use simulator::engine::{self, EngineError, Observer, Progress, RunError};
 use simulator::fold::Folder;
+use simulator::plot;
 use simulator::report::TimelineEvent;
 use simulator::scenario;
 use simulator::scenario::overrides::{self, Override};
@@ -40,6 +46,12 @@ struct Args {
     /// Where to write the JSON report.
     #[arg(long, value_name = "REPORT.json")]
     report: Option<PathBuf>,
+    /// Where to write the run's figures over time as an SVG picture.
+    #[arg(long, value_name = "FILE.svg")]
+    plot: Option<PathBuf>,
+    /// Where to write a self-contained HTML page: stats, the picture, the timeline.
+    #[arg(long, value_name = "FILE.html")]
+    html: Option<PathBuf>,
     /// Print nothing but errors (the report is still written).
     #[arg(long, short)]
     quiet: bool,
@@ -62,7 +74,7 @@ struct Args {
     #[arg(long, value_name = "PATH=VALUE", conflicts_with = "report")]
     set: Vec<String>,
     /// Chaos runs from this seed on, instead of a scenario.
-    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report"])]
+    #[arg(long, value_name = "SEED", conflicts_with_all = ["scenario", "report", "plot", "html", "vs", "set"])]
     chaos: Option<u64>,
     /// How many chaos runs (seeds SEED, SEED+1, ...).
     #[arg(long, value_name = "N", default_value_t = 1, requires = "chaos")]
@@ -79,6 +91,8 @@ struct Args {
 /// line.
 struct Printer {
     quiet: bool,
+    /// When the run started, in wall time: the progress line waits for [`PROGRESS_AFTER`].
+    started: std::time::Instant,
     progress: bool,
     last_progress: Option<u64>,
     folder: Fold,
@@ -88,6 +102,9 @@ struct Printer {
     /// verdict); without, a closed stdout ends the program.
     more_to_do: bool,
 }
+
+/// How long a run goes without a progress line.
+const PROGRESS_AFTER: Duration = Duration::from_secs(1);
 
 /// How the timeline is folded (see `simulator::fold`).
 enum Fold {
@@ -157,13 +174,14 @@ impl Observer for Printer {
         clippy::print_stderr,
         reason = "the progress line is for the person watching"
     )]
-    fn progress(&mut self, elapsed: Duration, total: Duration) {
-        if !self.progress || self.quiet {
+    fn progress(&mut self, progress: &Progress) {
+        // Off when stderr is not a terminal or `--quiet`; on once the run has taken a second of
+        // wall time (a short run never shows it); then once per virtual minute.
+        if !self.progress || self.started.elapsed() < PROGRESS_AFTER {
             return;
         }
-        // One update per virtual minute is enough to see it move.
-        let minute = elapsed.as_secs() / 60;
-        if self.last_progress == Some(minute) && elapsed < total {
+        let minute = progress.elapsed.as_secs() / 60;
+        if self.last_progress == Some(minute) && progress.elapsed < progress.total {
             return;
         }
         self.last_progress = Some(minute);
@@ -171,7 +189,13 @@ impl Observer for Printer {
             let s = d.as_secs();
             format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
         };
-        eprint!("\r\x1b[2Ksimulating {} / {}", clock(elapsed), clock(total));
+        eprint!(
+            "\r\x1b[2Ksimulating {} / {}: {} nodes, {} pods pending",
+            clock(progress.elapsed),
+            clock(progress.total),
+            progress.nodes,
+            progress.pending_pods
+        );
         let _ = std::io::stderr().flush();
     }
 }
@@ -214,7 +238,8 @@ fn main() -> ExitCode {
     };
     let mut printer = Printer {
         quiet: args.quiet,
-        progress: std::io::stderr().is_terminal(),
+        started: std::time::Instant::now(),
+        progress: std::io::stderr().is_terminal() && !args.quiet,
         last_progress: None,
         folder: if args.every_event {
             Fold::Off
@@ -222,7 +247,10 @@ fn main() -> ExitCode {
             Fold::Repeats(Folder::new())
         },
         closed: false,
-        more_to_do: args.check || args.report.is_some(),
+        more_to_do: args.check
+            || args.report.is_some()
+            || args.plot.is_some()
+            || args.html.is_some(),
     };
     let result = if args.check {
         engine::run_checked_blocking(scenario, &mut printer)
@@ -245,6 +273,10 @@ fn main() -> ExitCode {
         && let Err(error) = std::fs::write(path, report.to_json())
     {
         eprintln!("simulate: cannot write {}: {error}", path.display());
+        return ExitCode::FAILURE;
+    }
+    if let Err(message) = write_pictures(&args, &[(report.scenario.as_str(), &report)]) {
+        eprintln!("simulate: {message}");
         return ExitCode::FAILURE;
     }
     if !args.quiet {
@@ -315,7 +347,8 @@ fn run_compare(args: &Args, source: &str, text: &str) -> ExitCode {
         };
         let mut printer = Printer {
             quiet: true,
-            progress: std::io::stderr().is_terminal(),
+            started: std::time::Instant::now(),
+            progress: std::io::stderr().is_terminal() && !args.quiet,
             last_progress: None,
             folder: Fold::Off,
             closed: false,
@@ -347,7 +380,29 @@ fn run_compare(args: &Args, source: &str, text: &str) -> ExitCode {
         lines.extend(compare::table(&runs));
         let _ = write_lines(&lines);
     }
+    let runs: Vec<(&str, &simulator::report::Report)> = [a_label.as_str(), b_label.as_str()]
+        .into_iter()
+        .zip(&reports)
+        .collect();
+    if let Err(message) = write_pictures(args, &runs) {
+        eprintln!("simulate: {message}");
+        return ExitCode::FAILURE;
+    }
     ExitCode::SUCCESS
+}
+
+/// `--plot` and `--html` of `runs` (one, or the two compared): what went wrong, if anything.
+fn write_pictures(args: &Args, runs: &[(&str, &simulator::report::Report)]) -> Result<(), String> {
+    type Draw = fn(&[(&str, &simulator::report::Report)]) -> Result<String, plot::PlotError>;
+    let wanted: [(&Option<PathBuf>, Draw); 2] = [(&args.plot, plot::svg), (&args.html, plot::html)];
+    for (path, draw) in wanted {
+        let Some(path) = path else { continue };
+        let text =
+            draw(runs).map_err(|error| format!("cannot draw {}: {error}", path.display()))?;
+        std::fs::write(path, text)
+            .map_err(|error| format!("cannot write {}: {error}", path.display()))?;
+    }
+    Ok(())
 }
 
 /// `--chaos`: runs seeds `seed..seed + runs`, shrinking and writing out each failure. A closed

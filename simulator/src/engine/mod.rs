@@ -154,8 +154,21 @@ pub trait Observer {
     /// A timeline event, as it is recorded.
     fn event(&mut self, _event: &TimelineEvent) {}
 
-    /// Virtual time `elapsed` of `total` has passed.
-    fn progress(&mut self, _elapsed: Duration, _total: Duration) {}
+    /// A step is done: where the run stands.
+    fn progress(&mut self, _progress: &Progress) {}
+}
+
+/// Where a run stands after a step, for a progress line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Virtual time passed.
+    pub elapsed: Duration,
+    /// The scenario's duration.
+    pub total: Duration,
+    /// Nodes at the last change of the cluster.
+    pub nodes: usize,
+    /// Pods waiting to be scheduled at the last change of the cluster.
+    pub pending_pods: usize,
 }
 
 /// An observer that ignores everything.
@@ -375,7 +388,12 @@ impl Simulation {
         while elapsed <= total {
             let revision = self.cluster.revision();
             self.step(elapsed, observer).await?;
-            observer.progress(elapsed, total);
+            observer.progress(&Progress {
+                elapsed,
+                total,
+                nodes: self.recorder.nodes,
+                pending_pods: self.recorder.pending.len(),
+            });
             elapsed = if self.cluster.revision() == revision {
                 self.next_busy_step(elapsed, total).await?
             } else {
@@ -515,7 +533,8 @@ impl Simulation {
         let revision = self.cluster.revision();
         if self.recorder.sampled != Some(revision) {
             let after = self.cluster.snapshot().await?;
-            self.recorder.sample(&after, now);
+            let instances = self.cloud.instances().await;
+            self.recorder.sample(&after, &instances, now);
             self.recorder.sampled = Some(revision);
             if let Some(invariants) = self.invariants.as_mut() {
                 invariants.after_change(&after, self.recorder.start, now);
@@ -539,6 +558,7 @@ impl Simulation {
             timeline: std::mem::take(&mut self.recorder.timeline),
             final_state,
             stats,
+            series: std::mem::take(&mut self.recorder.series).finish(self.recorder.t(now)),
         })
     }
 }

@@ -2,7 +2,11 @@
 //! and the figures the report's `stats` sum up (pending times, NodeClaims created and deleted,
 //! nodes disrupting per NodePool, evictions below a budget).
 
+use core_svc::disruption::budgets::{self as node_pool_budgets, Limit};
+use karpenter_api::DisruptionReason;
+
 use super::*;
+use crate::series::{Sample, SeriesRecorder};
 
 pub(super) fn node_pool_of(labels: Option<&BTreeMap<String, String>>) -> Option<&str> {
     labels
@@ -31,6 +35,10 @@ pub(super) struct Recorder {
     /// The cluster's revision at the last [`Recorder::sample`]: a sample of an unchanged
     /// cluster would find what the last one found.
     pub(super) sampled: Option<u64>,
+    /// The report's `series`.
+    pub(super) series: SeriesRecorder,
+    /// Nodes at the last sample, for the progress line.
+    pub(super) nodes: usize,
 }
 
 impl Recorder {
@@ -48,6 +56,8 @@ impl Recorder {
             pending: BTreeMap::new(),
             pending_max: Duration::ZERO,
             sampled: None,
+            series: SeriesRecorder::default(),
+            nodes: 0,
         }
     }
 
@@ -189,8 +199,13 @@ impl Recorder {
         }
     }
 
-    /// The figures sampled at the end of each step.
-    pub(super) fn sample(&mut self, snapshot: &Snapshot, now: Timestamp) {
+    /// The figures sampled at the end of each step that changed the cluster.
+    pub(super) fn sample(
+        &mut self,
+        snapshot: &Snapshot,
+        instances: &[InstanceView],
+        now: Timestamp,
+    ) {
         for pool in snapshot.node_pools() {
             if let Some(name) = &pool.metadata.name {
                 self.max_disrupting.entry(name.clone()).or_insert(0);
@@ -234,9 +249,9 @@ impl Recorder {
                 *disrupting.entry(pool).or_default() += 1;
             }
         }
-        for (pool, count) in disrupting {
-            let max = self.max_disrupting.entry(pool.to_owned()).or_insert(0);
-            *max = (*max).max(count);
+        for (pool, count) in &disrupting {
+            let max = self.max_disrupting.entry((*pool).to_owned()).or_insert(0);
+            *max = (*max).max(*count);
         }
         for claim in snapshot.node_claims() {
             if let Some(name) = &claim.metadata.name {
@@ -244,6 +259,18 @@ impl Recorder {
             }
         }
         self.track_pending(snapshot, now);
+        self.nodes = snapshot.nodes.len();
+        let mut sample = fleet_sample(snapshot, instances, now);
+        sample.pending_pods = self.pending.len() as u64;
+        sample.disrupting_by_node_pool = self
+            .max_disrupting
+            .keys()
+            .map(|pool| {
+                let count = disrupting.get(pool.as_str()).copied().unwrap_or(0);
+                (pool.clone(), count)
+            })
+            .collect();
+        self.series.observe(self.t(now), &sample);
     }
 
     pub(super) fn track_pending(&mut self, snapshot: &Snapshot, now: Timestamp) {
@@ -314,6 +341,59 @@ impl Recorder {
             cost_lower_bound_per_hour_at_end: None,
         }
     }
+}
+
+/// The series' figures of the nodes, the instances and the budgets (the pending and
+/// disrupting counts are the recorder's).
+fn fleet_sample(snapshot: &Snapshot, instances: &[InstanceView], now: Timestamp) -> Sample {
+    let by_provider_id: BTreeMap<&str, &InstanceView> = instances
+        .iter()
+        .map(|instance| (instance.provider_id.as_str(), instance))
+        .collect();
+    let mut sample = Sample::default();
+    for node in snapshot.nodes() {
+        let labels = node.metadata.labels.as_ref();
+        let instance = node
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.provider_id.as_deref())
+            .and_then(|id| by_provider_id.get(id));
+        let image = instance.map_or("(unknown)", |instance| instance.image_id.as_str());
+        let capacity_type = labels
+            .and_then(|labels| labels.get("karpenter.sh/capacity-type"))
+            .map(String::as_str)
+            .or_else(|| instance.map(|instance| instance.capacity_type.as_str()))
+            .unwrap_or("(unknown)");
+        let pool = node_pool_of(labels).unwrap_or("(none)");
+        for (map, key) in [
+            (&mut sample.nodes_by_image, image),
+            (&mut sample.nodes_by_capacity_type, capacity_type),
+            (&mut sample.nodes_by_node_pool, pool),
+        ] {
+            *map.entry(key.to_owned()).or_default() += 1;
+        }
+    }
+    sample.cost_per_hour = instances
+        .iter()
+        .filter(|instance| is_live(instance))
+        .filter_map(|instance| instance.price)
+        .sum();
+    // Drifted: the reason a fleet roll (the pictures' main subject) is disrupted for.
+    sample.disruption_budget_by_node_pool = node_pool_budgets::allowances(snapshot, now)
+        .into_iter()
+        .map(|(pool, allowance)| {
+            let limit = match allowance.reasons.get(&DisruptionReason::Drifted) {
+                Some(reason) => match &reason.limit {
+                    Limit::Budget(active) => Some(u64::from(active.limit)),
+                    Limit::Unlimited => None,
+                    Limit::Invalid(_) => Some(0),
+                },
+                None => Some(0),
+            };
+            (pool, limit)
+        })
+        .collect();
+    sample
 }
 
 /// Whether the instance is starting or running (what costs, and what a NodeClaim must hold).
