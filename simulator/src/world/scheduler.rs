@@ -193,7 +193,7 @@ pub async fn step(
 /// Binds `pods` one at a time, in the scheduling queue's order (priority, then age), each to
 /// the feasible Node that scores highest (see [`scoring`](super::scoring)); returns those that
 /// fit no Node. Pods whose placement depends on other pods by a hard rule (a `DoNotSchedule`
-/// spread, required pod affinity or anti-affinity, theirs or an placed pod's) are checked by
+/// spread, required pod affinity or anti-affinity, theirs or a placed pod's) are checked by
 /// the domain scheduler on each Node in score order, so what fits is decided as first-fit
 /// decides it.
 fn place_scored(
