@@ -239,13 +239,16 @@ fn a_nodepool_label_change_drifts_the_node_claims_of_the_old_template_and_replac
     let pool = &report.final_state.node_pools[0];
     let pool_hash = &pool.annotations["karpenter.sh/nodepool-hash"];
     let claims = &report.final_state.node_claims;
-    assert_eq!(
-        claims
-            .iter()
-            .map(|c| c.name.clone())
-            .collect::<BTreeSet<_>>(),
-        replacements
+    // Every NodeClaim at the end is of the new template: a replacement, or what consolidation
+    // made of one that the kube-scheduler's spreading of the drained pods left underused.
+    let from_new_template = &claims_in(&events(&report, "NodeClaimCreated")) - &old_template;
+    assert!(replacements.is_subset(&from_new_template));
+    let finals: BTreeSet<String> = claims.iter().map(|c| c.name.clone()).collect();
+    assert!(
+        finals.is_subset(&from_new_template),
+        "{finals:?} not all of the new template"
     );
+    assert_eq!(finals.len(), old_template.len(), "as many nodes as before");
     for claim in claims {
         assert_eq!(condition(claim, "Drifted"), None, "{}", claim.name);
         assert_eq!(&claim.annotations["karpenter.sh/nodepool-hash"], pool_hash);
@@ -664,4 +667,23 @@ fn repair_replaces_one_unhealthy_node_but_never_a_fifth_of_a_node_pool() {
     assert!(!held.is_empty());
     assert_eq!(held[0].field("unhealthy"), Some("3"));
     assert_eq!(blocked.stats.node_claims_deleted, 0);
+}
+
+/// The kube-scheduler stand-in's two ways of choosing among the Nodes a pod fits: the default
+/// profile's scoring spreads four 500m pods over the two equally empty adopted m5.large
+/// (LeastAllocated prefers the emptier Node), first-fit packs three onto the first by name.
+#[test]
+fn scoring_spreads_pods_over_equally_empty_nodes_while_first_fit_packs_them() {
+    let scenario = example("adopt-upstream-fleet").replace("duration: 20m", "duration: 5m");
+    let per_node = |report: &Report| {
+        let mut counts: BTreeMap<String, usize> = BTreeMap::new();
+        for pod in pods_in(report, "default") {
+            *counts.entry(pod.node.clone().expect("bound")).or_default() += 1;
+        }
+        counts.into_values().collect::<Vec<_>>()
+    };
+    let scored = run(&scenario);
+    assert_eq!(per_node(&scored), [2, 2], "spread by LeastAllocated");
+    let first_fit = run(&scenario.replace("duration: 5m", "duration: 5m\nkubeScheduler: firstFit"));
+    assert_eq!(per_node(&first_fit), [3, 1], "packed first-fit");
 }

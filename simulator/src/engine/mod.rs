@@ -327,7 +327,8 @@ impl Simulation {
             scenario.cloud.launch_delay,
             scenario.cloud.registration_delay,
             label_policy.clone(),
-        );
+        )
+        .with_kube_scheduler(scenario.kube_scheduler);
         let (core, provider) = start_core(
             &plugin,
             &cluster,

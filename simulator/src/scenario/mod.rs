@@ -20,6 +20,8 @@ use std::time::Duration;
 
 use aws_plugin::apis::ec2nodeclass::AMIFamily;
 use core_svc::features::FeatureGates;
+
+pub use crate::world::scoring::KubeScheduler;
 use jiff::Timestamp;
 use serde_json::Value;
 
@@ -50,6 +52,9 @@ pub struct Scenario {
     pub duration: Duration,
     /// core-svc's settings for the run (`options:`).
     pub options: Options,
+    /// How the simulator's kube-scheduler chooses among the Nodes a pod fits
+    /// (`kubeScheduler:`).
+    pub kube_scheduler: KubeScheduler,
     /// The simulated cloud.
     pub cloud: CloudSpec,
     /// Manifests applied at t=0, in order.

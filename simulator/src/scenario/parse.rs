@@ -13,8 +13,8 @@ use super::manifest::{manifest, object_key};
 use super::{
     Action, CapacityErrorSpec, CloudChange, CloudSpec, DEFAULT_LAUNCH_DELAY, DEFAULT_REGION,
     DEFAULT_REGISTRATION_DELAY, DEFAULT_SCHEDULED_CHANGE_AFTER, DEFAULT_START, ImageSpec,
-    InterruptSpec, Kind, MAX_DURATION, NodeConditionSpec, ObjectKey, Options, Result, Scenario,
-    ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec, Targets,
+    InterruptSpec, Kind, KubeScheduler, MAX_DURATION, NodeConditionSpec, ObjectKey, Options,
+    Result, Scenario, ScenarioError, ScheduledEvent, SecurityGroupSpec, SubnetSpec, Targets,
 };
 
 /// Reads and checks a scenario.
@@ -72,6 +72,10 @@ pub fn parse(text: &str) -> Result<Scenario> {
         None => Options::default(),
         Some(value) => options(value)?,
     };
+    let kube_scheduler = match fields.get("kubeScheduler") {
+        None => KubeScheduler::default(),
+        Some(value) => kube_scheduler(value)?,
+    };
     let cloud = match fields.get("cloud") {
         None => cloud(&Value::Object(Map::new()))?,
         Some(value) => cloud(value)?,
@@ -101,12 +105,34 @@ pub fn parse(text: &str) -> Result<Scenario> {
         start,
         duration,
         options,
+        kube_scheduler,
         cloud,
         objects,
         events,
     };
     check_references(&scenario)?;
     Ok(scenario)
+}
+
+/// `kubeScheduler:`, one of [`KubeScheduler`]'s names.
+fn kube_scheduler(value: &Value) -> Result<KubeScheduler> {
+    let names = [KubeScheduler::Default, KubeScheduler::FirstFit].map(KubeScheduler::as_str);
+    let Value::String(text) = value else {
+        return Err(ScenarioError::new(
+            "kubeScheduler",
+            format!(
+                "expected one of {}, found {}",
+                names.join(", "),
+                type_name(value)
+            ),
+        ));
+    };
+    KubeScheduler::from_name(text).ok_or_else(|| {
+        ScenarioError::new(
+            "kubeScheduler",
+            format!("expected one of {}, found {text:?}", names.join(", ")),
+        )
+    })
 }
 
 /// The `options:` section.

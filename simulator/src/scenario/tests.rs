@@ -28,6 +28,23 @@ fn a_minimal_scenario_gets_the_documented_defaults() {
 }
 
 #[test]
+fn kube_scheduler_defaults_to_scoring_and_refuses_unknown_names_naming_the_field() {
+    assert_eq!(
+        parse(MINIMAL).unwrap().kube_scheduler,
+        KubeScheduler::Default
+    );
+    let first_fit = parse("name: x\nduration: 1h\nkubeScheduler: firstFit\n").unwrap();
+    assert_eq!(first_fit.kube_scheduler, KubeScheduler::FirstFit);
+    let explicit = parse("name: x\nduration: 1h\nkubeScheduler: default\n").unwrap();
+    assert_eq!(explicit.kube_scheduler, KubeScheduler::Default);
+    let error = error_of("name: x\nduration: 1h\nkubeScheduler: first-fit\n");
+    assert_eq!(error.field, "kubeScheduler");
+    assert!(error.message.contains("default, firstFit"), "{error}");
+    let error = error_of("name: x\nduration: 1h\nkubeScheduler: {profile: default}\n");
+    assert_eq!(error.field, "kubeScheduler");
+}
+
+#[test]
 fn feature_gates_take_upstream_s_names_and_refuse_others_naming_them() {
     let scenario =
         parse("name: x\nduration: 1h\noptions:\n  featureGates: {SpotToSpotConsolidation: true}\n")

@@ -10,8 +10,10 @@
 //! - [`workloads`]: Deployments keep their replicas (rolling a changed template), DaemonSets
 //!   one pod per matching Node.
 //! - [`scheduler`]: pending pods are bound to Ready nodes where they fit, by the domain's own
-//!   fit logic (resources, selectors, affinity, taints, topology spread); the others get
-//!   `PodScheduled=False` with reason `Unschedulable`, which is what the provisioner reads.
+//!   fit logic (resources, selectors, affinity, taints, topology spread), each to the Node the
+//!   default profile's score plugins rate highest ([`scoring`]) or, as a scenario option, the
+//!   first; the others get `PodScheduled=False` with reason `Unschedulable`, which is what the
+//!   provisioner reads.
 //!
 //! Each stand-in writes only when something changes, so a quiet cluster stays quiet and core's
 //! controllers run only on their own schedule.
@@ -19,6 +21,7 @@
 pub mod kubelet;
 pub mod node_lifecycle;
 pub mod scheduler;
+pub mod scoring;
 pub mod workloads;
 
 use std::sync::Arc;
@@ -50,6 +53,8 @@ pub struct World {
     deployments: workloads::Deployments,
     /// The kube-scheduler's Nodes, converted by earlier cycles.
     scheduled_nodes: NodeMemo,
+    /// How the kube-scheduler chooses among the Nodes a pod fits.
+    kube_scheduler: scoring::KubeScheduler,
     /// Instances whose kubelet never joins.
     registrations: kubelet::FailingRegistrations,
     /// Set when the last step changed nothing: the cluster's revision and the cloud's
@@ -84,9 +89,17 @@ impl World {
             label_policy,
             deployments: workloads::Deployments::default(),
             scheduled_nodes: NodeMemo::new(),
+            kube_scheduler: scoring::KubeScheduler::default(),
             registrations: kubelet::FailingRegistrations::default(),
             fixpoint: None,
         }
+    }
+
+    /// This world with the kube-scheduler choosing as `profile` says.
+    #[must_use]
+    pub fn with_kube_scheduler(mut self, profile: scoring::KubeScheduler) -> Self {
+        self.kube_scheduler = profile;
+        self
     }
 
     /// Of the instances due to join the cluster in the next [`REGISTRATION_FAILURES_FOR`], the
@@ -166,6 +179,7 @@ impl World {
             &self.scheduled_nodes,
             &snapshot,
             &self.label_policy,
+            self.kube_scheduler,
             now,
         )
         .await;

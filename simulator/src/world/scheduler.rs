@@ -1,18 +1,22 @@
 //! The kube-scheduler: binds pending pods to Ready, schedulable Nodes where they fit, and marks
 //! the others `PodScheduled=False` with reason `Unschedulable`.
 //!
+//! Among the Nodes a pod fits, it takes the one the default profile's score plugins rate
+//! highest ([`scoring`](super::scoring)), or with [`KubeScheduler::FirstFit`] the first.
+//!
 //! Fit is decided by the domain's scheduler ([`core_domain::scheduler::solve`]) run over the
 //! existing Nodes only (no NodePool, so it can plan nothing new): resources, node selectors,
 //! node affinity, taints and tolerations, topology spread and pod (anti-)affinity, as the
 //! provisioner judges them. Every taint of a Node counts, startup taints included, as they do
 //! for the kube-scheduler.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
 use core_domain::labels::{LABEL_HOSTNAME, LabelPolicy};
 use core_domain::scheduler::{
-    ExistingNode, PodId, PreferencePolicy, Room, SchedulingInput, has_inter_pod_constraints, solve,
+    ExistingNode, PodId, PreferencePolicy, Room, SchedulingInput, WhenUnsatisfiable,
+    has_inter_pod_constraints, solve,
 };
 use core_svc::cluster::{Cluster, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::convert;
@@ -24,6 +28,7 @@ use k8s_openapi::api::core::v1::{Pod, PodCondition};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
 
+use super::scoring::{self, KubeScheduler, PendingPod, Scorer};
 use super::{
     bound_node, is_node_ready, is_terminal, is_terminating, name_of, namespace_of, note, phase,
 };
@@ -67,6 +72,7 @@ pub async fn step(
     memo: &NodeMemo,
     snapshot: &Snapshot,
     policy: &LabelPolicy,
+    profile: KubeScheduler,
     now: Timestamp,
 ) {
     let pending: Vec<&Pod> = snapshot.pods().filter(|p| is_pending(p)).collect();
@@ -146,23 +152,35 @@ pub async fn step(
         .iter()
         .map(|pod| ((namespace_of(pod), name_of(*pod)), *pod))
         .collect();
-    match solve(&input(others, &nodes)) {
-        Ok(results) => {
-            for (id, node) in &results.existing_placements {
-                let (namespace, name) = (id.namespace(), id.name());
-                note(cluster.bind_pod(namespace, name, node), || {
-                    format!("scheduler: binding {namespace}/{name} to {node}")
-                });
-            }
-            for (id, reason) in &results.unschedulable {
-                if let Some(pod) = by_id.get(&(id.namespace(), id.name())) {
-                    refused.push((pod, reason.clone()));
+    let (others, nodes) = match profile {
+        KubeScheduler::FirstFit => (others, nodes),
+        KubeScheduler::Default => {
+            let mut scorer = Scorer::new(nodes);
+            let leftovers = place_scored(cluster, &mut scorer, others, &by_id, policy);
+            (leftovers, scorer.nodes().to_vec())
+        }
+    };
+    // First-fit: the domain scheduler's placement. With scoring, the pods it could not place,
+    // for the reason the provisioner reads (and any the cheap filter refused wrongly).
+    if !others.is_empty() {
+        match solve(&input(others, &nodes)) {
+            Ok(results) => {
+                for (id, node) in &results.existing_placements {
+                    let (namespace, name) = (id.namespace(), id.name());
+                    note(cluster.bind_pod(namespace, name, node), || {
+                        format!("scheduler: binding {namespace}/{name} to {node}")
+                    });
+                }
+                for (id, reason) in &results.unschedulable {
+                    if let Some(pod) = by_id.get(&(id.namespace(), id.name())) {
+                        refused.push((pod, reason.clone()));
+                    }
                 }
             }
-        }
-        Err(error) => {
-            tracing::warn!(%error, "scheduler: the scheduling input is invalid");
-            return;
+            Err(error) => {
+                tracing::warn!(%error, "scheduler: the scheduling input is invalid");
+                return;
+            }
         }
     }
     for (pod, message) in refused {
@@ -170,6 +188,148 @@ pub async fn step(
             mark_unschedulable(cluster, pod, &message, now).await;
         }
     }
+}
+
+/// Binds `pods` one at a time, in the scheduling queue's order (priority, then age), each to
+/// the feasible Node that scores highest (see [`scoring`](super::scoring)); returns those that
+/// fit no Node. Pods whose placement depends on other pods by a hard rule (a `DoNotSchedule`
+/// spread, required pod affinity or anti-affinity, theirs or a placed pod's) are checked by
+/// the domain scheduler on each Node in score order, so what fits is decided as first-fit
+/// decides it.
+fn place_scored(
+    cluster: &Arc<InMemoryCluster>,
+    scorer: &mut Scorer,
+    pods: Vec<core_domain::scheduler::Pod>,
+    by_id: &BTreeMap<(&str, &str), &Pod>,
+    policy: &LabelPolicy,
+) -> Vec<core_domain::scheduler::Pod> {
+    // Only Nodes with room for the smallest pod can take any.
+    let smallest = Room::smallest(&pods);
+    let mut queue: Vec<PendingPod> = pods
+        .into_iter()
+        .map(|pod| {
+            let original = by_id.get(&(pod.id.namespace(), pod.id.name()));
+            PendingPod {
+                priority: original
+                    .and_then(|p| p.spec.as_ref())
+                    .and_then(|spec| spec.priority)
+                    .unwrap_or(0),
+                default_spreading: original.is_some_and(|p| has_spreading_owner(p)),
+                pod,
+            }
+        })
+        .collect();
+    queue.sort_by(|a, b| {
+        b.priority
+            .cmp(&a.priority)
+            .then(a.pod.created.cmp(&b.pod.created))
+            .then_with(|| a.pod.id.cmp(&b.pod.id))
+    });
+    let mut symmetric_anti_affinity = scorer
+        .nodes()
+        .iter()
+        .flat_map(|node| &node.pods)
+        .any(|pod| !pod.pod_anti_affinity.required.is_empty());
+    let roomy: Vec<usize> = (0..scorer.nodes().len())
+        .filter(|&at| Room::free_on(&scorer.nodes()[at]).holds(&smallest))
+        .collect();
+    // Once a pod of a ReplicaSet fits nowhere, its siblings (same spec) fit nowhere in this
+    // cycle either: Nodes only fill.
+    let mut full_templates: HashSet<(String, String)> = HashSet::new();
+    let mut leftovers = Vec::new();
+    for pending in queue {
+        let pod = &pending.pod;
+        let template = pod
+            .labels
+            .get("pod-template-hash")
+            .map(|hash| (pod.id.namespace().to_owned(), hash.clone()));
+        let hard = symmetric_anti_affinity || has_hard_inter_pod_rules(pod);
+        if !hard
+            && template
+                .as_ref()
+                .is_some_and(|t| full_templates.contains(t))
+        {
+            leftovers.push(pending.pod);
+            continue;
+        }
+        let candidates: Vec<usize> = roomy
+            .iter()
+            .copied()
+            .filter(|&at| scoring::fits_alone(pod, &scorer.nodes()[at]))
+            .collect();
+        let chosen = if candidates.is_empty() {
+            None
+        } else {
+            let scores = scorer.scores(&pending, &candidates);
+            let order = scoring::ranked(scorer.nodes(), &candidates, &scores);
+            if hard {
+                order
+                    .into_iter()
+                    .find(|&at| fits_among_others(pod, scorer.nodes(), at, policy))
+            } else {
+                order.first().copied()
+            }
+        };
+        let Some(at) = chosen else {
+            if !hard && let Some(template) = template {
+                full_templates.insert(template);
+            }
+            leftovers.push(pending.pod);
+            continue;
+        };
+        let (namespace, name) = (pod.id.namespace(), pod.id.name());
+        let node = &scorer.nodes()[at].name;
+        note(cluster.bind_pod(namespace, name, node), || {
+            format!("scheduler: binding {namespace}/{name} to {node}")
+        });
+        symmetric_anti_affinity |= !pod.pod_anti_affinity.required.is_empty();
+        scorer.bind(at, pending.pod);
+    }
+    leftovers
+}
+
+/// Whether where `pod` may go depends on other pods by a hard rule.
+fn has_hard_inter_pod_rules(pod: &core_domain::scheduler::Pod) -> bool {
+    !pod.pod_affinity.required.is_empty()
+        || !pod.pod_anti_affinity.required.is_empty()
+        || pod
+            .topology_spread_constraints
+            .iter()
+            .any(|c| c.when_unsatisfiable == WhenUnsatisfiable::DoNotSchedule)
+}
+
+/// Whether the domain scheduler, preferences aside, places `pod` on the Node at `at` among
+/// `nodes` (the hard spread and pod affinity rules, counted over every Node).
+fn fits_among_others(
+    pod: &core_domain::scheduler::Pod,
+    nodes: &[Arc<ExistingNode>],
+    at: usize,
+    policy: &LabelPolicy,
+) -> bool {
+    let mut pinned = pod.clone();
+    pinned
+        .node_selector
+        .insert(LABEL_HOSTNAME.to_owned(), nodes[at].name.clone());
+    let input = SchedulingInput {
+        pods: vec![pinned],
+        existing_nodes: nodes.to_vec(),
+        node_pools: Vec::new(),
+        daemon_set_pods: Vec::new(),
+        label_policy: policy.clone(),
+        preference_policy: PreferencePolicy::Ignore,
+    };
+    solve(&input).is_ok_and(|results| !results.existing_placements.is_empty())
+}
+
+/// Whether kube-scheduler's system default spreading applies to `pod`: it is owned by a
+/// ReplicaSet, StatefulSet or ReplicationController (the simulator has no Services).
+fn has_spreading_owner(pod: &Pod) -> bool {
+    pod.metadata.owner_references.iter().flatten().any(|owner| {
+        matches!(
+            owner.kind.as_str(),
+            "ReplicaSet" | "StatefulSet" | "ReplicationController"
+        )
+    })
 }
 
 /// Of `pods` (bound or not), those that could not be placed on the Ready, schedulable Nodes
