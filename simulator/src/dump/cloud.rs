@@ -146,6 +146,12 @@ fn alias_term(terms: &[Value]) -> Option<(String, bool)> {
     })
 }
 
+/// Whether `id` is an EC2 id of the kind `prefix` starts (what the scenario's cloud takes);
+/// a status naming anything else names nothing the simulated cloud can hold.
+fn is_id(id: &str, prefix: &str) -> bool {
+    id.len() > prefix.len() && id.starts_with(prefix)
+}
+
 /// The region of a zone name (`us-east-1a` → `us-east-1`).
 fn region_of_zone(zone: &str) -> Option<String> {
     let trimmed = zone.trim_end_matches(|c: char| c.is_ascii_lowercase());
@@ -248,7 +254,7 @@ pub(super) fn infer(
             ));
         }
         for ami in list(object, "/status/amis") {
-            let Some(id) = str_at(ami, "/id") else {
+            let Some(id) = str_at(ami, "/id").filter(|id| is_id(id, "ami-")) else {
                 continue;
             };
             let image = images.entry(id.to_owned()).or_default();
@@ -271,7 +277,10 @@ pub(super) fn infer(
         let subnet_tags = first_tags(subnet_terms);
         let resolved_subnets = list(object, "/status/subnets");
         for found in resolved_subnets {
-            let (Some(id), Some(zone)) = (str_at(found, "/id"), str_at(found, "/zone")) else {
+            let (Some(id), Some(zone)) = (
+                str_at(found, "/id").filter(|id| is_id(id, "subnet-")),
+                str_at(found, "/zone"),
+            ) else {
                 continue;
             };
             let subnet = subnets.entry(id.to_owned()).or_default();
@@ -287,7 +296,7 @@ pub(super) fn infer(
             .map(str::to_owned);
         let resolved_groups = list(object, "/status/securityGroups");
         for found in resolved_groups {
-            let Some(id) = str_at(found, "/id") else {
+            let Some(id) = str_at(found, "/id").filter(|id| is_id(id, "sg-")) else {
                 continue;
             };
             let group = groups.entry(id.to_owned()).or_default();
@@ -343,7 +352,8 @@ pub(super) fn infer(
     // older images (a node running one is drifted, as it is in the cluster), unless the
     // class has not resolved any, in which case they are what it resolves to.
     for claim in claims {
-        let Some(id) = str_at(claim.object, "/status/imageID") else {
+        let Some(id) = str_at(claim.object, "/status/imageID").filter(|id| is_id(id, "ami-"))
+        else {
             continue;
         };
         let class = str_at(claim.object, "/spec/nodeClassRef/name")

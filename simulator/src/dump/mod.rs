@@ -568,18 +568,23 @@ fn start_time(objects: &[Object]) -> Timestamp {
 pub fn to_yaml(built: &Built) -> String {
     let mut out = String::new();
     out.push_str("# Built by `simulate --from-dump` from ");
-    out.push_str(&built.sources.join(", "));
+    out.push_str(&comment(&built.sources.join(", ")));
     out.push_str(
         ".\n# Run it with `simulate THIS-FILE`. To simulate a change, add `events:` (simulator/SCENARIO.md)\n# and run it again, e.g. an AMI release half an hour in (tagged as the images its\n# EC2NodeClasses select, so they pick it up and the fleet drifts to it):\n#\n#   events:\n",
     );
     let example = example_image(&built.document);
-    out.push_str(&format!(
-        "#     - {{at: 30m, cloud: {{publishImage: {example}}}}}\n"
-    ));
+    out.push_str(&comment(&format!(
+        "#     - {{at: 30m, cloud: {{publishImage: {example}}}}}"
+    )));
+    out.push('\n');
     if !built.warnings.is_empty() {
         out.push_str("#\n# What did not come along as it was:\n");
         for warning in &built.warnings {
-            out.push_str(&format!("#   - {}: {}\n", warning.object, warning.message));
+            out.push_str(&comment(&format!(
+                "#   - {}: {}",
+                warning.object, warning.message
+            )));
+            out.push('\n');
         }
     }
     for key in ["name", "seed", "start", "duration", "cloud", "objects"] {
@@ -590,6 +595,20 @@ pub fn to_yaml(built: &Built) -> String {
         }
     }
     out
+}
+
+/// `text` fit for a comment line: control characters (a newline in an object's name would end
+/// the comment) escaped.
+fn comment(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
 }
 
 /// A `publishImage` for the header's example: a new image like the first one the cloud knows.
@@ -605,7 +624,7 @@ fn example_image(document: &Value) -> String {
     if let Some(Value::Object(tags)) = first.and_then(|image| image.get("tags")) {
         let tags: Vec<String> = tags
             .iter()
-            .map(|(k, v)| format!("{k}: {:?}", v.as_str().unwrap_or("*")))
+            .map(|(k, v)| format!("{k:?}: {:?}", v.as_str().unwrap_or("*")))
             .collect();
         text.push_str(&format!(", tags: {{{}}}", tags.join(", ")));
     }
