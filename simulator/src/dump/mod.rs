@@ -338,7 +338,11 @@ pub fn build(sources: &[Source], options: &DumpOptions) -> Result<Built, DumpErr
         scenario::check_manifest("", &object.value).map_err(|error| DumpError::Object {
             file: object.file.clone(),
             object: object.label(),
-            field: error.field.trim_start_matches('.').to_owned(),
+            // A refusal of the object as a whole (a required field missing) names no path.
+            field: match error.field.trim_start_matches('.') {
+                "" => "(object)".to_owned(),
+                field => field.to_owned(),
+            },
             message: error.message,
         })?;
     }
