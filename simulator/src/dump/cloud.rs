@@ -35,7 +35,7 @@ pub(super) struct Class<'a> {
     pub object: &'a Value,
 }
 
-/// An adopted NodeClaim: its node class, image, zone and architecture.
+/// An adopted NodeClaim, read for its node class, image, zone and architecture.
 pub(super) struct Claim<'a> {
     /// The object.
     pub object: &'a Value,
