@@ -175,3 +175,32 @@ fn an_invalid_dump_exits_2_naming_the_object() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("Pod/x/p: spec.containers"), "{stderr}");
 }
+
+#[test]
+fn the_headers_example_ami_release_drifts_the_nodes_it_is_for() {
+    // What the README tells operators to do: take the example event of the header, add it
+    // to the emitted scenario, run it again.
+    let dir = tempfile::tempdir().unwrap();
+    let (mut text, _) = emit(&dir.path().join("scenario.yaml"), &["--duration", "5m"]);
+    let example = text
+        .lines()
+        .find(|line| line.contains("publishImage"))
+        .unwrap()
+        .trim_start_matches('#')
+        .trim()
+        .trim_start_matches("- ")
+        .replace("at: 30m", "at: 1m");
+    text.push_str(&format!("events:\n  - {example}\n"));
+    let report = engine::run_blocking(scenario::parse(&text).unwrap(), &mut Quiet).unwrap();
+    let json: Value = serde_json::from_str(&report.to_json()).unwrap();
+    let drifted: Vec<&str> = json["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["type"] == "NodeClaimDrifted" && e["reason"] == "AMIDrift")
+        .map(|e| e["nodeClaim"].as_str().unwrap())
+        .collect();
+    // The new image is x86_64: the amd64 nodes drift, the arm64 spot node does not.
+    assert!(drifted.contains(&"general-a1b2c"), "{drifted:?}");
+    assert!(!drifted.contains(&"spot-g5h6j"), "{drifted:?}");
+}
