@@ -12,6 +12,7 @@
 //! - [`transport`]: aws-plugin served over in-process duplex streams, core connected to it.
 //! - [`outage`]: the provider decorator that simulates a plugin outage or a slow plugin.
 //! - [`contention`]: the cluster decorator that makes core's optimistic writes conflict.
+//! - [`dump`]: `simulate --from-dump`: a cluster dumped with kubectl as a scenario.
 //! - [`chaos`]: random clusters and fault schedules, run with invariants checked after every
 //!   step, and failures shrunk to a minimal scenario.
 //! - [`budgets`]: PodDisruptionBudgets as the disruption controller judges them.
@@ -28,6 +29,7 @@ pub mod clock;
 pub mod cloud;
 pub mod compare;
 pub mod contention;
+pub mod dump;
 pub mod engine;
 pub mod fold;
 pub mod outage;

@@ -10,6 +10,10 @@
 //! invariants checked after every step); a failure prints its seed and what broke, and writes
 //! a minimal scenario reproducing it to `DIR/chaos-SEED.yaml`.
 //!
+//! `simulate --from-dump PATH... [--emit-scenario FILE] [--emit-only] [--duration D]`: runs
+//! the cluster a `kubectl get ... -o yaml` dump describes (`simulator::dump`); `--emit-scenario`
+//! also writes that scenario, `--emit-only` writes it and does not run it.
+//!
 //! Exit status: 0 when the run completed (every chaos run held every invariant), 2 when the
 //! scenario is invalid (the message names the field), 1 when the run failed (or a chaos run
 //! broke an invariant).
@@ -85,6 +89,27 @@ struct Args {
     /// The most runs a failure's shrinking may spend (0: write the failing scenario as drawn).
     #[arg(long, value_name = "N", default_value_t = chaos::SHRINK_RUNS, requires = "chaos")]
     shrink_runs: usize,
+    #[command(flatten)]
+    dump: DumpArgs,
+}
+
+/// `--from-dump`: the cluster of a kubectl dump as the scenario.
+#[derive(Debug, clap::Args)]
+struct DumpArgs {
+    /// A dump of the cluster to simulate, instead of a scenario: the output of `kubectl get
+    /// nodepools,nodeclaims,ec2nodeclasses,nodes,pods,pdb,deployments,daemonsets -A -o yaml`
+    /// (or JSON), a file or a directory of `*.yaml`/`*.yml`/`*.json` (repeatable).
+    #[arg(long = "from-dump", short = 'f', value_name = "PATH", conflicts_with_all = ["scenario", "chaos"])]
+    from_dump: Vec<PathBuf>,
+    /// Write the scenario built from the dump here (YAML, to add events to and run again).
+    #[arg(long, value_name = "FILE", requires = "from_dump")]
+    emit_scenario: Option<PathBuf>,
+    /// Only write the scenario (`--emit-scenario`), do not run it.
+    #[arg(long, requires = "emit_scenario")]
+    emit_only: bool,
+    /// How long the dumped cluster runs (virtual time, `90m`, `3h`).
+    #[arg(long, value_name = "DURATION", default_value = simulator::dump::DEFAULT_DURATION, requires = "from_dump")]
+    duration: String,
 }
 
 /// Prints the timeline as it happens, repeated events folded, and, on a terminal, a progress
@@ -214,6 +239,11 @@ fn main() -> ExitCode {
         return run_chaos(seed, &args);
     }
     let (source, text) = match &args.scenario {
+        None if !args.dump.from_dump.is_empty() => match scenario_from_dump(&args.dump) {
+            Ok(Some(built)) => built,
+            Ok(None) => return ExitCode::SUCCESS,
+            Err(code) => return code,
+        },
         None => (
             "the built-in scenario new-ami.yaml".to_owned(),
             simulator::DEFAULT_SCENARIO.to_owned(),
@@ -293,6 +323,36 @@ fn main() -> ExitCode {
     ExitCode::SUCCESS
 }
 
+/// `--from-dump`: the scenario built from the dump (its source and text), written to
+/// `--emit-scenario` if asked; `None` when `--emit-only` says not to run it.
+#[allow(clippy::print_stderr, reason = "warnings and errors go to stderr")]
+fn scenario_from_dump(args: &DumpArgs) -> Result<Option<(String, String)>, ExitCode> {
+    let options = simulator::dump::DumpOptions {
+        duration: args.duration.clone(),
+    };
+    let built = simulator::dump::load(&args.from_dump)
+        .and_then(|sources| simulator::dump::build(&sources, &options))
+        .map_err(|error| {
+            eprintln!("simulate: invalid dump: {error}");
+            ExitCode::from(2)
+        })?;
+    for warning in &built.warnings {
+        eprintln!("simulate: warning: {warning}");
+    }
+    let text = simulator::dump::to_yaml(&built);
+    if let Some(path) = &args.emit_scenario {
+        std::fs::write(path, &text).map_err(|error| {
+            eprintln!("simulate: cannot write {}: {error}", path.display());
+            ExitCode::FAILURE
+        })?;
+    }
+    if args.emit_only {
+        return Ok(None);
+    }
+    let source = format!("built from the dump ({})", built.sources.join(", "));
+    Ok(Some((source, text)))
+}
+
 /// `--vs` and `--set`: runs A and B (the `--vs` scenario, else A, changed by the `--set`s) and
 /// prints their figures side by side.
 #[allow(clippy::print_stderr, reason = "errors go to stderr")]
@@ -328,7 +388,12 @@ fn run_compare(args: &Args, source: &str, text: &str) -> ExitCode {
             |stem| stem.to_string_lossy().into_owned(),
         )
     };
-    let a_label = stem(args.scenario.as_ref(), "new-ami");
+    let default_label = if args.dump.from_dump.is_empty() {
+        "new-ami"
+    } else {
+        "the dump"
+    };
+    let a_label = stem(args.scenario.as_ref(), default_label);
     let mut b_label = stem(args.vs.as_ref(), &a_label);
     if !overrides.is_empty() {
         b_label.push_str(" with --set");

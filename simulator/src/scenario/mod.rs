@@ -28,6 +28,12 @@ use serde_json::Value;
 pub use self::manifest::parse_provider_id;
 pub use self::parse::parse;
 
+/// Checks one manifest as an entry of `objects:` is checked (its kind supported, its
+/// apiVersion, its schema and rules); the fields an error names start with `path`.
+pub fn check_manifest(path: &str, value: &Value) -> Result<Manifest> {
+    manifest::manifest(path, value)
+}
+
 /// Where time starts when the scenario does not say.
 pub const DEFAULT_START: &str = "2026-01-01T00:00:00Z";
 /// The region when the scenario does not say.
