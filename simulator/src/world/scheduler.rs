@@ -403,17 +403,29 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNo
         if node.metadata.deletion_timestamp.is_some() || cordoned || !is_node_ready(node) {
             continue;
         }
-        let pods: Vec<&Pod> = pods_by_node
+        // Pods being deleted hold their resources but count for no topology spread, as in
+        // kube-scheduler: a drained node's evicted pods do not hold their zone's place.
+        let (terminating, pods): (Vec<&Pod>, Vec<&Pod>) = pods_by_node
             .get(name_of(node))
             .into_iter()
             .flatten()
             .copied()
             .filter(|pod| !is_terminal(pod))
-            .collect();
+            .partition(|pod| is_terminating(pod));
         // Unreadable objects are left out, as the provisioner leaves them out.
         let Some(mut existing) = existing_node(Some(memo), node, None, &pods, &mut skipped) else {
             continue;
         };
+        if !terminating.is_empty() {
+            let converted: Vec<core_domain::scheduler::Pod> = terminating
+                .iter()
+                .filter_map(|pod| convert::pod(pod).ok())
+                .collect();
+            let node = Arc::make_mut(&mut existing);
+            for pod in &converted {
+                node.add_terminating_pod(pod);
+            }
+        }
         // The kube-scheduler looks at a Ready Node's taints as they are (copied only then: the
         // memo's conversion is shared).
         if !existing.initialized || !existing.startup_taints.is_empty() {

@@ -94,6 +94,14 @@ impl ExistingNode {
         self
     }
 
+    /// Adds `pod`, being deleted on this node, as kube-scheduler sees such a pod: its
+    /// requests are still held (its containers may still run), but it is not among `pods`, so
+    /// it counts for no topology spread (kube-scheduler's PodTopologySpread skips pods with a
+    /// deletion timestamp), affinity or host port.
+    pub fn add_terminating_pod(&mut self, pod: &Pod) {
+        self.requested = self.requested.saturating_add(&counted(&pod.requests));
+    }
+
     /// This node with the DaemonSet pod `pod` running on it.
     #[must_use]
     pub fn with_daemon_pod(mut self, pod: Pod) -> Self {
