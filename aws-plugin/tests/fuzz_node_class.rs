@@ -16,7 +16,6 @@ use aws_plugin::apis::EC2NodeClass;
 use aws_plugin::node_class::hash::static_hash;
 use aws_plugin::node_class::parse_node_class;
 use karpenter_api::testing::fuzz;
-use proptest::test_runner::TestRunner;
 use serde_json::Value;
 
 const ROOTS: [&str; 6] = ["(root)", "spec", "metadata", "status", "apiVersion", "kind"];
@@ -97,26 +96,15 @@ fn the_corpus_replays() {
 
 #[test]
 fn fuzz_node_class_documents() {
-    let seeds = fuzz::seed_documents(&corpus());
-    let mut runner = TestRunner::new(fuzz::config(512, file!()));
-    runner
-        .run(&fuzz::mutated(seeds), |value| {
-            check(&value);
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_documents(fuzz::seed_documents(&corpus()), 512, file!(), check);
 }
 
 #[test]
 fn fuzz_node_class_text() {
     let texts = corpus().into_iter().map(|(_, text)| text).collect();
-    let mut runner = TestRunner::new(fuzz::config(256, file!()));
-    runner
-        .run(&fuzz::mutated_text(texts), |text| {
-            if let Ok(value) = serde_json::from_str::<Value>(&text) {
-                check(&value);
-            }
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_text(texts, 256, file!(), |text| {
+        if let Ok(value) = serde_json::from_str::<Value>(text) {
+            check(&value);
+        }
+    });
 }

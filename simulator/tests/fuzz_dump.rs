@@ -15,7 +15,6 @@
 )]
 
 use karpenter_api::testing::fuzz;
-use proptest::test_runner::TestRunner;
 use simulator::dump::{DumpError, DumpOptions, Source, build, to_yaml};
 
 const FILE: &str = "dump.yaml";
@@ -79,25 +78,13 @@ fn the_corpus_replays() {
 
 #[test]
 fn fuzz_dump_documents() {
-    let seeds = fuzz::seed_documents(&corpus());
-    let mut runner = TestRunner::new(fuzz::config(150, file!()));
-    runner
-        .run(&fuzz::mutated(seeds), |document| {
-            let text = serde_yaml::to_string(&document).expect("JSON renders as YAML");
-            check(&text);
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_documents(fuzz::seed_documents(&corpus()), 150, file!(), |document| {
+        check(&serde_yaml::to_string(document).expect("JSON renders as YAML"));
+    });
 }
 
 #[test]
 fn fuzz_dump_text() {
     let texts = corpus().into_iter().map(|(_, text)| text).collect();
-    let mut runner = TestRunner::new(fuzz::config(150, file!()));
-    runner
-        .run(&fuzz::mutated_text(texts), |text| {
-            check(&text);
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_text(texts, 150, file!(), check);
 }

@@ -13,7 +13,6 @@
 )]
 
 use karpenter_api::testing::fuzz;
-use proptest::test_runner::TestRunner;
 use simulator::scenario::{ScenarioError, parse};
 
 /// The scenario's top-level keys: every path into the scenario starts with one.
@@ -73,25 +72,13 @@ fn the_corpus_replays() {
 
 #[test]
 fn fuzz_scenario_documents() {
-    let seeds = fuzz::seed_documents(&corpus());
-    let mut runner = TestRunner::new(fuzz::config(400, file!()));
-    runner
-        .run(&fuzz::mutated(seeds), |document| {
-            let text = serde_yaml::to_string(&document).expect("JSON renders as YAML");
-            check(&text);
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_documents(fuzz::seed_documents(&corpus()), 400, file!(), |document| {
+        check(&serde_yaml::to_string(document).expect("JSON renders as YAML"));
+    });
 }
 
 #[test]
 fn fuzz_scenario_text() {
     let texts = corpus().into_iter().map(|(_, text)| text).collect();
-    let mut runner = TestRunner::new(fuzz::config(400, file!()));
-    runner
-        .run(&fuzz::mutated_text(texts), |text| {
-            check(&text);
-            Ok(())
-        })
-        .unwrap();
+    fuzz::run_text(texts, 400, file!(), check);
 }

@@ -439,6 +439,40 @@ pub fn apply(document: &mut Value, mutation: &Mutation) {
     }
 }
 
+/// Runs `check` on [`config`]'s number of structural mutations of `seeds` ([`mutated`]);
+/// panics with proptest's minimal failing input when `check` panics on one.
+pub fn run_documents(
+    seeds: Vec<Value>,
+    default_cases: u32,
+    source_file: &'static str,
+    check: impl Fn(&Value),
+) {
+    let mut runner = proptest::test_runner::TestRunner::new(config(default_cases, source_file));
+    if let Err(failure) = runner.run(&mutated(seeds), |document| {
+        check(&document);
+        Ok(())
+    }) {
+        panic!("{failure}");
+    }
+}
+
+/// Runs `check` on [`config`]'s number of character-level mutations of `seeds`
+/// ([`mutated_text`]); panics with proptest's minimal failing input when `check` panics on one.
+pub fn run_text(
+    seeds: Vec<String>,
+    default_cases: u32,
+    source_file: &'static str,
+    check: impl Fn(&str),
+) {
+    let mut runner = proptest::test_runner::TestRunner::new(config(default_cases, source_file));
+    if let Err(failure) = runner.run(&mutated_text(seeds), |text| {
+        check(&text);
+        Ok(())
+    }) {
+        panic!("{failure}");
+    }
+}
+
 /// Raw text: a seed's text edited at the character level (a span cut, a string spliced in, a
 /// line repeated), or a string of arbitrary characters.
 pub fn mutated_text(seeds: Vec<String>) -> impl Strategy<Value = String> {
