@@ -9,7 +9,7 @@
 //! - Workloads are recreated: Deployments, DaemonSets, PodDisruptionBudgets, PriorityClasses.
 //!   Pods their controllers make again are dropped; a pod whose controller is not in the dump
 //!   (or is of a kind the simulator does not run) is kept as a plain pod, with a warning.
-//! - The cloud is inferred ([`cloud`]), sensitive fields dropped ([`sanitize`]).
+//! - The cloud is inferred (`cloud.rs`), sensitive fields dropped (`sanitize.rs`).
 //! - Objects are ordered by kind (node classes first, pods last), then namespace and name:
 //!   the same dump gives the same scenario, byte for byte.
 

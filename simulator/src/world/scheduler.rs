@@ -2,7 +2,7 @@
 //! the others `PodScheduled=False` with reason `Unschedulable`.
 //!
 //! Among the Nodes a pod fits, it takes the one the default profile's score plugins rate
-//! highest ([`scoring`](super::scoring)), or with [`KubeScheduler::FirstFit`] the first.
+//! highest ([`scoring`]), or with [`KubeScheduler::FirstFit`] the first.
 //!
 //! Fit is decided by the domain's scheduler ([`core_domain::scheduler::solve`]) run over the
 //! existing Nodes only (no NodePool, so it can plan nothing new): resources, node selectors,
