@@ -58,6 +58,37 @@ fn given_zone_spread_and_existing_pods_when_solved_then_the_emptier_zones_are_fi
 }
 
 #[test]
+fn given_a_terminating_pod_when_solved_then_it_holds_its_requests_but_no_zone() {
+    // Two pods to spread; zone-a's node holds a matching pod being deleted. Counted, it would
+    // push both new pods out of zone-a; as kube-scheduler sees it, it counts for no zone.
+    let mut given = input(
+        (0..3)
+            .map(|i| spread(&format!("w{i}"), LABEL_TOPOLOGY_ZONE))
+            .collect(),
+        vec![pool("default")],
+    );
+    let leaving = pod("leaving", 1000).with_label("app", "web");
+    let mut node = ExistingNode::new(
+        "node-a",
+        [(LABEL_TOPOLOGY_ZONE, "zone-a")],
+        crate::resources::ResourceList::new(),
+    );
+    node.add_terminating_pod(&leaving);
+    assert!(node.pods.is_empty());
+    assert_eq!(
+        node.requested,
+        leaving
+            .requests
+            .clone()
+            .with(crate::resources::ResourceName::PODS, 1),
+        "its requests are held"
+    );
+    given.existing_nodes = shared(vec![node]);
+    let results = run(&given);
+    assert_eq!(zones_of(&results), ["zone-a", "zone-b", "zone-c"]);
+}
+
+#[test]
 fn given_zone_spread_when_a_zone_cannot_be_launched_then_min_domains_keeps_skew_against_it() {
     let pods = (0..4)
         .map(|i| {
