@@ -124,6 +124,17 @@ fn ec2_architecture(arch: &str) -> Option<&'static str> {
     }
 }
 
+/// Whether a `status.amis` entry is an alias's standard variant: none of its requirements
+/// asks for a label to exist (the Nvidia and Neuron variants ask for
+/// `karpenter.k8s.aws/instance-gpu-count` or `instance-accelerator-count`; the standard one
+/// asks for them not to: aws/karpenter-provider-aws `pkg/providers/amifamily/types.go`,
+/// `Variant.Requirements`).
+fn is_standard_variant(ami: &Value) -> bool {
+    list(ami, "/requirements")
+        .iter()
+        .all(|requirement| str_at(requirement, "/operator") != Some("Exists"))
+}
+
 /// The architecture an image's requirements pin, if they pin one.
 fn requirement_architecture(ami: &Value) -> Option<&'static str> {
     list(ami, "/requirements").iter().find_map(|requirement| {
@@ -268,7 +279,10 @@ pub(super) fn infer(
                 image.architecture = requirement_architecture(ami).map(str::to_owned);
             }
             add_tags(&mut image.tags, &ami_tags);
-            if image.alias.is_none() {
+            // The simulated cloud keeps one `@latest` image per architecture (the standard
+            // variant's parameter); an alias also lists GPU and accelerator variants, which
+            // must not take its place.
+            if image.alias.is_none() && is_standard_variant(ami) {
                 image.alias.clone_from(&alias);
             }
         }

@@ -281,6 +281,11 @@ pub fn build(sources: &[Source], options: &DumpOptions) -> Result<Built, DumpErr
 
     let mut emitted: Vec<Object> = Vec::new();
     for mut object in kept {
+        // Read before the metadata is cleaned, which drops the deletion timestamp.
+        let terminating = object
+            .value
+            .pointer("/metadata/deletionTimestamp")
+            .is_some();
         sanitize::metadata(&mut object.value);
         match object.kind {
             Kind::EC2NodeClass => {
@@ -320,6 +325,7 @@ pub fn build(sources: &[Source], options: &DumpOptions) -> Result<Built, DumpErr
             Kind::Pod => {
                 if !keep_pod(
                     &mut object,
+                    terminating,
                     &deployments,
                     &daemon_sets,
                     &node_names,
@@ -433,6 +439,7 @@ fn identify(found: read::Found, warnings: &mut Vec<Warning>) -> Result<Option<Ob
 /// pod; a finished or terminating pod goes.
 fn keep_pod(
     object: &mut Object,
+    terminating: bool,
     deployments: &BTreeSet<(String, String)>,
     daemon_sets: &BTreeSet<(String, String)>,
     nodes: &BTreeSet<String>,
@@ -447,11 +454,7 @@ fn keep_pod(
             message,
         });
     };
-    if object
-        .value
-        .pointer("/metadata/deletionTimestamp")
-        .is_some()
-    {
+    if terminating {
         warn("was terminating: left out".to_owned());
         return false;
     }
@@ -601,12 +604,13 @@ pub fn to_yaml(built: &Built) -> String {
     out
 }
 
-/// `text` fit for a comment line: control characters (a newline in an object's name would end
-/// the comment) escaped.
+/// `text` fit for a comment line: control characters and Unicode line separators (a newline
+/// in an object's name would end the comment) escaped.
 fn comment(text: &str) -> String {
     text.chars()
         .map(|c| {
-            if c.is_control() {
+            // U+2028 and U+2029 end a line for a YAML parser too.
+            if c.is_control() || matches!(c, '\u{2028}' | '\u{2029}') {
                 c.escape_default().to_string()
             } else {
                 c.to_string()

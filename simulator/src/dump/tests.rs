@@ -250,6 +250,7 @@ spec:
 status:
   amis:
     - {id: ami-0aaa, name: my-ami-1, requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}]}
+    - {id: ami-0fff, name: my-ami-nvidia, requirements: [{key: kubernetes.io/arch, operator: In, values: [arm64]}, {key: karpenter.k8s.aws/instance-gpu-count, operator: Exists}]}
 ---
 apiVersion: karpenter.k8s.aws/v1
 kind: EC2NodeClass
@@ -291,6 +292,10 @@ fn aliases_owners_and_unresolved_classes_are_made_to_resolve() {
     let image = &built.document["cloud"]["images"][0];
     assert_eq!(image["alias"], "al2023");
     assert_eq!(image["architecture"], "arm64");
+    // The alias's GPU variant is an image of its own, not the alias's `@latest`.
+    let nvidia = &built.document["cloud"]["images"][1];
+    assert_eq!(nvidia["id"], "ami-0fff");
+    assert!(nvidia.get("alias").is_none(), "{nvidia}");
     // No status.subnets: one per zone the fleet is in, tagged for the first term.
     assert_eq!(
         built.document["cloud"]["subnets"],
@@ -459,4 +464,26 @@ fn the_same_dump_gives_the_same_scenario_which_parses() {
     let with_event = format!("{first}events:\n  - {example}\n");
     let parsed = scenario::parse(&with_event).unwrap();
     assert_eq!(parsed.events.len(), 1);
+}
+
+#[test]
+fn a_pod_being_deleted_is_left_out() {
+    let pods = r#"{"apiVersion": "v1", "kind": "List", "items": [
+      {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "going", "namespace": "default",
+                    "deletionTimestamp": "2026-11-01T00:00:00Z", "deletionGracePeriodSeconds": 30},
+       "spec": {"containers": [{"name": "c", "image": "i"}]}},
+      {"apiVersion": "v1", "kind": "Pod",
+       "metadata": {"name": "staying", "namespace": "default"},
+       "spec": {"containers": [{"name": "c", "image": "i"}]}}]}"#;
+    let built = build(&[source("pods.json", pods)], &DumpOptions::default()).unwrap();
+    assert_eq!(labels(&built), ["Pod/default/staying"]);
+    assert!(
+        built
+            .warnings
+            .iter()
+            .any(|w| w.object.contains("going") && w.message.contains("terminating")),
+        "{:?}",
+        built.warnings
+    );
 }

@@ -171,7 +171,7 @@ fn steps(path: &str) -> Result<Vec<Step>, String> {
         return Err("PATH is empty".to_owned());
     }
     let mut steps = Vec::new();
-    for part in path.split('.') {
+    for part in split_outside_brackets(path) {
         let (key, mut selectors) = match part.find('[') {
             Some(open) => (&part[..open], &part[open..]),
             None => (part, ""),
@@ -199,6 +199,27 @@ fn steps(path: &str) -> Result<Vec<Step>, String> {
         }
     }
     Ok(steps)
+}
+
+/// `path` split at the dots outside `[...]`: an object's name may hold dots
+/// (`objects[Node/ip-10-0-1-2.ec2.internal]`).
+fn split_outside_brackets(path: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let mut depth = 0usize;
+    let mut start = 0;
+    for (at, c) in path.char_indices() {
+        match c {
+            '[' => depth += 1,
+            ']' => depth = depth.saturating_sub(1),
+            '.' if depth == 0 => {
+                parts.push(&path[start..at]);
+                start = at + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&path[start..]);
+    parts
 }
 
 fn selector(inside: &str) -> Result<Step, String> {
@@ -276,6 +297,17 @@ objects:
             true
         );
         assert_eq!(document["duration"], "3h");
+    }
+
+    #[test]
+    fn names_may_hold_dots() {
+        let text =
+            "name: n\nobjects:\n  - {kind: Node, metadata: {name: ip-10-0-1-2.ec2.internal}}\n";
+        let set = Override::parse("objects[Node/ip-10-0-1-2.ec2.internal].spec.unschedulable=true")
+            .expect("parses");
+        let changed = apply_all(text, &[set]).expect("applies");
+        let document: Value = serde_yaml::from_str(&changed).expect("YAML back");
+        assert_eq!(document["objects"][0]["spec"]["unschedulable"], true);
     }
 
     #[test]

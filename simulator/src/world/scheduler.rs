@@ -404,7 +404,8 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNo
             continue;
         }
         // Pods being deleted hold their resources but count for no topology spread, as in
-        // kube-scheduler: a drained node's evicted pods do not hold their zone's place.
+        // kube-scheduler: a drained node's evicted pods do not hold their zone's place (nor,
+        // here, their affinity terms and host ports: see `add_terminating_pod`).
         let (terminating, pods): (Vec<&Pod>, Vec<&Pod>) = pods_by_node
             .get(name_of(node))
             .into_iter()

@@ -106,7 +106,11 @@ fn least_requested(requested: i64, capacity: i64) -> i64 {
     if capacity <= 0 || requested > capacity {
         return 0;
     }
-    (capacity - requested) * MAX_NODE_SCORE / capacity
+    // In i128: `(capacity - requested) * 100` overflows i64 past some 92 PB of memory, which a
+    // scenario may declare.
+    let score = (i128::from(capacity) - i128::from(requested)) * i128::from(MAX_NODE_SCORE)
+        / i128::from(capacity);
+    i64::try_from(score).unwrap_or(MAX_NODE_SCORE)
 }
 
 /// `NodeResourcesFit`'s `LeastAllocated` score: cpu and memory, weight 1 each, `requested`
@@ -395,8 +399,13 @@ impl Scorer {
                     node.allocatable.memory_bytes(),
                 );
                 let non_zero = self.non_zero[at];
-                let fit =
-                    least_allocated((non_zero.0 + pod_cpu, non_zero.1 + pod_memory), allocatable);
+                let fit = least_allocated(
+                    (
+                        non_zero.0.saturating_add(pod_cpu),
+                        non_zero.1.saturating_add(pod_memory),
+                    ),
+                    allocatable,
+                );
                 let balanced = if pod.requests.cpu_millis() <= 0 && pod.requests.memory_bytes() <= 0
                 {
                     // A best-effort pod: the plugin skips it.
@@ -404,8 +413,12 @@ impl Scorer {
                 } else {
                     balanced_allocation(
                         (
-                            node.requested.cpu_millis() + pod.requests.cpu_millis(),
-                            node.requested.memory_bytes() + pod.requests.memory_bytes(),
+                            node.requested
+                                .cpu_millis()
+                                .saturating_add(pod.requests.cpu_millis()),
+                            node.requested
+                                .memory_bytes()
+                                .saturating_add(pod.requests.memory_bytes()),
                         ),
                         allocatable,
                     )

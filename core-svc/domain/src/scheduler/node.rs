@@ -94,10 +94,12 @@ impl ExistingNode {
         self
     }
 
-    /// Adds `pod`, being deleted on this node, as kube-scheduler sees such a pod: its
-    /// requests are still held (its containers may still run), but it is not among `pods`, so
-    /// it counts for no topology spread (kube-scheduler's PodTopologySpread skips pods with a
-    /// deletion timestamp), affinity or host port.
+    /// Adds `pod`, being deleted on this node: its requests are still held (its containers may
+    /// still run), but it is not among `pods`, so it counts for no topology spread, as
+    /// kube-scheduler's PodTopologySpread skips pods with a deletion timestamp. It also no
+    /// longer counts for pod affinity or host ports, which kube-scheduler still holds against
+    /// it until it is gone: an approximation that errs towards placing pods a few seconds
+    /// early.
     pub fn add_terminating_pod(&mut self, pod: &Pod) {
         self.requested = self.requested.saturating_add(&counted(&pod.requests));
     }
