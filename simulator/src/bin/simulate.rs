@@ -119,7 +119,13 @@ struct Printer {
     /// When the run started, in wall time: the progress line waits for [`PROGRESS_AFTER`].
     started: std::time::Instant,
     progress: bool,
+    /// The virtual minute the progress line shows, while it is on screen.
     last_progress: Option<u64>,
+    /// When the progress line was last drawn: at most [`PROGRESS_EVERY`] apart.
+    last_drawn: Option<std::time::Instant>,
+    /// Whether stdout is the terminal the progress line is on: a timeline line must then clear
+    /// it first, and it is drawn again after.
+    shares_terminal: bool,
     folder: Fold,
     /// Whoever read stdout has stopped (`simulate ... | head`): nothing more is printed.
     closed: bool,
@@ -130,6 +136,8 @@ struct Printer {
 
 /// How long a run goes without a progress line.
 const PROGRESS_AFTER: Duration = Duration::from_secs(1);
+/// The shortest wall time between two drawings of the progress line.
+const PROGRESS_EVERY: Duration = Duration::from_millis(200);
 
 /// How the timeline is folded (see `simulator::fold`).
 enum Fold {
@@ -143,7 +151,7 @@ impl Printer {
         reason = "the progress line is for the person watching"
     )]
     fn clear_progress(&mut self) {
-        if self.progress && self.last_progress.is_some() {
+        if self.progress && self.shares_terminal && self.last_progress.is_some() {
             eprint!("\r\x1b[2K");
             self.last_progress = None;
         }
@@ -206,10 +214,16 @@ impl Observer for Printer {
             return;
         }
         let minute = progress.elapsed.as_secs() / 60;
-        if self.last_progress == Some(minute) && progress.elapsed < progress.total {
+        let recently = self
+            .last_drawn
+            .is_some_and(|drawn| drawn.elapsed() < PROGRESS_EVERY);
+        if progress.elapsed < progress.total
+            && (self.last_progress == Some(minute) || recently && self.last_progress.is_some())
+        {
             return;
         }
         self.last_progress = Some(minute);
+        self.last_drawn = Some(std::time::Instant::now());
         let clock = |d: Duration| {
             let s = d.as_secs();
             format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
@@ -271,6 +285,8 @@ fn main() -> ExitCode {
         started: std::time::Instant::now(),
         progress: std::io::stderr().is_terminal() && !args.quiet,
         last_progress: None,
+        last_drawn: None,
+        shares_terminal: std::io::stdout().is_terminal(),
         folder: if args.every_event {
             Fold::Off
         } else {
@@ -415,6 +431,8 @@ fn run_compare(args: &Args, source: &str, text: &str) -> ExitCode {
             started: std::time::Instant::now(),
             progress: std::io::stderr().is_terminal() && !args.quiet,
             last_progress: None,
+            last_drawn: None,
+            shares_terminal: std::io::stdout().is_terminal(),
             folder: Fold::Off,
             closed: false,
             more_to_do: false,
