@@ -206,6 +206,16 @@ pub(super) fn infer(
         }
     }
 
+    // Every zone a class resolved a subnet in, before any class without status gets one subnet
+    // per zone: what it gets must not depend on the order the classes come in.
+    for class in classes {
+        for found in list(class.object, "/status/subnets") {
+            if let Some(zone) = str_at(found, "/zone") {
+                zones.insert(zone.to_owned());
+            }
+        }
+    }
+
     let classes_by_name: BTreeMap<&str, &Class<'_>> =
         classes.iter().map(|c| (c.name.as_str(), c)).collect();
     for class in classes {

@@ -487,3 +487,47 @@ fn a_pod_being_deleted_is_left_out() {
         built.warnings
     );
 }
+
+#[test]
+fn what_a_class_without_status_gets_does_not_depend_on_the_order_of_the_files() {
+    let resolved = "
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: b-resolved}
+spec:
+  role: R
+  amiFamily: AL2023
+  amiSelectorTerms: [{id: ami-0aaa}]
+  subnetSelectorTerms: [{tags: {net: 'b'}}]
+  securityGroupSelectorTerms: [{name: nodes}]
+status:
+  amis: [{id: ami-0aaa, name: img, requirements: [{key: kubernetes.io/arch, operator: In, values: [amd64]}]}]
+  subnets: [{id: subnet-0b, zone: us-east-1b}]
+";
+    let unresolved = "
+apiVersion: karpenter.k8s.aws/v1
+kind: EC2NodeClass
+metadata: {name: a-unresolved}
+spec:
+  role: R
+  amiFamily: AL2023
+  amiSelectorTerms: [{id: ami-0aaa}]
+  subnetSelectorTerms: [{tags: {net: 'a'}}]
+  securityGroupSelectorTerms: [{name: nodes}]
+";
+    let built = |files: &[(&str, &str)]| {
+        let sources: Vec<Source> = files.iter().map(|(n, t)| source(n, t)).collect();
+        let built = build(&sources, &DumpOptions::default()).unwrap();
+        built.document["cloud"]["subnets"].clone()
+    };
+    let one = built(&[("r.yaml", resolved), ("u.yaml", unresolved)]);
+    let other = built(&[("u.yaml", unresolved), ("r.yaml", resolved)]);
+    assert_eq!(one, other);
+    assert!(
+        one.as_array()
+            .unwrap()
+            .iter()
+            .any(|subnet| subnet["id"] == "subnet-us-east-1b"),
+        "the unresolved class gets a subnet in the zone the other resolved: {one}"
+    );
+}
