@@ -225,8 +225,9 @@ impl Observer for Printer {
         self.last_progress = Some(minute);
         self.last_drawn = Some(std::time::Instant::now());
         let clock = |d: Duration| {
-            let s = d.as_secs();
-            format!("{}:{:02}:{:02}", s / 3600, s / 60 % 60, s % 60)
+            simulator::report::clock(d.as_secs_f64())
+                .trim_start()
+                .to_owned()
         };
         eprint!(
             "\r\x1b[2Ksimulating {} / {}: {} nodes, {} pods pending",

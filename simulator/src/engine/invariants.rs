@@ -28,6 +28,7 @@
 //!   run);
 //! - `pod-never-ran`: no pod has waited unscheduled for [`PENDING_LIMIT`].
 
+use crate::report::clock;
 use core_domain::labels::ANNOTATION_DO_NOT_DISRUPT as DO_NOT_DISRUPT;
 use core_svc::controllers::nodeclaim::node_provider_id;
 use core_svc::disruption::budgets::{NodePoolNodes, budget_limit, count_nodes, effective_budgets};
@@ -60,13 +61,15 @@ pub struct Violation {
 
 impl std::fmt::Display for Violation {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let s = self.t;
+        #[allow(
+            clippy::cast_precision_loss,
+            reason = "seconds of a run, far below 2^52"
+        )]
+        let at = clock(self.t as f64);
         write!(
             f,
-            "{}:{:02}:{:02} {}: {}",
-            s / 3600,
-            s / 60 % 60,
-            s % 60,
+            "{} {}: {}",
+            at.trim_start(),
             self.invariant,
             self.message
         )

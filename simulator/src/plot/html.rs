@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::{PlotError, svg};
 use crate::fold::Folder;
-use crate::report::Report;
+use crate::report::{Report, clock};
 
 const STYLE: &str = "body{font-family:sans-serif;margin:1.5em;color:#222}\
 table{border-collapse:collapse;margin-bottom:1.5em}\
@@ -51,16 +51,6 @@ fn stat_text(value: &Value) -> String {
     }
 }
 
-fn time(seconds: f64) -> String {
-    let seconds = seconds.max(0.0) as u64;
-    format!(
-        "{}:{:02}:{:02}",
-        seconds / 3600,
-        seconds / 60 % 60,
-        seconds % 60
-    )
-}
-
 /// The runs as one HTML page, each run a label and its report.
 pub fn html(runs: &[(&str, &Report)]) -> Result<String, PlotError> {
     let picture = svg(runs)?;
@@ -97,7 +87,9 @@ pub fn html(runs: &[(&str, &Report)]) -> Result<String, PlotError> {
         ),
         (
             "virtual time".to_owned(),
-            runs.iter().map(|(_, r)| time(r.end as f64)).collect(),
+            runs.iter()
+                .map(|(_, r)| clock(r.end as f64).trim_start().to_owned())
+                .collect(),
         ),
         (
             "timeline events".to_owned(),
