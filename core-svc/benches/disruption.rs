@@ -33,7 +33,7 @@ use std::time::Duration;
 
 use core_svc::apis::{NodeClaim, NodePool};
 use core_svc::cloudprovider::fake::instance_type;
-use core_svc::cluster::Snapshot;
+use core_svc::cluster::{SlimPod, Snapshot};
 use core_svc::controllers::Settings;
 use core_svc::controllers::disruption::{DisruptionOptions, PassInputs, decide, default_methods};
 use core_svc::controllers::provisioning::input::Catalogue;
@@ -137,7 +137,7 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
         }))));
         for p in 0..PODS_PER_NODE {
             let app = format!("app-{}", (i * PODS_PER_NODE + p) % 500);
-            snapshot.pods.push(Arc::new(from_json::<Pod>(json!({
+            snapshot.pods.push(Arc::new(SlimPod::from(from_json::<Pod>(json!({
                 "apiVersion": "v1",
                 "kind": "Pod",
                 "metadata": {
@@ -164,7 +164,7 @@ fn snapshot(nodes: usize, drifted: usize, pod_cpu: u32, spread: bool) -> Snapsho
                     "startTime": start,
                     "conditions": [{ "type": "Ready", "status": "True" }],
                 },
-            }))));
+            })))));
         }
     }
     snapshot.sort();

@@ -273,7 +273,7 @@ mod tests {
         snapshot
             .node_pools
             .push(Arc::new(node_pool("default", json!({}))));
-        snapshot.pods.push(Arc::new(pod("web-1", with_pod)));
+        snapshot.pods.push(Arc::new(pod("web-1", with_pod).into()));
         snapshot.sort();
         snapshot
     }

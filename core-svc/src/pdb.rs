@@ -25,9 +25,9 @@
 //! evictions it has just admitted. The in-memory cluster does not apply it, since there the
 //! arithmetic *is* the disruption controller.
 
+use crate::objects::SlimPod;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::{Selector, SelectorExt};
@@ -78,7 +78,7 @@ impl PdbAllowance {
     /// a pod that is not Ready may go under `AlwaysAllow`, or (`IfHealthyBudget`, the default)
     /// while the budget has the healthy pods it wants; any pod may go while disruptions are
     /// allowed.
-    pub fn admits_eviction(&self, pod: &Pod) -> bool {
+    pub fn admits_eviction(&self, pod: &SlimPod) -> bool {
         if !is_ready(pod) {
             let healthy_budget =
                 self.current_healthy >= self.desired_healthy && self.desired_healthy > 0;
@@ -98,7 +98,7 @@ pub fn selector(pdb: &PodDisruptionBudget) -> Option<Selector> {
 
 /// Whether the budget selects `pod`, given its [`selector`] (parsed once by the caller, who
 /// usually matches many pods).
-pub fn selects(pdb: &PodDisruptionBudget, selector: Option<&Selector>, pod: &Pod) -> bool {
+pub fn selects(pdb: &PodDisruptionBudget, selector: Option<&Selector>, pod: &SlimPod) -> bool {
     pdb.metadata.namespace == pod.metadata.namespace
         && selector.is_some_and(|selector| {
             selector.matches(pod.metadata.labels.as_ref().unwrap_or(&BTreeMap::new()))
@@ -111,9 +111,9 @@ pub fn selects(pdb: &PodDisruptionBudget, selector: Option<&Selector>, pod: &Pod
 pub fn allowance<'p>(
     pdb: &PodDisruptionBudget,
     selector: Option<&Selector>,
-    pods: impl IntoIterator<Item = &'p Pod>,
+    pods: impl IntoIterator<Item = &'p SlimPod>,
 ) -> PdbAllowance {
-    let selected: Vec<&Pod> = pods
+    let selected: Vec<&SlimPod> = pods
         .into_iter()
         .filter(|pod| selects(pdb, selector, pod))
         .collect();
@@ -122,8 +122,8 @@ pub fn allowance<'p>(
 
 /// [`allowance`] when the caller has already picked out the pods the budget selects (and
 /// needs them for more than the allowance); `selected` must hold exactly those.
-pub fn allowance_of_selected(pdb: &PodDisruptionBudget, selected: &[&Pod]) -> PdbAllowance {
-    let count = |keep: &dyn Fn(&Pod) -> bool| {
+pub fn allowance_of_selected(pdb: &PodDisruptionBudget, selected: &[&SlimPod]) -> PdbAllowance {
+    let count = |keep: &dyn Fn(&SlimPod) -> bool| {
         i32::try_from(selected.iter().filter(|pod| keep(pod)).count()).unwrap_or(i32::MAX)
     };
     let current_healthy = count(&|pod| !is_terminating(pod) && is_ready(pod));
@@ -181,7 +181,7 @@ pub fn allowance_of_selected(pdb: &PodDisruptionBudget, selected: &[&Pod]) -> Pd
 /// a current status: what to expect of the eviction API of a real cluster.
 pub fn pdb_allowance<'p>(
     pdb: &PodDisruptionBudget,
-    pods: impl IntoIterator<Item = &'p Pod>,
+    pods: impl IntoIterator<Item = &'p SlimPod>,
 ) -> PdbAllowance {
     allowance(pdb, selector(pdb).as_ref(), pods).lowered_by_status(pdb)
 }
@@ -209,7 +209,7 @@ fn key(pdb: &PodDisruptionBudget) -> String {
 }
 
 /// `IsPodReady`: the Ready condition is True.
-fn is_ready(pod: &Pod) -> bool {
+fn is_ready(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
@@ -221,6 +221,7 @@ fn is_ready(pod: &Pod) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use k8s_openapi::api::policy::v1::PodDisruptionBudgetStatus;
     use serde_json::{Value, json};
 

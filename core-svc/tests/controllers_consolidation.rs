@@ -1115,7 +1115,7 @@ mod end_to_end {
             crate::common::owned(&self.cluster.snapshot().await.unwrap().nodes)
         }
 
-        pub(super) async fn pods(&self) -> Vec<Pod> {
+        pub(super) async fn pods(&self) -> Vec<core_svc::cluster::SlimPod> {
             crate::common::owned(&self.cluster.snapshot().await.unwrap().pods)
         }
 
@@ -1223,7 +1223,7 @@ mod end_to_end {
             .collect()
     }
 
-    fn node_of(pod: &Pod) -> Option<&str> {
+    fn node_of(pod: &core_svc::cluster::SlimPod) -> Option<&str> {
         pod.spec.as_ref().and_then(|spec| spec.node_name.as_deref())
     }
 

@@ -265,7 +265,7 @@ impl World {
         crate::common::owned(&self.cluster.snapshot().await.unwrap().nodes)
     }
 
-    async fn pods(&self) -> Vec<Pod> {
+    async fn pods(&self) -> Vec<core_svc::cluster::SlimPod> {
         crate::common::owned(&self.cluster.snapshot().await.unwrap().pods)
     }
 
@@ -1326,13 +1326,14 @@ async fn given_a_restart_mid_drain_when_a_new_controller_runs_then_the_drain_kee
 }
 
 /// The Pod `default/name`.
-async fn pod_named(world: &World, name: &str) -> Pod {
+async fn pod_named(world: &World, name: &str) -> core_svc::cluster::SlimPod {
     world
         .cluster
         .get::<Pod>(Some("default"), name)
         .await
         .unwrap()
         .unwrap()
+        .into()
 }
 
 #[tokio::test]

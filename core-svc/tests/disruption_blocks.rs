@@ -15,6 +15,7 @@ use std::sync::Arc;
 
 use core_svc::apis::{NodeClaim, NodePool};
 use core_svc::clock::FakeClock;
+use core_svc::cluster::SlimPod;
 use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Preconditions, Snapshot};
 use core_svc::disruption::{
     Blocked, BlockedReason, CandidateSelector, DisruptionClass, DisruptionReason, ExplainInputs,
@@ -103,8 +104,13 @@ fn node(name: &str, patch: Value) -> Node {
     )
 }
 
-/// A Ready pod of the ReplicaSet `app` (`app: <app>`), bound to `node`.
-fn pod(name: &str, app: &str, node: &str, patch: Value) -> Pod {
+/// A Ready pod of the ReplicaSet `app` (`app: <app>`), bound to `node`, as a snapshot holds it.
+fn pod(name: &str, app: &str, node: &str, patch: Value) -> SlimPod {
+    kube_pod(name, app, node, patch).into()
+}
+
+/// The same pod, as it is created.
+fn kube_pod(name: &str, app: &str, node: &str, patch: Value) -> Pod {
     common::pod(
         name,
         merged(
@@ -165,7 +171,7 @@ fn sorted(mut snapshot: Snapshot) -> Snapshot {
     snapshot
 }
 
-fn find_pod<'a>(snapshot: &'a mut Snapshot, name: &str) -> &'a mut Pod {
+fn find_pod<'a>(snapshot: &'a mut Snapshot, name: &str) -> &'a mut SlimPod {
     snapshot
         .pods
         .iter_mut()
@@ -619,7 +625,7 @@ async fn verdicts(budgets: &[(&str, Value)], unready: &[&str]) -> Verdicts {
     let clock = FakeClock::new(saturday_noon());
     let cluster = InMemoryCluster::new(Arc::new(clock), 11);
     for name in ["web-0", "web-1", "web-2"] {
-        let mut created = pod(name, "web", "node-a", json!({}));
+        let mut created = kube_pod(name, "web", "node-a", json!({}));
         created.spec.as_mut().unwrap().node_name = None;
         created.status = None;
         cluster.create(&created).await.unwrap();

@@ -9,9 +9,9 @@
 //! `minAvailable`, which counts the pods; healthy means Ready and not terminating; percentages
 //! round up.
 
+use core_svc::cluster::SlimPod;
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -55,7 +55,7 @@ pub fn selects(selector: &LabelSelector, labels: &BTreeMap<String, String>) -> b
 }
 
 /// Whether `pdb` covers `pod`: same namespace, and its selector (a missing one selects none).
-pub fn covers(pdb: &PodDisruptionBudget, pod: &Pod) -> bool {
+pub fn covers(pdb: &PodDisruptionBudget, pod: &SlimPod) -> bool {
     fn namespace(ns: &Option<String>) -> &str {
         ns.as_deref().unwrap_or("default")
     }
@@ -83,8 +83,8 @@ fn scaled(value: &IntOrString, total: i32) -> Option<i32> {
 /// How many healthy pods `pdb` requires among `pods` (every pod it covers).
 pub fn desired_healthy(
     pdb: &PodDisruptionBudget,
-    pods: &[&Pod],
-    controller_of: &dyn Fn(&Pod) -> Controller,
+    pods: &[&SlimPod],
+    controller_of: &dyn Fn(&SlimPod) -> Controller,
 ) -> i32 {
     let spec = pdb.spec.as_ref();
     let expected = || {
@@ -118,7 +118,7 @@ pub fn desired_healthy(
 
 /// Whether `qualified` (`namespace/name`, the default namespace when the pod names none) names
 /// `pod`.
-fn is_named(pod: &Pod, qualified: &str) -> bool {
+fn is_named(pod: &SlimPod, qualified: &str) -> bool {
     qualified
         .strip_prefix(pod.metadata.namespace.as_deref().unwrap_or("default"))
         .and_then(|rest| rest.strip_prefix('/'))
@@ -127,16 +127,16 @@ fn is_named(pod: &Pod, qualified: &str) -> bool {
 
 /// How many of the evictions (`namespace/name`, in the order they happened) each left `pdb`
 /// with fewer healthy pods than it requires, given the pods before them.
-pub fn violations<P: std::borrow::Borrow<Pod>>(
+pub fn violations<P: std::borrow::Borrow<SlimPod>>(
     pdb: &PodDisruptionBudget,
     pods_before: &[P],
     evicted: &[String],
-    controller_of: &dyn Fn(&Pod) -> Controller,
+    controller_of: &dyn Fn(&SlimPod) -> Controller,
 ) -> u64 {
     let pods_before = || pods_before.iter().map(std::borrow::Borrow::borrow);
     // The evicted pods this budget covers, in eviction order, each looked up once. Most
     // evictions leave most budgets alone: those need no count of their pods.
-    let evicted: Vec<&Pod> = evicted
+    let evicted: Vec<&SlimPod> = evicted
         .iter()
         .filter_map(|qualified| pods_before().find(|pod| is_named(pod, qualified)))
         .filter(|pod| covers(pdb, pod))
@@ -144,9 +144,9 @@ pub fn violations<P: std::borrow::Borrow<Pod>>(
     if evicted.is_empty() {
         return 0;
     }
-    let covered: Vec<&Pod> = pods_before().filter(|pod| covers(pdb, pod)).collect();
+    let covered: Vec<&SlimPod> = pods_before().filter(|pod| covers(pdb, pod)).collect();
     let desired = desired_healthy(pdb, &covered, controller_of);
-    let healthy = |pod: &Pod| is_pod_ready(pod) && !is_terminating(pod);
+    let healthy = |pod: &SlimPod| is_pod_ready(pod) && !is_terminating(pod);
     let mut left =
         i32::try_from(covered.iter().filter(|pod| healthy(pod)).count()).unwrap_or(i32::MAX);
     let mut count = 0;
@@ -167,6 +167,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use core_svc::cluster::SlimPod as Pod;
 
     fn pod(name: &str, ready: bool) -> Pod {
         serde_json::from_value(json!({

@@ -38,7 +38,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::{
     apps::v1::DaemonSet,
-    core::v1::{Node, Pod, Taint},
+    core::v1::{Node, Taint},
     policy::v1::PodDisruptionBudget,
     scheduling::v1::PriorityClass,
 };
@@ -46,6 +46,7 @@ use karpenter_api::{NodeClaim, NodeClassReference, NodePool};
 use kube::core::DynamicObject;
 use serde_json::{Map, Value};
 
+pub use crate::objects::{SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus};
 pub use apiserver::KubeCluster;
 pub use error::{ClusterError, FieldError};
 pub use memory::InMemoryCluster;

@@ -8,6 +8,8 @@ use k8s_openapi::api::{
 use karpenter_api::{NodeClaim, NodePool};
 use serde::{Serialize, de::DeserializeOwned};
 
+use super::SlimPod;
+
 mod sealed {
     pub trait Sealed {}
 }
@@ -36,12 +38,25 @@ pub trait ClusterObject:
     /// Whether a CRD defines the kind. The API server clears a custom resource's status on
     /// create and refuses to replace one without a `resourceVersion`.
     const CUSTOM_RESOURCE: bool;
+    /// How a [`Snapshot`](super::Snapshot) holds the kind: the object itself, but a Pod as a
+    /// [`SlimPod`].
+    type Cached: kube::Resource<DynamicType = ()>
+        + From<Self>
+        + Clone
+        + Send
+        + Sync
+        + std::fmt::Debug
+        + 'static;
 }
 
 macro_rules! cluster_object {
     ($type:ty, $kind:literal, namespaced: $namespaced:literal, status: $status:literal, custom: $custom:literal) => {
+        cluster_object!($type, $kind, namespaced: $namespaced, status: $status, custom: $custom, cached: $type);
+    };
+    ($type:ty, $kind:literal, namespaced: $namespaced:literal, status: $status:literal, custom: $custom:literal, cached: $cached:ty) => {
         impl sealed::Sealed for $type {}
         impl ClusterObject for $type {
+            type Cached = $cached;
             const KIND: &'static str = $kind;
             const NAMESPACED: bool = $namespaced;
             const STATUS_SUBRESOURCE: bool = $status;
@@ -53,7 +68,7 @@ macro_rules! cluster_object {
 cluster_object!(NodePool, "NodePool", namespaced: false, status: true, custom: true);
 cluster_object!(NodeClaim, "NodeClaim", namespaced: false, status: true, custom: true);
 cluster_object!(Node, "Node", namespaced: false, status: true, custom: false);
-cluster_object!(Pod, "Pod", namespaced: true, status: true, custom: false);
+cluster_object!(Pod, "Pod", namespaced: true, status: true, custom: false, cached: SlimPod);
 cluster_object!(PodDisruptionBudget, "PodDisruptionBudget", namespaced: true, status: true, custom: false);
 cluster_object!(DaemonSet, "DaemonSet", namespaced: true, status: true, custom: false);
 cluster_object!(PriorityClass, "PriorityClass", namespaced: false, status: false, custom: false);

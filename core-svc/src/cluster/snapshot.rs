@@ -22,7 +22,7 @@ pub struct Snapshot {
     /// The Nodes.
     pub nodes: Vec<Arc<Node>>,
     /// The Pods, of every namespace.
-    pub pods: Vec<Arc<Pod>>,
+    pub pods: Vec<Arc<SlimPod>>,
     /// The PodDisruptionBudgets (`policy/v1`), with the status the disruption controller
     /// computes.
     pub pdbs: Vec<Arc<PodDisruptionBudget>>,
@@ -34,11 +34,14 @@ pub struct Snapshot {
 
 /// Bound Pods by node name ([`Snapshot::pods_by_node`]): looked up, never walked, so hashed
 /// (a pass builds it over every pod of the cluster).
-pub type PodsByNode<'a> = HashMap<&'a str, Vec<&'a Pod>>;
+pub type PodsByNode<'a> = HashMap<&'a str, Vec<&'a SlimPod>>;
 
-/// `objects`, shared as a [`Snapshot`] holds them.
-pub fn shared<T>(objects: impl IntoIterator<Item = T>) -> Vec<Arc<T>> {
-    objects.into_iter().map(Arc::new).collect()
+/// `objects`, shared as a [`Snapshot`] holds them (a Pod made a [`SlimPod`]).
+pub fn shared<T, U: From<T>>(objects: impl IntoIterator<Item = T>) -> Vec<Arc<U>> {
+    objects
+        .into_iter()
+        .map(|object| Arc::new(U::from(object)))
+        .collect()
 }
 
 /// The (namespace, name) an object sorts and is looked up by; a cluster-scoped object has the
@@ -101,7 +104,7 @@ impl Snapshot {
     }
 
     /// Every Pod, as plain references.
-    pub fn pods(&self) -> impl Iterator<Item = &Pod> + '_ {
+    pub fn pods(&self) -> impl Iterator<Item = &SlimPod> + '_ {
         self.pods.iter().map(AsRef::as_ref)
     }
 
@@ -143,7 +146,7 @@ impl Snapshot {
     }
 
     /// The Pod `namespace/name`.
-    pub fn pod(&self, namespace: &str, name: &str) -> Option<&Pod> {
+    pub fn pod(&self, namespace: &str, name: &str) -> Option<&SlimPod> {
         find(&self.pods, namespace, name)
     }
 
@@ -178,7 +181,10 @@ impl Snapshot {
 
     /// The Pods bound to the Node called `node_name`, in (namespace, name) order. A scan of
     /// every Pod: to visit every node, [`Snapshot::pods_by_node`] groups them once.
-    pub fn pods_on_node<'a>(&'a self, node_name: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
+    pub fn pods_on_node<'a>(
+        &'a self,
+        node_name: &'a str,
+    ) -> impl Iterator<Item = &'a SlimPod> + 'a {
         self.pods()
             .filter(move |pod| pod_node_name(pod) == Some(node_name))
     }
@@ -195,7 +201,7 @@ impl Snapshot {
     }
 }
 
-pub(super) fn pod_node_name(pod: &Pod) -> Option<&str> {
+pub(super) fn pod_node_name(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())

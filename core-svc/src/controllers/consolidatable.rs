@@ -27,13 +27,13 @@
 //! static, or not yet time) the condition is removed. NodeClaims being deleted, or whose
 //! NodePool is missing, are left as they are.
 
+use crate::cluster::SlimPod;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::nodeclaim::{CONDITION_CONSOLIDATABLE, CONDITION_INITIALIZED};
 use karpenter_api::{Condition, ConditionStatus, NodeClaim, NodePool, condition};
@@ -57,14 +57,14 @@ pub const REASON_CONSOLIDATABLE: &str = "Consolidatable";
 
 /// Whether a pod counts for pod events: it occupies the node (neither terminal nor
 /// terminating) and could move (neither a DaemonSet's nor a static pod).
-pub fn counts_for_pod_events(pod: &Pod) -> bool {
+pub fn counts_for_pod_events(pod: &SlimPod) -> bool {
     !is_terminal(pod) && !is_terminating(pod) && !is_daemon_set_pod(pod) && !is_static_pod(pod)
 }
 
 /// A fingerprint of the pods that count on a node: equal sets give equal fingerprints whatever
 /// their order. Only compared within one process, so the hasher need not be stable across
 /// builds.
-pub fn pod_fingerprint<'a>(pods: impl IntoIterator<Item = &'a Pod>) -> u64 {
+pub fn pod_fingerprint<'a>(pods: impl IntoIterator<Item = &'a SlimPod>) -> u64 {
     let mut uids: Vec<String> = pods
         .into_iter()
         .filter(|pod| counts_for_pod_events(pod))
@@ -394,6 +394,7 @@ mod tests {
     use serde_json::{Value, json};
 
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing::{self, at};
 
     fn node_pool(disruption: Value) -> NodePool {
@@ -419,13 +420,13 @@ mod tests {
     }
 
     fn bound_pod(name: &str, node: &str, patch: Value) -> Pod {
-        testing::pod(
+        Pod::from(testing::pod(
             name,
             testing::merged(
                 json!({ "metadata": { "uid": format!("uid-{name}") }, "spec": { "nodeName": node } }),
                 patch,
             ),
-        )
+        ))
     }
 
     fn snapshot(pools: Vec<NodePool>, claims: Vec<NodeClaim>, pods: Vec<Pod>) -> Snapshot {

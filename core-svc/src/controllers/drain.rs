@@ -15,6 +15,7 @@
 
 pub mod plan;
 
+use crate::cluster::SlimPod;
 use std::time::Duration;
 
 use jiff::Timestamp;
@@ -161,7 +162,7 @@ pub struct NodePass {
 pub async fn drain_node<C: Cluster, P: CloudProvider>(
     ctx: &Context<C, P>,
     node: &Node,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     node_claim: &str,
     deadline: Option<Timestamp>,
     now: Timestamp,
@@ -278,7 +279,7 @@ pub enum Eviction {
 /// its UID). The one eviction step of the drain.
 pub async fn evict_pod<C: Cluster, P: CloudProvider>(
     ctx: &Context<C, P>,
-    pod: &Pod,
+    pod: &SlimPod,
     node: &str,
     node_claim: &str,
     event_due: EventDue<'_>,
@@ -367,7 +368,7 @@ pub(crate) fn uid_preconditions<K: kube::Resource>(object: &K) -> Preconditions 
         .unwrap_or_default()
 }
 
-pub(crate) fn qualified_pod_name(pod: &Pod) -> String {
+pub(crate) fn qualified_pod_name(pod: &SlimPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),

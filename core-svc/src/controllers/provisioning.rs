@@ -46,7 +46,6 @@ use std::time::Duration;
 use core_domain::labels::LabelPolicy;
 use core_domain::scheduler::{PreferencePolicy, SchedulingResults, solve};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 
 use self::batcher::{BatchState, Batcher, Cooldowns, later};
 use self::catalogue::CatalogueCache;
@@ -56,7 +55,7 @@ use self::nominations::{Nominations, SharedNominations, Target, nomination_windo
 use self::selection::{UsableNodePool, pod_uid};
 use super::{Context, Controller, ControllerError, Requeue};
 use crate::cloudprovider::{CloudProvider, CloudProviderError};
-use crate::cluster::{Cluster, ClusterError, Snapshot};
+use crate::cluster::{Cluster, ClusterError, SlimPod, Snapshot};
 use crate::events::{EventType, ObjectRef, Reason, fields};
 use crate::objects::name_of;
 
@@ -120,8 +119,8 @@ impl State {
 
 /// One closed batch: the pods to place and those reserved on their nominations.
 struct Batch<'a> {
-    pods: Vec<&'a Pod>,
-    reserved: Vec<(&'a Pod, Target)>,
+    pods: Vec<&'a SlimPod>,
+    reserved: Vec<(&'a SlimPod, Target)>,
 }
 
 /// What applying a decision did.
@@ -256,7 +255,11 @@ impl<C: Cluster, P: CloudProvider> Provisioner<C, P> {
             if let Err(error) = self
                 .ctx
                 .cluster
-                .merge_patch_status::<Pod>(Some(namespace), name, &hint.patch())
+                .merge_patch_status::<k8s_openapi::api::core::v1::Pod>(
+                    Some(namespace),
+                    name,
+                    &hint.patch(),
+                )
                 .await
             {
                 tracing::debug!(pod = %format!("{namespace}/{name}"), node = hint.node, %error, "cannot hint the pod's node to the kube-scheduler");

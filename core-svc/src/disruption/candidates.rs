@@ -37,13 +37,14 @@
 //! catalogue; a PodDisruptionBudget whose selector cannot be parsed selects nothing (the API
 //! server rejects such selectors, so it does not happen; upstream would fail the whole pass).
 
+use crate::cluster::SlimPod;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::sync::OnceLock;
 
 use core_domain::labels::{ANNOTATION_DO_NOT_DISRUPT, LABEL_NODE_INITIALIZED, LABEL_NODEPOOL};
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::nodeclaim::{CONDITION_INITIALIZED, CONDITION_INSTANCE_TERMINATING};
 use karpenter_api::{DisruptionReason, NodeClaim, NodePool, condition};
 use kube::core::{Selector, SelectorExt};
@@ -220,10 +221,10 @@ pub struct Candidate<'a> {
     /// Its NodePool.
     pub node_pool: &'a NodePool,
     /// Every pod bound to the node, in (namespace, name) order.
-    pub pods: Vec<&'a Pod>,
+    pub pods: Vec<&'a SlimPod>,
     /// The pods that would need a new place (upstream `IsReschedulable`): running, or
     /// terminating StatefulSet pods; neither DaemonSet nor mirror pods.
-    pub reschedulable_pods: Vec<&'a Pod>,
+    pub reschedulable_pods: Vec<&'a SlimPod>,
     /// The cost of disrupting it ([`cost::disruption_cost`]); candidates are tried cheapest
     /// first.
     pub disruption_cost: f64,
@@ -311,7 +312,7 @@ fn graceful<'a>(eventual: &Result<Candidate<'a>, Blocked>) -> Result<Candidate<'
 /// Where `pod` lives: the identity of a snapshot's pod object, which the snapshot's pods keep
 /// for as long as it is borrowed. Cheaper to hash than its (namespace, name), and a pod object
 /// from elsewhere, even one of the same name, is never taken for the snapshot's.
-fn address(pod: &Pod) -> usize {
+fn address(pod: &SlimPod) -> usize {
     std::ptr::from_ref(pod).addr()
 }
 
@@ -369,7 +370,7 @@ fn annotated_do_not_disrupt(annotations: Option<&BTreeMap<String, String>>) -> b
 
 /// Whether an `apps/v1` StatefulSet owns the pod: its terminating pods still need a place,
 /// since their replacement is created only once they are gone.
-pub fn is_owned_by_stateful_set(pod: &Pod) -> bool {
+pub fn is_owned_by_stateful_set(pod: &SlimPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -378,13 +379,13 @@ pub fn is_owned_by_stateful_set(pod: &Pod) -> bool {
 }
 
 /// Whether the pod would need a new place if its node went (upstream `IsReschedulable`).
-pub fn is_reschedulable(pod: &Pod) -> bool {
+pub fn is_reschedulable(pod: &SlimPod) -> bool {
     (is_active(pod) || (is_owned_by_stateful_set(pod) && is_terminating(pod)))
         && !is_owned_by_daemon_set(pod)
         && !is_mirror(pod)
 }
 
-fn pod_ready_status(pod: &Pod) -> Option<&str> {
+fn pod_ready_status(pod: &SlimPod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
@@ -445,11 +446,11 @@ impl<'a> CandidateSelector<'a> {
                 .or_default()
                 .push(index);
         }
-        let mut selected: Vec<Vec<&Pod>> = vec![Vec::new(); snapshot.pdbs.len()];
+        let mut selected: Vec<Vec<&SlimPod>> = vec![Vec::new(); snapshot.pdbs.len()];
         let mut pdbs_of_pod: HashMap<usize, Vec<usize>> =
             HashMap::with_capacity(snapshot.pods.len());
         // The run's first pod and the positions, in `snapshot.pdbs`, of the budgets selecting it.
-        let mut run: Option<(&Pod, Vec<usize>)> = None;
+        let mut run: Option<(&SlimPod, Vec<usize>)> = None;
         for pod in snapshot.pods() {
             let same_run = run.as_ref().is_some_and(|(first, _)| {
                 first.metadata.namespace == pod.metadata.namespace
@@ -534,7 +535,7 @@ impl<'a> CandidateSelector<'a> {
     }
 
     /// The pods bound to the node called `node_name`, in (namespace, name) order.
-    pub fn pods_on(&self, node_name: &str) -> &[&'a Pod] {
+    pub fn pods_on(&self, node_name: &str) -> &[&'a SlimPod] {
         self.pods_by_node
             .get(node_name)
             .map(Vec::as_slice)
@@ -542,7 +543,7 @@ impl<'a> CandidateSelector<'a> {
     }
 
     /// The allowances of the budgets that select `pod`, in the snapshot's order.
-    pub fn pdbs_of(&self, pod: &Pod) -> Vec<&PdbAllowance> {
+    pub fn pdbs_of(&self, pod: &SlimPod) -> Vec<&PdbAllowance> {
         self.matching_pdbs(pod)
             .into_iter()
             .map(|pdb| &pdb.allowance)
@@ -629,7 +630,7 @@ impl<'a> CandidateSelector<'a> {
                 return Err(block);
             }
         }
-        let reschedulable_pods: Vec<&Pod> = pods
+        let reschedulable_pods: Vec<&SlimPod> = pods
             .iter()
             .copied()
             .filter(|pod| is_reschedulable(pod))
@@ -657,7 +658,7 @@ impl<'a> CandidateSelector<'a> {
 
     /// The first pod-level block among `pods`: an active do-not-disrupt first (any pod), then
     /// budgets (evictable pods only), each in the pods' order.
-    fn pod_block(&self, pods: &[&Pod]) -> Option<Blocked> {
+    fn pod_block(&self, pods: &[&SlimPod]) -> Option<Blocked> {
         for pod in pods {
             if let Some(annotation) = blocks_disruption(pod, self.now) {
                 return Some(Blocked::DoNotDisruptPod {
@@ -703,7 +704,7 @@ impl<'a> CandidateSelector<'a> {
         None
     }
 
-    fn matching_pdbs(&self, pod: &Pod) -> Vec<&PreparedPdb> {
+    fn matching_pdbs(&self, pod: &SlimPod) -> Vec<&PreparedPdb> {
         if let Some(indices) = self.pdbs_of_pod.get(&address(pod)) {
             return indices
                 .iter()

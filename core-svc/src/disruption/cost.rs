@@ -18,10 +18,10 @@
 //! template's current one; a deletion cost that is not a finite number is ignored rather than
 //! making the cost NaN.
 
+use crate::cluster::SlimPod;
 use std::cmp::Ordering;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodeClaim;
 
 use crate::cluster::Snapshot;
@@ -38,7 +38,7 @@ pub const POD_COST_BOUNDS: (f64, f64) = (-10.0, 10.0);
 /// The pod's priority: `spec.priority` (set by admission from its priority class), else its
 /// priority class's value looked up in the snapshot, else the global default class's, else 0.
 /// The lookups stand in for admission where there is none (the in-memory cluster).
-pub fn pod_priority(pod: &Pod, snapshot: &Snapshot) -> i32 {
+pub fn pod_priority(pod: &SlimPod, snapshot: &Snapshot) -> i32 {
     let spec = pod.spec.as_ref();
     if let Some(priority) = spec.and_then(|spec| spec.priority) {
         return priority;
@@ -57,7 +57,7 @@ pub fn pod_priority(pod: &Pod, snapshot: &Snapshot) -> i32 {
 }
 
 /// The pod's deletion cost from its annotation; `None` when absent or not a finite number.
-pub fn pod_deletion_cost(pod: &Pod) -> Option<f64> {
+pub fn pod_deletion_cost(pod: &SlimPod) -> Option<f64> {
     pod.metadata
         .annotations
         .as_ref()
@@ -68,7 +68,7 @@ pub fn pod_deletion_cost(pod: &Pod) -> Option<f64> {
 
 /// What evicting the pod costs (upstream `EvictionCost`): 1, plus the deletion cost over 2^27,
 /// plus `priority` over 2^25, clamped to [-10, 10].
-pub fn eviction_cost(pod: &Pod, priority: i32) -> f64 {
+pub fn eviction_cost(pod: &SlimPod, priority: i32) -> f64 {
     let mut cost = 1.0;
     if let Some(deletion_cost) = pod_deletion_cost(pod) {
         cost += deletion_cost / DELETION_COST_SCALE;
@@ -78,7 +78,10 @@ pub fn eviction_cost(pod: &Pod, priority: i32) -> f64 {
 }
 
 /// The sum of the pods' eviction costs (upstream `ReschedulingCost`).
-pub fn rescheduling_cost<'a>(pods: impl IntoIterator<Item = &'a Pod>, snapshot: &Snapshot) -> f64 {
+pub fn rescheduling_cost<'a>(
+    pods: impl IntoIterator<Item = &'a SlimPod>,
+    snapshot: &Snapshot,
+) -> f64 {
     pods.into_iter()
         .map(|pod| eviction_cost(pod, pod_priority(pod, snapshot)))
         .sum()
@@ -87,7 +90,7 @@ pub fn rescheduling_cost<'a>(pods: impl IntoIterator<Item = &'a Pod>, snapshot: 
 /// 1 plus the positive eviction costs of the pods (upstream `RescheduleDisruptionCost`, v1.14):
 /// at most 1 means no pod that matters has to move, which is what "empty" means upstream.
 pub fn reschedule_disruption_cost<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a SlimPod>,
     snapshot: &Snapshot,
 ) -> f64 {
     1.0 + pods
@@ -117,7 +120,7 @@ pub fn lifetime_remaining(node_claim: &NodeClaim, now: Timestamp) -> f64 {
 /// A node's disruption cost: the rescheduling cost of the pods that must move, times the
 /// fraction of its lifetime left.
 pub fn disruption_cost<'a>(
-    reschedulable_pods: impl IntoIterator<Item = &'a Pod>,
+    reschedulable_pods: impl IntoIterator<Item = &'a SlimPod>,
     node_claim: &NodeClaim,
     snapshot: &Snapshot,
     now: Timestamp,
@@ -138,6 +141,7 @@ pub fn sort_by_disruption_cost<T>(items: &mut [T], key: impl Fn(&T) -> (f64, &st
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing;
     use serde_json::json;
 

@@ -12,9 +12,9 @@
 //! Only pods that still run can block: a terminal or terminating pod never does, whatever it
 //! carries ([`blocks_disruption`]). Mirror pods and DaemonSet pods can (upstream).
 
+use crate::cluster::SlimPod;
 use core_domain::labels::ANNOTATION_DO_NOT_DISRUPT;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::duration::parse_go_duration;
 
 use crate::objects::{is_terminal, is_terminating};
@@ -69,7 +69,7 @@ impl DoNotDisrupt {
 
 /// When the pod started, as the duration form counts: `status.startTime`, else
 /// `metadata.creationTimestamp`.
-pub fn pod_started(pod: &Pod) -> Option<Timestamp> {
+pub fn pod_started(pod: &SlimPod) -> Option<Timestamp> {
     pod.status
         .as_ref()
         .and_then(|status| status.start_time.as_ref())
@@ -80,7 +80,7 @@ pub fn pod_started(pod: &Pod) -> Option<Timestamp> {
 /// Reads the pod's `karpenter.sh/do-not-disrupt` annotation at `now`. The pod's phase does not
 /// matter here; [`blocks_disruption`] adds that. A pod with neither a start time nor a creation
 /// time (never the case for one read from an API server) counts as starting `now`.
-pub fn evaluate(pod: &Pod, now: Timestamp) -> DoNotDisrupt {
+pub fn evaluate(pod: &SlimPod, now: Timestamp) -> DoNotDisrupt {
     let Some(value) = pod
         .metadata
         .annotations
@@ -126,13 +126,13 @@ pub fn evaluate(pod: &Pod, now: Timestamp) -> DoNotDisrupt {
 }
 
 /// Whether the pod runs (neither terminal nor terminating): only such a pod can block.
-pub fn is_active(pod: &Pod) -> bool {
+pub fn is_active(pod: &SlimPod) -> bool {
     !is_terminal(pod) && !is_terminating(pod)
 }
 
 /// The annotation that blocks the disruption of the pod's node now, if any: the pod runs and
 /// its annotation is `"true"` or a duration not yet elapsed (upstream `!IsDisruptable`).
-pub fn blocks_disruption(pod: &Pod, now: Timestamp) -> Option<DoNotDisrupt> {
+pub fn blocks_disruption(pod: &SlimPod, now: Timestamp) -> Option<DoNotDisrupt> {
     if !is_active(pod) {
         return None;
     }
@@ -153,7 +153,7 @@ pub struct InvalidAnnotation {
 /// The pods among `pods` whose annotation is invalid, in the order given, for the caller to
 /// record one event on each (upstream records one when it meets such a value).
 pub fn invalid_annotations<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a SlimPod>,
     now: Timestamp,
 ) -> Vec<InvalidAnnotation> {
     pods.into_iter()
@@ -169,7 +169,7 @@ pub fn invalid_annotations<'a>(
 }
 
 /// `namespace/name` of a pod.
-pub fn pod_key(pod: &Pod) -> String {
+pub fn pod_key(pod: &SlimPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),
@@ -180,6 +180,7 @@ pub fn pod_key(pod: &Pod) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use serde_json::json;
 
     fn at(text: &str) -> Timestamp {

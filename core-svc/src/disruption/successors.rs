@@ -16,10 +16,10 @@
 //! pods created since the earliest of those evictions. StatefulSet pods are not among them:
 //! their successor comes only once they are gone, and they count as reschedulable already.
 
+use crate::cluster::SlimPod;
 use std::collections::HashMap;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 
 use super::candidates::is_reschedulable;
 use super::do_not_disrupt::is_active;
@@ -34,9 +34,9 @@ use crate::objects::{
 /// documentation).
 pub fn awaiting_successors<'a>(
     snapshot: &'a Snapshot,
-    pods: impl IntoIterator<Item = &'a Pod>,
-) -> Vec<&'a Pod> {
-    let pods: Vec<&'a Pod> = pods.into_iter().collect();
+    pods: impl IntoIterator<Item = &'a SlimPod>,
+) -> Vec<&'a SlimPod> {
+    let pods: Vec<&'a SlimPod> = pods.into_iter().collect();
     // Per controller UID: its terminating pods here (positions in `pods`) and the earliest
     // eviction among them.
     let mut evicted: HashMap<&str, (Vec<usize>, Timestamp)> = HashMap::new();
@@ -85,7 +85,7 @@ pub fn awaiting_successors<'a>(
 /// The UID of the pod's controller when the pod is terminating, not finished, and a controller
 /// that makes a successor for it owns it (not a DaemonSet, whose pods go with their node; not a
 /// Node; not a StatefulSet, whose terminating pods are reschedulable already).
-fn recreating_controller(pod: &Pod) -> Option<&str> {
+fn recreating_controller(pod: &SlimPod) -> Option<&str> {
     if !is_terminating(pod)
         || is_terminal(pod)
         || is_reschedulable(pod)
@@ -97,7 +97,7 @@ fn recreating_controller(pod: &Pod) -> Option<&str> {
     controller_uid(pod)
 }
 
-fn controller_uid(pod: &Pod) -> Option<&str> {
+fn controller_uid(pod: &SlimPod) -> Option<&str> {
     pod.metadata
         .owner_references
         .iter()
@@ -108,7 +108,7 @@ fn controller_uid(pod: &Pod) -> Option<&str> {
 }
 
 /// When the pod was evicted: its `deletionTimestamp` is the end of its grace period.
-fn evicted_at(pod: &Pod) -> Option<Timestamp> {
+fn evicted_at(pod: &SlimPod) -> Option<Timestamp> {
     let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
     let grace = pod
         .metadata
@@ -127,6 +127,7 @@ fn evicted_at(pod: &Pod) -> Option<Timestamp> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::cluster::Snapshot;
     use serde_json::json;
 

@@ -121,7 +121,7 @@ pub(crate) fn milli(quantity: &str) -> i64 {
 }
 
 /// What a pod's first container requests in CPU, in millicores (0 when nothing).
-pub(crate) fn milli_cpu(pod: &Pod) -> i64 {
+pub(crate) fn milli_cpu(pod: &core_svc::cluster::SlimPod) -> i64 {
     pod.spec.as_ref().unwrap().containers[0]
         .resources
         .as_ref()

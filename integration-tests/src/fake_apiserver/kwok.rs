@@ -11,6 +11,7 @@
 //!   allocatable cpu and memory still fit its requests, whose labels match its `nodeSelector`,
 //!   and whose NoSchedule/NoExecute taints it tolerates.
 
+use core_svc::cluster::SlimPod;
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
@@ -120,14 +121,14 @@ fn is_ready(node: &Node) -> bool {
         })
 }
 
-fn bound(pod: &Pod) -> Option<&str> {
+fn bound(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())
         .filter(|name| !name.is_empty())
 }
 
-fn names(pod: &Pod) -> (&str, &str) {
+fn names(pod: &SlimPod) -> (&str, &str) {
     (
         pod.metadata.namespace.as_deref().unwrap_or("default"),
         pod.metadata.name.as_deref().unwrap_or_default(),
@@ -167,7 +168,7 @@ fn milli(quantity: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quanti
         .map_or(0, Quantity::millis)
 }
 
-fn requests(pod: &Pod) -> (i128, i128) {
+fn requests(pod: &SlimPod) -> (i128, i128) {
     let containers = pod
         .spec
         .as_ref()
@@ -269,7 +270,7 @@ async fn schedule(cluster: &InMemoryCluster, snapshot: &Snapshot) {
 }
 
 /// What kube-scheduler reports for a pod no node fits, and what the provisioner waits for.
-async fn mark_unschedulable(cluster: &InMemoryCluster, pod: &Pod, namespace: &str, name: &str) {
+async fn mark_unschedulable(cluster: &InMemoryCluster, pod: &SlimPod, namespace: &str, name: &str) {
     let already = pod
         .status
         .as_ref()

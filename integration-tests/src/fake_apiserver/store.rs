@@ -104,7 +104,13 @@ fn version_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta)
         .unwrap_or(0)
 }
 
-fn typed_objects(snapshot: &Snapshot, typed: Typed) -> Vec<(String, String, u64, Value)> {
+/// The objects of `typed` in `snapshot`, but Pods from `pods`: a snapshot holds them slim, an
+/// API server serves them whole.
+fn typed_objects(
+    snapshot: &Snapshot,
+    pods: &[std::sync::Arc<k8s_openapi::api::core::v1::Pod>],
+    typed: Typed,
+) -> Vec<(String, String, u64, Value)> {
     fn each<K: kube::Resource + Serialize>(
         list: &[std::sync::Arc<K>],
     ) -> Vec<(String, String, u64, Value)> {
@@ -124,7 +130,7 @@ fn typed_objects(snapshot: &Snapshot, typed: Typed) -> Vec<(String, String, u64,
         Typed::NodePool => each(&snapshot.node_pools),
         Typed::NodeClaim => each(&snapshot.node_claims),
         Typed::Node => each(&snapshot.nodes),
-        Typed::Pod => each(&snapshot.pods),
+        Typed::Pod => each(pods),
         Typed::PodDisruptionBudget => each(&snapshot.pdbs),
         Typed::DaemonSet => each(&snapshot.daemon_sets),
         Typed::PriorityClass => each(&snapshot.priority_classes),
@@ -247,10 +253,11 @@ impl State {
             // The in-memory API server is switched off: nothing to publish.
             Err(_) => return,
         };
+        let pods = self.cluster.stored_pods();
         let mut current: BTreeMap<(usize, String, String), (u64, Value)> = BTreeMap::new();
         for (index, resource) in self.resources.iter().enumerate() {
             let objects = match &resource.backend {
-                Backend::Typed(typed) => typed_objects(&snapshot, *typed),
+                Backend::Typed(typed) => typed_objects(&snapshot, &pods, *typed),
                 Backend::NodeClass => snapshot
                     .node_classes
                     .iter()

@@ -20,6 +20,7 @@
 //! - Garbage collection: a pod whose controlling Deployment is gone is deleted (kubectl
 //!   deletes with background propagation).
 
+use core_svc::cluster::SlimPod;
 use std::collections::BTreeSet;
 
 use core_svc::cluster::{Cluster, DeleteOptions};
@@ -44,19 +45,19 @@ pub(crate) struct Plan {
     pub(crate) status: Value,
 }
 
-fn is_ready(pod: &Pod) -> bool {
+fn is_ready(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|s| s.conditions.as_ref())
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-fn is_active(pod: &Pod) -> bool {
+fn is_active(pod: &SlimPod) -> bool {
     let phase = pod.status.as_ref().and_then(|s| s.phase.as_deref());
     pod.metadata.deletion_timestamp.is_none() && !matches!(phase, Some("Succeeded" | "Failed"))
 }
 
-fn is_bound(pod: &Pod) -> bool {
+fn is_bound(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|s| s.node_name.as_deref())
@@ -64,7 +65,7 @@ fn is_bound(pod: &Pod) -> bool {
 }
 
 /// The uid of the Deployment that controls `pod`, if one does.
-fn controlling_deployment(pod: &Pod) -> Option<&str> {
+fn controlling_deployment(pod: &SlimPod) -> Option<&str> {
     pod.metadata
         .owner_references
         .iter()
@@ -75,7 +76,7 @@ fn controlling_deployment(pod: &Pod) -> Option<&str> {
         .map(|owner| owner.uid.as_str())
 }
 
-fn key_of(pod: &Pod) -> (String, String) {
+fn key_of(pod: &SlimPod) -> (String, String) {
     (
         pod.metadata.namespace.clone().unwrap_or_default(),
         pod.metadata.name.clone().unwrap_or_default(),
@@ -137,22 +138,23 @@ fn condition(
 }
 
 /// What `deployment` (JSON) needs, given every pod it controls; `now` dates new conditions.
-pub(crate) fn plan(deployment: &Value, pods: &[&Pod], now: &str) -> Plan {
+pub(crate) fn plan(deployment: &Value, pods: &[&SlimPod], now: &str) -> Plan {
     let desired = deployment
         .pointer("/spec/replicas")
         .and_then(Value::as_u64)
         .and_then(|n| usize::try_from(n).ok())
         .unwrap_or(1);
     let hash = template_hash(deployment.pointer("/spec/template").unwrap_or(&Value::Null));
-    let active: Vec<&Pod> = pods.iter().copied().filter(|p| is_active(p)).collect();
-    let is_current = |pod: &&Pod| {
+    let active: Vec<&SlimPod> = pods.iter().copied().filter(|p| is_active(p)).collect();
+    let is_current = |pod: &&SlimPod| {
         pod.metadata
             .labels
             .as_ref()
             .and_then(|labels| labels.get(POD_TEMPLATE_HASH))
             == Some(&hash)
     };
-    let (mut current, old): (Vec<&Pod>, Vec<&Pod>) = active.iter().copied().partition(is_current);
+    let (mut current, old): (Vec<&SlimPod>, Vec<&SlimPod>) =
+        active.iter().copied().partition(is_current);
     let mut delete = Vec::new();
     let create = desired.saturating_sub(current.len());
     if current.len() > desired {
@@ -296,7 +298,7 @@ pub async fn step(server: &FakeApiServer) -> bool {
         let uid = text(deployment, "/metadata/uid");
         let namespace = text(deployment, "/metadata/namespace");
         let name = text(deployment, "/metadata/name");
-        let owned: Vec<&Pod> = snapshot
+        let owned: Vec<&SlimPod> = snapshot
             .pods()
             .filter(|pod| controlling_deployment(pod) == Some(uid))
             .collect();
@@ -363,6 +365,7 @@ pub async fn step(server: &FakeApiServer) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core_svc::cluster::SlimPod as Pod;
 
     const NOW: &str = "2025-01-01T00:00:00Z";
 
@@ -418,7 +421,7 @@ mod tests {
             template_hash(&web["spec"]["template"])
         );
         assert_eq!(pod.metadata.annotations.clone().unwrap()["a"], "b");
-        assert_eq!(controlling_deployment(&pod), Some("d-1"));
+        assert_eq!(controlling_deployment(&SlimPod::from(&pod)), Some("d-1"));
         assert_eq!(
             pod.spec.unwrap().containers[0].image.as_deref(),
             Some("nginx:1")

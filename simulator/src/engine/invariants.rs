@@ -30,6 +30,7 @@
 
 use crate::report::clock;
 use core_domain::labels::ANNOTATION_DO_NOT_DISRUPT as DO_NOT_DISRUPT;
+use core_svc::cluster::SlimPod;
 use core_svc::controllers::nodeclaim::node_provider_id;
 use core_svc::disruption::budgets::{NodePoolNodes, budget_limit, count_nodes, effective_budgets};
 use core_svc::disruption::candidates::{node_claim_of, node_claims_by_provider_id};
@@ -111,7 +112,7 @@ fn holder(
     candidate: &str,
     claim: Option<&NodeClaim>,
     node: Option<&Node>,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
 ) -> Option<String> {
     if claim.is_some_and(|c| annotated(&c.metadata)) {
         return Some(format!("NodeClaim {candidate}"));
@@ -252,7 +253,7 @@ impl Invariants {
                 .split(',')
                 .filter(|c| !c.is_empty())
                 .collect();
-            let mut leaving: Vec<&Pod> = Vec::new();
+            let mut leaving: Vec<&SlimPod> = Vec::new();
             let mut excluded: BTreeSet<&str> = BTreeSet::new();
             for candidate in &candidates {
                 let claim = before
@@ -274,7 +275,7 @@ impl Invariants {
                     .entry((pool.to_owned(), reason))
                     .or_default()
                     .push((*candidate).to_owned());
-                let pods: Vec<&Pod> = node_name
+                let pods: Vec<&SlimPod> = node_name
                     .and_then(|name| pods_by_node.get(name))
                     .into_iter()
                     .flatten()

@@ -2,6 +2,7 @@
 //! and the figures the report's `stats` sum up (pending times, NodeClaims created and deleted,
 //! nodes disrupting per NodePool, evictions below a budget).
 
+use core_svc::cluster::SlimPod;
 use core_svc::disruption::budgets::{self as node_pool_budgets, Limit};
 use karpenter_api::DisruptionReason;
 
@@ -192,7 +193,7 @@ impl Recorder {
         &mut self,
         evicted: &[String],
         before: &Snapshot,
-        controller_of: &dyn Fn(&Pod) -> budgets::Controller,
+        controller_of: &dyn Fn(&SlimPod) -> budgets::Controller,
     ) {
         for pdb in &before.pdbs {
             self.pdb_violations += budgets::violations(pdb, &before.pods, evicted, controller_of);

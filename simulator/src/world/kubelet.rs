@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use core_svc::cluster::{Cluster, ClusterExt, DeleteOptions, InMemoryCluster, Snapshot};
+use core_svc::cluster::{Cluster, ClusterExt, DeleteOptions, InMemoryCluster, SlimPod, Snapshot};
 use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -430,7 +430,7 @@ async fn pods(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot, now: Timestam
 
 /// When a deleted pod has stopped: [`POD_STOP`] after its deletion started, or its deadline
 /// if that comes first.
-fn stop_time(pod: &k8s_openapi::api::core::v1::Pod) -> Option<Timestamp> {
+fn stop_time(pod: &SlimPod) -> Option<Timestamp> {
     let deadline = pod.metadata.deletion_timestamp.as_ref()?.0;
     let grace = pod
         .metadata

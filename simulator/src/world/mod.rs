@@ -24,6 +24,7 @@ pub mod scheduler;
 pub mod scoring;
 pub mod workloads;
 
+use core_svc::cluster::SlimPod;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,7 +36,6 @@ pub use core_svc::controllers::provisioning::selection::is_daemon_set_pod;
 pub use core_svc::objects::{is_node_ready, is_terminal, is_terminating, name_of};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::budgets;
 use crate::cloud::SimCloud;
@@ -130,7 +130,7 @@ impl World {
 
     /// What controls `pod`, for PodDisruptionBudgets: a Deployment with its replicas, another
     /// controller, or none.
-    pub fn controller_of(&self, pod: &Pod) -> budgets::Controller {
+    pub fn controller_of(&self, pod: &SlimPod) -> budgets::Controller {
         if let Some((key, replicas)) = self.deployments.owner_of(pod) {
             return budgets::Controller::Scaled { key, replicas };
         }
@@ -239,12 +239,12 @@ fn note<T>(result: Result<T, ClusterError>, what: impl FnOnce() -> String) {
     }
 }
 
-fn namespace_of(pod: &Pod) -> &str {
+fn namespace_of(pod: &SlimPod) -> &str {
     pod.metadata.namespace.as_deref().unwrap_or("default")
 }
 
 /// The node a pod is bound to.
-pub fn bound_node(pod: &Pod) -> Option<&str> {
+pub fn bound_node(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())
@@ -252,14 +252,14 @@ pub fn bound_node(pod: &Pod) -> Option<&str> {
 }
 
 /// The pod's phase.
-pub fn phase(pod: &Pod) -> Option<&str> {
+pub fn phase(pod: &SlimPod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|status| status.phase.as_deref())
 }
 
 fn pod_condition<'a>(
-    pod: &'a Pod,
+    pod: &'a SlimPod,
     type_: &str,
 ) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
     pod.status
@@ -269,6 +269,6 @@ fn pod_condition<'a>(
 }
 
 /// Whether the pod's Ready condition is True.
-pub fn is_pod_ready(pod: &Pod) -> bool {
+pub fn is_pod_ready(pod: &SlimPod) -> bool {
     pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
 }

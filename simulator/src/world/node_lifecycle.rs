@@ -10,6 +10,7 @@
 //! [`DEFAULT_TOLERATION`] when it has no toleration for the taint, as the
 //! `DefaultTolerationSeconds` admission plugin gives every pod.
 
+use core_svc::cluster::SlimPod;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -64,7 +65,7 @@ fn no_execute(node: &Node) -> Option<&Taint> {
 }
 
 /// How long `pod` tolerates `taint`: `None` for ever.
-fn toleration(pod: &Pod, taint: &Taint) -> Option<Duration> {
+fn toleration(pod: &SlimPod, taint: &Taint) -> Option<Duration> {
     if is_daemon_set_pod(pod) {
         return None;
     }
@@ -155,7 +156,7 @@ pub async fn step(cluster: &Arc<InMemoryCluster>, snapshot: &Snapshot, now: Time
 }
 
 /// Pods still running on a Node that carries a `NoExecute` condition taint.
-fn evictable(snapshot: &Snapshot) -> Vec<(&Pod, &Node)> {
+fn evictable(snapshot: &Snapshot) -> Vec<(&SlimPod, &Node)> {
     let tainted: std::collections::BTreeMap<&str, &Node> = snapshot
         .nodes()
         .filter(|node| no_execute(node).is_some())
@@ -192,6 +193,7 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use core_svc::cluster::SlimPod as Pod;
 
     fn pod(tolerations: serde_json::Value) -> Pod {
         serde_json::from_value(json!({

@@ -10,6 +10,7 @@
 //! provisioner judges them. Every taint of a Node counts, startup taints included, as they do
 //! for the kube-scheduler.
 
+use core_svc::cluster::SlimPod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -35,7 +36,7 @@ use super::{
 
 /// The pods this scheduler is responsible for: unbound, not terminating, pending, for the
 /// default scheduler.
-fn is_pending(pod: &Pod) -> bool {
+fn is_pending(pod: &SlimPod) -> bool {
     let scheduler = pod
         .spec
         .as_ref()
@@ -47,7 +48,7 @@ fn is_pending(pod: &Pod) -> bool {
         && scheduler == "default-scheduler"
 }
 
-fn is_marked_unschedulable(pod: &Pod) -> bool {
+fn is_marked_unschedulable(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|status| status.conditions.as_ref())
@@ -75,13 +76,13 @@ pub async fn step(
     profile: KubeScheduler,
     now: Timestamp,
 ) {
-    let pending: Vec<&Pod> = snapshot.pods().filter(|p| is_pending(p)).collect();
+    let pending: Vec<&SlimPod> = snapshot.pods().filter(|p| is_pending(p)).collect();
     if pending.is_empty() {
         return;
     }
     let mut nominated = Vec::new();
     let mut others = Vec::new();
-    let mut refused: Vec<(&Pod, String)> = Vec::new();
+    let mut refused: Vec<(&SlimPod, String)> = Vec::new();
     let mut nodes = schedulable_nodes(snapshot, memo);
     let schedulable: HashMap<String, usize> = nodes
         .iter()
@@ -148,7 +149,7 @@ pub async fn step(
             }
         }
     }
-    let by_id: BTreeMap<(&str, &str), &Pod> = pending
+    let by_id: BTreeMap<(&str, &str), &SlimPod> = pending
         .iter()
         .map(|pod| ((namespace_of(pod), name_of(*pod)), *pod))
         .collect();
@@ -200,7 +201,7 @@ fn place_scored(
     cluster: &Arc<InMemoryCluster>,
     scorer: &mut Scorer,
     pods: Vec<core_domain::scheduler::Pod>,
-    by_id: &BTreeMap<(&str, &str), &Pod>,
+    by_id: &BTreeMap<(&str, &str), &SlimPod>,
     policy: &LabelPolicy,
 ) -> Vec<core_domain::scheduler::Pod> {
     // Only Nodes with room for the smallest pod can take any.
@@ -323,7 +324,7 @@ fn fits_among_others(
 
 /// Whether kube-scheduler's system default spreading applies to `pod`: it is owned by a
 /// ReplicaSet, StatefulSet or ReplicationController (the simulator has no Services).
-fn has_spreading_owner(pod: &Pod) -> bool {
+fn has_spreading_owner(pod: &SlimPod) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|owner| {
         matches!(
             owner.kind.as_str(),
@@ -338,7 +339,7 @@ fn has_spreading_owner(pod: &Pod) -> bool {
 /// be read count as placed: the question is about room, not about the pod.
 pub fn unplaceable(
     snapshot: &Snapshot,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     excluded: &std::collections::BTreeSet<&str>,
     in_flight: &[&karpenter_api::NodeClaim],
     policy: &LabelPolicy,
@@ -356,7 +357,7 @@ pub fn unplaceable(
     let converted: Vec<core_domain::scheduler::Pod> = pods
         .iter()
         .filter_map(|pod| {
-            let mut unbound = Pod::clone(pod);
+            let mut unbound = SlimPod::clone(pod);
             if let Some(spec) = unbound.spec.as_mut() {
                 spec.node_name = None;
             }
@@ -406,7 +407,7 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNo
         // Pods being deleted hold their resources but count for no topology spread, as in
         // kube-scheduler: a drained node's evicted pods do not hold their zone's place (nor,
         // here, their affinity terms and host ports: see `add_terminating_pod`).
-        let (terminating, pods): (Vec<&Pod>, Vec<&Pod>) = pods_by_node
+        let (terminating, pods): (Vec<&SlimPod>, Vec<&SlimPod>) = pods_by_node
             .get(name_of(node))
             .into_iter()
             .flatten()
@@ -441,7 +442,7 @@ fn schedulable_nodes(snapshot: &Snapshot, memo: &NodeMemo) -> Vec<Arc<ExistingNo
 
 async fn mark_unschedulable(
     cluster: &Arc<InMemoryCluster>,
-    pod: &Pod,
+    pod: &SlimPod,
     message: &str,
     now: Timestamp,
 ) {

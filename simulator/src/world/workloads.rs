@@ -10,6 +10,7 @@
 //! and taints the template accepts, created bound to it, with the tolerations the real
 //! controller adds.
 
+use core_svc::cluster::SlimPod;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
@@ -64,7 +65,7 @@ fn owner_uid(namespace: &str, name: &str, hash: &str) -> String {
     format!("sim-replicaset/{namespace}/{name}/{hash}")
 }
 
-fn owned_by(pod: &Pod, uid_prefix: &str) -> bool {
+fn owned_by(pod: &SlimPod, uid_prefix: &str) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -75,7 +76,7 @@ fn owned_by(pod: &Pod, uid_prefix: &str) -> bool {
 /// [`owned_by`] the Deployment `namespace/name` (`owner_uid(namespace, name, "")` as the
 /// prefix), without spelling the prefix out: the PDB check asks it of every pod a budget
 /// covers, for every Deployment.
-fn owned_by_deployment(pod: &Pod, namespace: &str, name: &str) -> bool {
+fn owned_by_deployment(pod: &SlimPod, namespace: &str, name: &str) -> bool {
     pod.metadata.owner_references.iter().flatten().any(|owner| {
         owner.controller == Some(true)
             && owner
@@ -88,7 +89,7 @@ fn owned_by_deployment(pod: &Pod, namespace: &str, name: &str) -> bool {
     })
 }
 
-fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
+fn label<'a>(pod: &'a SlimPod, key: &str) -> Option<&'a str> {
     pod.metadata
         .labels
         .as_ref()
@@ -98,8 +99,8 @@ fn label<'a>(pod: &'a Pod, key: &str) -> Option<&'a str> {
 
 /// The order pods are removed in when there are too many: unbound, then not ready, then the
 /// newest, as the ReplicaSet controller ranks them.
-fn removal_order(a: &&Pod, b: &&Pod) -> std::cmp::Ordering {
-    let rank = |pod: &Pod| (bound_node(pod).is_some(), is_pod_ready(pod));
+fn removal_order(a: &&SlimPod, b: &&SlimPod) -> std::cmp::Ordering {
+    let rank = |pod: &SlimPod| (bound_node(pod).is_some(), is_pod_ready(pod));
     rank(a).cmp(&rank(b)).then_with(|| {
         b.metadata
             .creation_timestamp
@@ -148,7 +149,7 @@ impl Deployments {
     }
 
     /// The Deployment that owns `pod` (`Deployment namespace/name`) and its replicas.
-    pub fn owner_of(&self, pod: &Pod) -> Option<(String, i32)> {
+    pub fn owner_of(&self, pod: &SlimPod) -> Option<(String, i32)> {
         self.all.iter().find_map(|((namespace, name), deployment)| {
             owned_by_deployment(pod, namespace, name).then(|| {
                 let replicas = deployment
@@ -192,16 +193,16 @@ async fn reconcile_one(
     let replicas = usize::try_from(spec.replicas.unwrap_or(1)).unwrap_or(0);
     let hash = template_hash(&spec.template);
     let prefix = owner_uid(namespace, name, "");
-    let owned: Vec<&Pod> = snapshot
+    let owned: Vec<&SlimPod> = snapshot
         .pods()
         .filter(|pod| namespace_of(pod) == namespace && owned_by(pod, &prefix))
         .collect();
-    let live: Vec<&Pod> = owned
+    let live: Vec<&SlimPod> = owned
         .iter()
         .copied()
         .filter(|pod| !is_terminating(pod) && !is_terminal(pod))
         .collect();
-    let (mut current, mut old): (Vec<&Pod>, Vec<&Pod>) = live
+    let (mut current, mut old): (Vec<&SlimPod>, Vec<&SlimPod>) = live
         .iter()
         .copied()
         .partition(|pod| label(pod, "pod-template-hash") == Some(hash.as_str()));
@@ -226,7 +227,7 @@ async fn reconcile_one(
         });
     }
 
-    let mut delete: Vec<&Pod> = Vec::new();
+    let mut delete: Vec<&SlimPod> = Vec::new();
     if current.len() > replicas {
         current.sort_by(removal_order);
         delete.extend(current.iter().take(current.len() - replicas));
@@ -427,6 +428,7 @@ fn daemon_pod(daemon_set: &DaemonSet, uid: &str, node_name: &str) -> Option<Pod>
 #[cfg(test)]
 mod tests {
     use super::*;
+    use core_svc::cluster::SlimPod as Pod;
 
     #[test]
     fn template_hashes_are_stable_and_tell_templates_apart() {

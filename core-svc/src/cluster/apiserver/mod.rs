@@ -165,14 +165,14 @@ impl KubeCluster {
             changes: &Arc<Changes>,
             typed: &mut HashMap<TypeId, Box<dyn Any + Send + Sync>>,
             tasks: &mut Vec<JoinHandle<()>>,
-            slim: fn(&mut K),
+            cache: fn(K) -> K::Cached,
         ) {
-            let (reflected, task) = Reflected::<K>::start(
+            let (reflected, task) = Reflected::<K, K::Cached>::start(
                 Api::all(client.clone()),
                 (),
                 K::KIND.to_owned(),
                 changes,
-                slim,
+                cache,
             );
             typed.insert(TypeId::of::<K>(), Box::new(reflected));
             tasks.push(task);
@@ -276,7 +276,7 @@ impl KubeCluster {
         &self.shared.client
     }
 
-    fn reflected<K: ClusterObject>(&self) -> &Reflected<K> {
+    fn reflected<K: ClusterObject>(&self) -> &Reflected<K, K::Cached> {
         match self
             .shared
             .typed
@@ -346,15 +346,16 @@ impl KubeCluster {
         self.write(self.reflected::<K>(), target, request).await
     }
 
-    async fn write<T>(
+    async fn write<T, C>(
         &self,
-        reflected: &Reflected<T>,
+        reflected: &Reflected<T, C>,
         target: Target<'_>,
         request: Result<http::Request<Vec<u8>>, kube::core::request::Error>,
     ) -> Result<T, ClusterError>
     where
         T: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
         T::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+        C: Resource + Send + Sync + 'static,
     {
         let request = request.map_err(|error| {
             ClusterError::invalid(target.kind, target.name, "", error.to_string())

@@ -30,16 +30,18 @@ pub const OVERLAY_TTL: Duration = Duration::from_secs(30);
 /// of 500 (client-go's pager and kube-runtime's default) bound it to a page.
 pub const LIST_PAGE_SIZE: u32 = 500;
 
-/// One kind's reflector store and the adapter's writes the store may not show yet.
-pub(super) struct Reflected<K: Resource + 'static>
+/// One kind's reflector store and the adapter's writes the store may not show yet: objects
+/// of kind `W` as the API server sends them, cached as `C` (the object less what core never
+/// reads).
+pub(super) struct Reflected<W: Resource + 'static, C = W>
 where
-    K::DynamicType: Eq + std::hash::Hash + Clone,
+    W::DynamicType: Eq + std::hash::Hash + Clone,
 {
-    pub(super) store: Arc<Store<K>>,
-    pub(super) dyntype: K::DynamicType,
-    overlay: Mutex<BTreeMap<(String, String), Overlaid<K>>>,
-    /// What is dropped from an object before it is cached (store and overlay alike).
-    slim: fn(&mut K),
+    pub(super) store: Arc<Store<C>>,
+    pub(super) dyntype: W::DynamicType,
+    overlay: Mutex<BTreeMap<(String, String), Overlaid<C>>>,
+    /// What an object becomes before it is cached (store and overlay alike).
+    cache: fn(W) -> C,
 }
 
 enum Overlaid<K> {
@@ -67,17 +69,18 @@ fn key_of<K: Resource>(object: &K) -> (String, String) {
     (namespace.to_owned(), name.to_owned())
 }
 
-impl<K> Reflected<K>
+impl<W, C> Reflected<W, C>
 where
-    K: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
-    K::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    W: Resource + Clone + DeserializeOwned + fmt::Debug + Send + Sync + 'static,
+    W::DynamicType: Clone + Eq + std::hash::Hash + Send + Sync,
+    C: Resource + Send + Sync + 'static,
 {
-    fn new(store: Arc<Store<K>>, dyntype: K::DynamicType, slim: fn(&mut K)) -> Self {
+    fn new(store: Arc<Store<C>>, dyntype: W::DynamicType, cache: fn(W) -> C) -> Self {
         Self {
             store,
             dyntype,
             overlay: Mutex::new(BTreeMap::new()),
-            slim,
+            cache,
         }
     }
 
@@ -85,7 +88,7 @@ where
     /// overlay entries the store has caught up with are dropped. The store keeps its `Arc`s
     /// in that order, so a snapshot of the whole cluster allocates one vector per kind and
     /// copies no object and no name.
-    pub(super) fn view(&self, now: Instant) -> Vec<Arc<K>> {
+    pub(super) fn view(&self, now: Instant) -> Vec<Arc<C>> {
         let mut objects = self.store.state();
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
         overlay.retain(|(namespace, name), entry| {
@@ -125,9 +128,8 @@ where
         objects
     }
 
-    pub(super) fn written(&self, object: &K) {
-        let mut cached = object.clone();
-        (self.slim)(&mut cached);
+    pub(super) fn written(&self, object: &W) {
+        let cached = (self.cache)(object.clone());
         let mut overlay = self.overlay.lock().unwrap_or_else(PoisonError::into_inner);
         overlay.insert(
             key_of(object),
@@ -149,27 +151,26 @@ where
         );
     }
 
-    /// Starts the list-and-watch of `api` into a new store, each object slimmed by `slim`;
-    /// every event bumps `changes`.
+    /// Starts the list-and-watch of `api` into a new store, each object made what is cached
+    /// by `cache`; every event bumps `changes`.
     pub(super) fn start(
-        api: Api<K>,
-        dyntype: K::DynamicType,
+        api: Api<W>,
+        dyntype: W::DynamicType,
         label: String,
         changes: &Arc<Changes>,
-        slim: fn(&mut K),
+        cache: fn(W) -> C,
     ) -> (Self, JoinHandle<()>) {
         let store = Arc::new(Store::new());
         let mut writer = Writer::new(Arc::clone(&store));
-        let stream = watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE))
-            .default_backoff()
-            .modify(slim);
+        let stream =
+            watcher(api, watcher::Config::default().page_size(LIST_PAGE_SIZE)).default_backoff();
         let changes = Arc::clone(changes);
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 match event {
                     Ok(event) => {
-                        writer.apply(event);
+                        writer.apply(cached_event(event, cache));
                         changes.bump();
                     }
                     // The watcher relists on its own (with backoff); the store keeps what it
@@ -180,7 +181,19 @@ where
                 }
             }
         });
-        (Self::new(store, dyntype, slim), task)
+        (Self::new(store, dyntype, cache), task)
+    }
+}
+
+/// The watcher's `event` with its object made what is cached, as it arrives: a page of a
+/// list is never held whole in both forms.
+fn cached_event<W, C>(event: watcher::Event<W>, cache: fn(W) -> C) -> watcher::Event<C> {
+    match event {
+        watcher::Event::Apply(object) => watcher::Event::Apply(cache(object)),
+        watcher::Event::Delete(object) => watcher::Event::Delete(cache(object)),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(object) => watcher::Event::InitApply(cache(object)),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 

@@ -27,14 +27,19 @@ pub(super) fn evict_pod(
         .cloned()
         .ok_or_else(|| facts.not_found(namespace, name))?;
     check_preconditions(pod.as_ref(), preconditions, facts, &key)?;
+    tables.sync_slim_pods();
+    let Some(slim) = tables.slim_pods.of(&pod).cloned() else {
+        // Synced just now from the table the pod was read from.
+        unreachable!("the stored pod {namespace}/{name} has no slim copy")
+    };
     // Terminal, Pending and terminating pods disrupt nothing more by going.
     let bypasses_budgets =
-        is_terminal(&pod) || phase(&pod) == Some("Pending") || is_terminating(&pod);
+        is_terminal(&slim) || phase(&pod) == Some("Pending") || is_terminating(&slim);
     if !bypasses_budgets {
-        check_budgets(&pod, tables, namespace, name)?;
+        check_budgets(&slim, tables, namespace, name)?;
     }
     let mut pod = Pod::clone(&pod);
-    if !is_terminating(&pod) && !is_terminal(&pod) {
+    if !is_terminating(&slim) && !is_terminal(&slim) {
         pod = with_disruption_target(pod, env.now);
     }
     let pods = tables.table_mut::<Pod>();
@@ -44,7 +49,7 @@ pub(super) fn evict_pod(
 
 /// The eviction subresource's PodDisruptionBudget check for a pod that is running.
 pub(super) fn check_budgets(
-    pod: &Arc<Pod>,
+    pod: &Arc<SlimPod>,
     tables: &mut Tables,
     namespace: &str,
     name: &str,

@@ -38,8 +38,8 @@ use serde::{Serialize, de::DeserializeOwned};
 use serde_json::Value;
 
 use super::{
-    Cluster, ClusterError, ClusterObject, DeleteOptions, FieldError, Preconditions, Snapshot,
-    api_group,
+    Cluster, ClusterError, ClusterObject, DeleteOptions, FieldError, Preconditions, SlimPod,
+    Snapshot, api_group,
 };
 use crate::clock::Clock;
 use crate::objects::{is_terminal, is_terminating};
@@ -186,6 +186,8 @@ impl InMemoryCluster {
                         budget_table_version: 0,
                         derived_budgets: None,
                         budget_members: BudgetMembers::default(),
+                        pod_table_version: 0,
+                        slim_pods: SlimPods::default(),
                     },
                     outage: Outage::default(),
                 }),
@@ -211,12 +213,18 @@ impl InMemoryCluster {
         self.lock().tables.count()
     }
 
+    /// The Pods whole, as stored, in (namespace, name) order: what an API server's front door
+    /// serves (a [`Snapshot`] holds them as core reads them, [`SlimPod`]s).
+    pub fn stored_pods(&self) -> Vec<Arc<Pod>> {
+        self.lock().tables.list()
+    }
+
     /// The scheduler's binding: sets the pod's `spec.nodeName` and its `PodScheduled`
     /// condition. Conflict when the pod is terminating or bound elsewhere; binding again to the
     /// same node changes nothing.
     pub fn bind_pod(&self, namespace: &str, name: &str, node: &str) -> Result<Pod, ClusterError> {
         self.modify_pod(namespace, name, |pod, facts, now| {
-            if is_terminating(pod) {
+            if pod.metadata.deletion_timestamp.is_some() {
                 return Err(facts.conflict(
                     namespace,
                     name,
@@ -390,6 +398,7 @@ impl Cluster for InMemoryCluster {
     async fn snapshot(&self) -> Result<Snapshot, ClusterError> {
         self.call(|state, _| {
             let pdbs = state.tables.budgets_with_status();
+            state.tables.sync_slim_pods();
             let tables = &state.tables;
             Ok(Snapshot {
                 node_pools: tables.list(),
@@ -400,7 +409,7 @@ impl Cluster for InMemoryCluster {
                     .flat_map(|table| table.values().cloned())
                     .collect(),
                 nodes: tables.list(),
-                pods: tables.list(),
+                pods: tables.slim_pods.pods.clone(),
                 pdbs,
                 daemon_sets: tables.list(),
                 priority_classes: tables.list(),

@@ -25,6 +25,10 @@ pub(super) struct Tables {
     pub(super) derived_budgets: Option<(u64, Arc<[DerivedBudget]>)>,
     /// Which budgets select which pods, kept from one derivation to the next.
     pub(super) budget_members: BudgetMembers,
+    /// Moves whenever the Pod table is handed out for writing.
+    pub(super) pod_table_version: u64,
+    /// The slim copy of every stored Pod, as snapshots and the budgets read them.
+    pub(super) slim_pods: SlimPods,
 }
 
 /// A budget as read, with the allowance its status was derived from.
@@ -45,7 +49,32 @@ pub(super) struct BudgetMembers {
     /// By the address of the pod's `Arc`: that `Arc` (held, so that the address cannot be
     /// reused by another pod while the entry lives) and the positions, in the budget table's
     /// order, of the budgets that select the pod.
-    pub(super) by_pod: HashMap<usize, (Arc<Pod>, Vec<usize>)>,
+    pub(super) by_pod: HashMap<usize, (Arc<SlimPod>, Vec<usize>)>,
+}
+
+/// The [`SlimPod`] of each stored Pod, in the Pod table's order: what snapshots hold and the
+/// budgets are derived from. A write replaces the pod's `Arc`, so only the pods written since
+/// the last [`Tables::sync_slim_pods`] are made slim again; a pod whose `Arc` is unchanged
+/// keeps its slim copy, and with it its `Arc`, which [`BudgetMembers`] is keyed by.
+#[derive(Default)]
+pub(super) struct SlimPods {
+    /// The `pod_table_version` `pods` was made at; `None` before the first.
+    version: Option<u64>,
+    /// The slim pods, in the Pod table's order.
+    pub(super) pods: Vec<Arc<SlimPod>>,
+    /// By the address of the stored Pod's `Arc`: that `Arc` (held, so that the address cannot
+    /// be reused by another pod while the entry lives) and its slim copy.
+    by_pod: HashMap<usize, (Arc<Pod>, Arc<SlimPod>)>,
+}
+
+impl SlimPods {
+    /// The slim copy of the stored `pod`, as of the last sync.
+    pub(super) fn of(&self, pod: &Arc<Pod>) -> Option<&Arc<SlimPod>> {
+        match self.by_pod.get(&(Arc::as_ptr(pod) as usize)) {
+            Some((known, slim)) if Arc::ptr_eq(known, pod) => Some(slim),
+            _ => None,
+        }
+    }
 }
 
 impl BudgetMembers {
@@ -56,8 +85,8 @@ impl BudgetMembers {
         &mut self,
         budgets: &[Arc<PodDisruptionBudget>],
         budget_table_version: u64,
-        pods: impl Iterator<Item = &'p Arc<Pod>>,
-    ) -> Vec<Vec<&'p Pod>> {
+        pods: impl Iterator<Item = &'p Arc<SlimPod>>,
+    ) -> Vec<Vec<&'p SlimPod>> {
         if self.budget_table_version != budget_table_version {
             self.by_pod.clear();
             self.budget_table_version = budget_table_version;
@@ -89,7 +118,7 @@ impl BudgetMembers {
     }
 
     /// The positions of the budgets that selected `pod` at the last [`Self::select`].
-    pub(super) fn of(&self, pod: &Arc<Pod>) -> &[usize] {
+    pub(super) fn of(&self, pod: &Arc<SlimPod>) -> &[usize] {
         match self.by_pod.get(&(Arc::as_ptr(pod) as usize)) {
             Some((known, positions)) if Arc::ptr_eq(known, pod) => positions,
             _ => &[],
@@ -108,6 +137,9 @@ impl Tables {
         let kind = TypeId::of::<K>();
         if kind == TypeId::of::<Pod>() || kind == TypeId::of::<PodDisruptionBudget>() {
             self.budget_inputs += 1;
+        }
+        if kind == TypeId::of::<Pod>() {
+            self.pod_table_version += 1;
         }
         if kind == TypeId::of::<PodDisruptionBudget>() {
             self.budget_table_version += 1;
@@ -129,6 +161,35 @@ impl Tables {
             .unwrap_or_default()
     }
 
+    /// Brings [`Tables::slim_pods`] up to the Pod table, making slim only the pods written
+    /// since the last call.
+    pub(super) fn sync_slim_pods(&mut self) {
+        if self.slim_pods.version == Some(self.pod_table_version) {
+            return;
+        }
+        let stored = self
+            .typed
+            .get(&TypeId::of::<Pod>())
+            .and_then(|table| table.downcast_ref::<Table<Pod>>());
+        let slim_pods = &mut self.slim_pods;
+        let mut by_pod = HashMap::with_capacity(slim_pods.by_pod.len());
+        let mut pods = Vec::with_capacity(slim_pods.pods.len());
+        for pod in stored.into_iter().flat_map(BTreeMap::values) {
+            let address = Arc::as_ptr(pod) as usize;
+            let slim = match slim_pods.by_pod.remove(&address) {
+                Some((known, slim)) if Arc::ptr_eq(&known, pod) => slim,
+                _ => Arc::new(SlimPod::from(pod.as_ref())),
+            };
+            pods.push(Arc::clone(&slim));
+            by_pod.insert(address, (Arc::clone(pod), slim));
+        }
+        *slim_pods = SlimPods {
+            version: Some(self.pod_table_version),
+            pods,
+            by_pod,
+        };
+    }
+
     /// The budgets, each with the status derived from the pods as they are now.
     pub(super) fn budgets_with_status(&mut self) -> Vec<Arc<PodDisruptionBudget>> {
         self.derived_budgets()
@@ -145,18 +206,15 @@ impl Tables {
             return Arc::clone(derived);
         }
         let budgets = self.list::<PodDisruptionBudget>();
+        self.sync_slim_pods();
         let Self {
-            typed,
+            slim_pods,
             budget_members,
             budget_table_version,
             ..
         } = self;
-        let pods = typed
-            .get(&TypeId::of::<Pod>())
-            .and_then(|table| table.downcast_ref::<Table<Pod>>())
-            .into_iter()
-            .flat_map(BTreeMap::values);
-        let selected = budget_members.select(&budgets, *budget_table_version, pods);
+        let selected =
+            budget_members.select(&budgets, *budget_table_version, slim_pods.pods.iter());
         let derived: Arc<[DerivedBudget]> = budgets
             .iter()
             .zip(&selected)
@@ -228,7 +286,8 @@ pub(super) fn status_of(
 /// arithmetic is the disruption controller.
 pub(super) fn budget_allowance(pdb: &PodDisruptionBudget, tables: &Tables) -> pdb::PdbAllowance {
     let namespace = pdb.metadata.namespace.as_deref().unwrap_or_default();
-    pdb::allowance(pdb, pdb::selector(pdb).as_ref(), tables.pods_in(namespace))
+    let pods: Vec<SlimPod> = tables.pods_in(namespace).map(SlimPod::from).collect();
+    pdb::allowance(pdb, pdb::selector(pdb).as_ref(), &pods)
 }
 
 /// The object as read: a PodDisruptionBudget carries the status the disruption controller

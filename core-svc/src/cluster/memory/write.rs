@@ -468,7 +468,7 @@ pub(super) fn grace_period_seconds<T: Stored>(object: &T, options: &DeleteOption
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())
         .is_none_or(str::is_empty);
-    if unscheduled || is_terminal(pod) {
+    if unscheduled || is_terminal(&SlimPod::from(pod)) {
         return 0;
     }
     let seconds = options.grace_period_seconds.unwrap_or_else(|| {

@@ -47,6 +47,7 @@
 //! like any other (upstream leaves them out); nominations the provisioner holds in memory are
 //! not reserved (the NodeClaims they point at are in-flight capacity all the same).
 
+use crate::cluster::SlimPod;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
@@ -56,7 +57,6 @@ use core_domain::scheduler::{
     TaintEffect, has_inter_pod_constraints, solve,
 };
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::NodePool;
 
 use crate::cluster::{PodsByNode, Snapshot};
@@ -350,7 +350,7 @@ impl<'a> Simulator<'a> {
     }
 
     /// The reschedulable pods of the node called `node`.
-    pub fn reschedulable_pods(&self, node: &str) -> impl Iterator<Item = &'a Pod> + '_ {
+    pub fn reschedulable_pods(&self, node: &str) -> impl Iterator<Item = &'a SlimPod> + '_ {
         self.pods_by_node
             .get()
             .get(node)
@@ -372,7 +372,7 @@ impl<'a> Simulator<'a> {
     }
 
     fn run(&self, nodes: &[&str], consolidation: bool) -> SimulationResult {
-        let wanted: Vec<&Pod> = nodes
+        let wanted: Vec<&SlimPod> = nodes
             .iter()
             .flat_map(|node| self.reschedulable_pods(node))
             .collect();
@@ -550,7 +550,7 @@ fn reserve_for_waiting(input: &mut SchedulingInput, prunable: bool) {
         .collect();
 }
 
-fn pod_key(pod: &Pod) -> (&str, &str) {
+fn pod_key(pod: &SlimPod) -> (&str, &str) {
     (
         pod.metadata.namespace.as_deref().unwrap_or_default(),
         pod.metadata.name.as_deref().unwrap_or_default(),
@@ -572,6 +572,7 @@ mod tests {
     };
     use crate::controllers::testing;
     use core_domain::resources::ResourceList;
+    use k8s_openapi::api::core::v1::Pod;
 
     #[test]
     fn given_full_nodes_then_the_waiting_pods_are_reserved_on_the_nodes_with_room_and_all_come_back_in_order()

@@ -14,8 +14,8 @@
 //! - which must be deleted now because the terminationGracePeriod deadline would otherwise cut
 //!   their own grace period short ([`force_delete_grace_period`]), do-not-disrupt or not.
 
+use crate::cluster::SlimPod;
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::Pod;
 
 use crate::disruption::do_not_disrupt;
 use crate::objects::{
@@ -38,7 +38,7 @@ pub enum Tier {
 
 impl Tier {
     /// The tier of `pod`.
-    pub fn of(pod: &Pod) -> Self {
+    pub fn of(pod: &SlimPod) -> Self {
         match (is_critical(pod), is_owned_by_daemon_set(pod)) {
             (false, false) => Tier::NonCritical,
             (false, true) => Tier::NonCriticalDaemonSet,
@@ -50,13 +50,13 @@ impl Tier {
 
 /// Whether the pod's `karpenter.sh/do-not-disrupt` protects it at `now`: `"true"`, or a
 /// duration not yet elapsed since the pod started. An invalid value protects nothing.
-pub fn has_active_do_not_disrupt(pod: &Pod, now: Timestamp) -> bool {
+pub fn has_active_do_not_disrupt(pod: &SlimPod, now: Timestamp) -> bool {
     do_not_disrupt::evaluate(pod, now).blocks()
 }
 
 /// Whether the drain waits for the pod to go (upstream `IsWaitingEviction`). Pods with
 /// do-not-disrupt and pods already terminating are waited for.
-pub fn is_waiting_eviction(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_waiting_eviction(pod: &SlimPod, now: Timestamp) -> bool {
     !is_terminal(pod)
         && !tolerates_disrupted_taint(pod)
         && !is_stuck_terminating(pod, now)
@@ -64,7 +64,7 @@ pub fn is_waiting_eviction(pod: &Pod, now: Timestamp) -> bool {
 }
 
 /// Whether the drain may call the eviction API on the pod at `now` (upstream `IsEvictable`).
-pub fn is_evictable(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_evictable(pod: &SlimPod, now: Timestamp) -> bool {
     !is_terminal(pod)
         && !is_terminating(pod)
         && !tolerates_disrupted_taint(pod)
@@ -74,7 +74,7 @@ pub fn is_evictable(pod: &Pod, now: Timestamp) -> bool {
 
 /// When the pod must be deleted for its whole grace period to end by `deadline` (the
 /// NodeClaim's deletion time plus its terminationGracePeriod).
-pub fn force_delete_time(pod: &Pod, deadline: Timestamp) -> Timestamp {
+pub fn force_delete_time(pod: &SlimPod, deadline: Timestamp) -> Timestamp {
     deadline
         .saturating_sub(SignedDuration::from_secs(pod_grace_period_seconds(pod)))
         .unwrap_or(Timestamp::MIN)
@@ -87,7 +87,11 @@ pub fn force_delete_time(pod: &Pod, deadline: Timestamp) -> Timestamp {
 /// its own deletion deadline falls after the node's. Either gets what is left until the
 /// deadline, at least one second: a grace period of 0 would remove the pod from etcd before
 /// its containers stop.
-pub fn force_delete_grace_period(pod: &Pod, now: Timestamp, deadline: Timestamp) -> Option<i64> {
+pub fn force_delete_grace_period(
+    pod: &SlimPod,
+    now: Timestamp,
+    deadline: Timestamp,
+) -> Option<i64> {
     let due = match &pod.metadata.deletion_timestamp {
         None => now >= force_delete_time(pod, deadline),
         Some(pod_deadline) => pod_deadline.0 > deadline,
@@ -104,7 +108,7 @@ fn remaining_seconds(now: Timestamp, deadline: Timestamp) -> i64 {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ForceDelete<'a> {
     /// The pod.
-    pub pod: &'a Pod,
+    pub pod: &'a SlimPod,
     /// The grace period to delete it with.
     pub grace_period_seconds: i64,
 }
@@ -115,7 +119,7 @@ pub struct DrainPlan<'a> {
     /// Pods to delete now for the deadline, whatever their tier, PDBs and do-not-disrupt.
     pub force_delete: Vec<ForceDelete<'a>>,
     /// Pods to evict now: the evictable pods of the tier being drained.
-    pub evict: Vec<&'a Pod>,
+    pub evict: Vec<&'a SlimPod>,
     /// The tier being drained: the first with a pod still waiting; `None` when none waits.
     pub tier: Option<Tier>,
     /// How many pods the drain still waits for, across tiers.
@@ -136,11 +140,11 @@ impl DrainPlan<'_> {
 /// Plans one pass of the drain of a node whose pods are `pods`, at `now`, given the NodeClaim's
 /// termination deadline (`None` without a terminationGracePeriod).
 pub fn plan<'a>(
-    pods: impl IntoIterator<Item = &'a Pod>,
+    pods: impl IntoIterator<Item = &'a SlimPod>,
     now: Timestamp,
     deadline: Option<Timestamp>,
 ) -> DrainPlan<'a> {
-    let waiting: Vec<&Pod> = pods
+    let waiting: Vec<&SlimPod> = pods
         .into_iter()
         .filter(|pod| is_waiting_eviction(pod, now))
         .collect();
@@ -164,7 +168,7 @@ pub fn plan<'a>(
             None => {}
         }
     }
-    let deleting = |pod: &Pod| plan.force_delete.iter().any(|f| std::ptr::eq(f.pod, pod));
+    let deleting = |pod: &SlimPod| plan.force_delete.iter().any(|f| std::ptr::eq(f.pod, pod));
     plan.evict = waiting
         .iter()
         .copied()
@@ -176,12 +180,13 @@ pub fn plan<'a>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing::{self, at, merged};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::{Value, json};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        testing::pod(
+        Pod::from(testing::pod(
             name,
             merged(
                 json!({
@@ -190,7 +195,7 @@ mod tests {
                 }),
                 extra,
             ),
-        )
+        ))
     }
 
     fn owned_by(kind: &str, api_version: &str) -> Value {

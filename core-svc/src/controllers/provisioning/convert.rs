@@ -14,6 +14,7 @@
 //!   as the scheduler does not support them yet; node affinity `matchFields` are ignored, as
 //!   upstream does.
 
+use crate::cluster::{SlimContainer, SlimPod, SlimPodSpec};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -61,11 +62,11 @@ impl InvalidField {
 
 /// A pod as the scheduler sees it. Its labels, UID and creation time come from the metadata;
 /// a pod without a UID (not from an API server) is identified by `namespace/name`.
-pub fn pod(pod: &core::Pod) -> Result<Pod, InvalidField> {
+pub fn pod(pod: &SlimPod) -> Result<Pod, InvalidField> {
     let meta = &pod.metadata;
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or_default();
-    let empty = core::PodSpec::default();
+    let empty = SlimPodSpec::default();
     let spec = pod.spec.as_ref().unwrap_or(&empty);
     let mut out = pod_spec(namespace, name, spec, "spec")?;
     if let Some(uid) = &meta.uid {
@@ -86,11 +87,13 @@ pub fn daemon_set_pod(daemon_set: &DaemonSet) -> Result<Pod, InvalidField> {
     let namespace = meta.namespace.as_deref().unwrap_or("default");
     let name = meta.name.as_deref().unwrap_or_default();
     let template = daemon_set.spec.as_ref().map(|spec| &spec.template);
-    let empty = core::PodSpec::default();
+    // A DaemonSet's template is read as its pods are: a handful per pass, so the copy is
+    // cheap.
     let spec = template
-        .and_then(|template| template.spec.as_ref())
-        .unwrap_or(&empty);
-    let mut out = pod_spec(namespace, name, spec, "spec.template.spec")?;
+        .and_then(|template| template.spec.clone())
+        .map(SlimPodSpec::from)
+        .unwrap_or_default();
+    let mut out = pod_spec(namespace, name, &spec, "spec.template.spec")?;
     out.labels = template
         .and_then(|template| template.metadata.as_ref())
         .and_then(|meta| meta.labels.clone())
@@ -101,7 +104,7 @@ pub fn daemon_set_pod(daemon_set: &DaemonSet) -> Result<Pod, InvalidField> {
 /// Refuses a pod that constrains a label Karpenter may not provision for (upstream
 /// `Provisioner.Validate`: `kubernetes.io/hostname`, keys in a restricted domain that are not
 /// well known): it would make a NodeClaim the API refuses.
-pub fn check_restricted_labels(pod: &core::Pod, policy: &LabelPolicy) -> Result<(), InvalidField> {
+pub fn check_restricted_labels(pod: &SlimPod, policy: &LabelPolicy) -> Result<(), InvalidField> {
     let Some(spec) = &pod.spec else {
         return Ok(());
     };
@@ -159,7 +162,7 @@ pub fn check_restricted_labels(pod: &core::Pod, policy: &LabelPolicy) -> Result<
 fn pod_spec(
     namespace: &str,
     name: &str,
-    spec: &core::PodSpec,
+    spec: &SlimPodSpec,
     path: &str,
 ) -> Result<Pod, InvalidField> {
     let mut out = Pod::new(namespace, name);
@@ -239,8 +242,8 @@ fn pod_spec(
 }
 
 /// The pod's containers' resources, for [`PodResources::requests`].
-fn pod_resources(spec: &core::PodSpec, path: &str) -> Result<PodResources, InvalidField> {
-    let container = |kube: &core::Container, path: String| -> Result<_, InvalidField> {
+fn pod_resources(spec: &SlimPodSpec, path: &str) -> Result<PodResources, InvalidField> {
+    let container = |kube: &SlimContainer, path: String| -> Result<_, InvalidField> {
         let resources = kube.resources.as_ref();
         let empty = BTreeMap::new();
         Ok(ContainerResources {
@@ -551,7 +554,7 @@ fn spread(
 
 /// The host ports of the app containers and of the sidecars (init containers that keep
 /// running), which hold their ports for the pod's life.
-fn host_ports(spec: &core::PodSpec, path: &str) -> Result<Vec<HostPort>, InvalidField> {
+fn host_ports(spec: &SlimPodSpec, path: &str) -> Result<Vec<HostPort>, InvalidField> {
     let containers = spec
         .containers
         .iter()
@@ -743,7 +746,7 @@ mod tests {
     use crate::cloudprovider::fake::instance_type;
     use crate::controllers::testing::{self, from_json, merged};
 
-    fn kube_pod(spec: Value) -> core::Pod {
+    fn kube_pod(spec: Value) -> SlimPod {
         testing::pod(
             "web-1",
             json!({
@@ -755,6 +758,7 @@ mod tests {
                 "spec": spec,
             }),
         )
+        .into()
     }
 
     const GIB: i64 = 1 << 30;

@@ -19,9 +19,9 @@
 //! proved wrong is harmless: the kube-scheduler looks at every other node next, and the
 //! provisioner still provisions for the pod (the rule in `Preemptions`).
 
+use crate::cluster::SlimPod;
 use std::collections::HashMap;
 
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
 
 use super::nominations::{Nominations, Target};
@@ -32,7 +32,7 @@ use crate::cluster::Snapshot;
 #[derive(Debug, Clone, PartialEq)]
 pub struct Hint<'a> {
     /// The pod.
-    pub pod: &'a Pod,
+    pub pod: &'a SlimPod,
     /// The Node it is planned for.
     pub node: &'a str,
 }
@@ -106,7 +106,7 @@ pub fn nodes_of_claims(snapshot: &Snapshot) -> impl Iterator<Item = (&str, &str)
         })
 }
 
-fn is_pending(pod: &Pod) -> bool {
+fn is_pending(pod: &SlimPod) -> bool {
     pod.status
         .as_ref()
         .and_then(|status| status.phase.as_deref())
@@ -122,13 +122,14 @@ mod tests {
     use karpenter_api::NodeClaim;
 
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing::{self, merged};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        testing::unschedulable_pod(
+        Pod::from(testing::unschedulable_pod(
             name,
             merged(json!({ "metadata": { "resourceVersion": "7" } }), extra),
-        )
+        ))
     }
 
     fn deleting() -> Value {

@@ -16,6 +16,7 @@
 //! the largest of their instance type options (upstream's `subtractMax`), otherwise what they
 //! request.
 
+use crate::cluster::SlimPod;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use core_domain::labels::{LABEL_INSTANCE_TYPE, LabelPolicy};
 use core_domain::requirements::Operator;
 use core_domain::resources::{ResourceList, ResourceName};
 use core_domain::scheduler::{ExistingNode, NODES, PreferencePolicy, SchedulingInput};
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{NodeClaim, NodePool};
 
 use super::convert::{self, InvalidField};
@@ -44,12 +45,12 @@ pub struct Sources<'a> {
     /// The cluster.
     pub snapshot: &'a Snapshot,
     /// The pods to place.
-    pub pods: &'a [&'a Pod],
+    pub pods: &'a [&'a SlimPod],
     /// The snapshot's pods by node ([`Snapshot::pods_by_node`]), when the caller has them
     /// already; `None` groups them here.
     pub pods_by_node: Option<&'a PodsByNode<'a>>,
     /// Pods nominated earlier, reserved on their target instead of being placed.
-    pub reserved: &'a [(&'a Pod, Target)],
+    pub reserved: &'a [(&'a SlimPod, Target)],
     /// The NodePools new capacity may come from, in the order to try them, with their
     /// catalogues.
     pub node_pools: &'a [(&'a NodePool, Catalogue)],
@@ -222,7 +223,7 @@ fn existing_capacity(
         if deleting {
             continue;
         }
-        let pods: Vec<&Pod> = by_node
+        let pods: Vec<&SlimPod> = by_node
             .get(name)
             .into_iter()
             .flatten()
@@ -270,7 +271,7 @@ pub fn existing_node(
     memo: Option<&NodeMemo>,
     node: &Node,
     claim: Option<&NodeClaim>,
-    pods: &[&Pod],
+    pods: &[&SlimPod],
     skipped: &mut Vec<Skipped>,
 ) -> Option<Arc<ExistingNode>> {
     let name = node.metadata.name.as_deref().unwrap_or_default();
@@ -443,7 +444,7 @@ fn launched_capacity(claim: &NodeClaim, memo: Option<&NodeMemo>) -> Option<Resou
     Some(parsed)
 }
 
-fn qualified(pod: &Pod) -> String {
+fn qualified(pod: &SlimPod) -> String {
     qualified_meta(&pod.metadata)
 }
 
@@ -459,22 +460,22 @@ fn qualified_meta(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectM
 mod tests {
     use core_domain::labels::LABEL_NODEPOOL;
     use core_domain::scheduler::solve;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::{Value, json};
 
     use super::*;
     use crate::cloudprovider::fake::instance_type;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing;
 
     fn pending(name: &str, cpu: &str) -> Pod {
-        testing::pod(
+        Pod::from(testing::pod(
             name,
             json!({
                 "metadata": { "uid": format!("uid-{name}") },
                 "spec": { "containers": [{ "name": "c", "image": "c",
                     "resources": { "requests": { "cpu": cpu } } }] },
             }),
-        )
+        ))
     }
 
     fn bound(name: &str, cpu: &str, node: &str) -> Pod {
@@ -566,8 +567,8 @@ mod tests {
         }
     }
 
-    fn versioned<T: k8s_openapi::Metadata<Ty = ObjectMeta>>(mut object: T, version: &str) -> T {
-        object.metadata_mut().resource_version = Some(version.to_owned());
+    fn versioned<T: kube::Resource>(mut object: T, version: &str) -> T {
+        object.meta_mut().resource_version = Some(version.to_owned());
         object
     }
 

@@ -4,10 +4,10 @@
 //! runs on a node being deleted and will need a place to go (reschedulable), as upstream's
 //! provisioner schedules both so that replacement capacity is ready before the drain.
 
+use crate::cluster::SlimPod;
 use std::collections::HashSet;
 use std::fmt;
 
-use k8s_openapi::api::core::v1::Pod;
 use karpenter_api::{LabelPolicy, NodePool};
 use kube::core::DynamicObject;
 use serde_json::Value;
@@ -25,13 +25,13 @@ pub const ANNOTATION_MIRROR_POD: &str = "kubernetes.io/config.mirror";
 ///
 /// This is upstream's rule on the pod alone, which reads every `nominatedNodeName` as a
 /// preemption; [`waiting_pods`] refines it with the cluster's view (see [`Preemptions`]).
-pub fn is_provisionable(pod: &Pod) -> bool {
+pub fn is_provisionable(pod: &SlimPod) -> bool {
     is_unschedulable(pod) && nominated_node(pod).is_none()
 }
 
 /// Upstream's `IsProvisionable` but for the nomination: the kube-scheduler tried the pod and
 /// found no node for it.
-fn is_unschedulable(pod: &Pod) -> bool {
+fn is_unschedulable(pod: &SlimPod) -> bool {
     let status = pod.status.as_ref();
     let unschedulable = status
         .and_then(|status| status.conditions.as_ref())
@@ -54,7 +54,7 @@ fn is_unschedulable(pod: &Pod) -> bool {
 }
 
 /// The pod's `status.nominatedNodeName`, when set.
-pub fn nominated_node(pod: &Pod) -> Option<&str> {
+pub fn nominated_node(pod: &SlimPod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|status| status.nominated_node_name.as_deref())
@@ -113,14 +113,14 @@ impl<'a> Preemptions<'a> {
 
 /// Whether the pod would have to move if its node went away (upstream `IsReschedulable`):
 /// neither terminal nor terminating, and neither a DaemonSet's nor a static pod.
-pub fn is_reschedulable(pod: &Pod) -> bool {
+pub fn is_reschedulable(pod: &SlimPod) -> bool {
     !is_terminal(pod) && !is_terminating(pod) && !is_daemon_set_pod(pod) && !is_static_pod(pod)
 }
 
 pub use crate::objects::{is_terminal, is_terminating};
 
 /// Whether a DaemonSet owns the pod.
-pub fn is_daemon_set_pod(pod: &Pod) -> bool {
+pub fn is_daemon_set_pod(pod: &SlimPod) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -129,7 +129,7 @@ pub fn is_daemon_set_pod(pod: &Pod) -> bool {
 }
 
 /// Whether the pod is a static pod (a mirror pod, or one owned by its Node): it cannot move.
-pub fn is_static_pod(pod: &Pod) -> bool {
+pub fn is_static_pod(pod: &SlimPod) -> bool {
     let mirror = pod
         .metadata
         .annotations
@@ -145,7 +145,7 @@ pub fn is_static_pod(pod: &Pod) -> bool {
 }
 
 /// The node the pod is bound to.
-pub fn node_name(pod: &Pod) -> Option<&str> {
+pub fn node_name(pod: &SlimPod) -> Option<&str> {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.node_name.as_deref())
@@ -169,7 +169,7 @@ pub fn deleting_nodes(snapshot: &Snapshot) -> HashSet<&str> {
 
 /// The pods waiting for capacity, in the snapshot's order: the provisionable ones and the
 /// reschedulable pods of the nodes being deleted.
-pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
+pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&SlimPod> {
     let deleting = deleting_nodes(snapshot);
     // Indexed only for the first unschedulable pod nominated to a node: most passes meet
     // none, and the index reads every Node, NodeClaim and pod.
@@ -191,7 +191,7 @@ pub fn waiting_pods(snapshot: &Snapshot) -> Vec<&Pod> {
 }
 
 /// The pod's UID, or `namespace/name` for a pod that has none (not from an API server).
-pub fn pod_uid(pod: &Pod) -> String {
+pub fn pod_uid(pod: &SlimPod) -> String {
     match &pod.metadata.uid {
         Some(uid) => uid.clone(),
         None => format!(
@@ -386,10 +386,11 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::cluster::SlimPod as Pod;
     use crate::controllers::testing::{self, from_json, kinds, node_pool};
 
     fn pod(name: &str, extra: Value) -> Pod {
-        testing::unschedulable_pod(name, extra)
+        Pod::from(testing::unschedulable_pod(name, extra))
     }
 
     #[test]

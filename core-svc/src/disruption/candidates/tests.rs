@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::cluster::SlimPod as Pod;
 use crate::objects::DISRUPTED_TAINT_KEY;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

@@ -2,11 +2,12 @@
 //! next step from the snapshot ([`candidate_step`]) and what still holds a drain that timed out
 //! ([`drain_blockers`]). Pure; the orchestrator does the writes.
 
+use crate::cluster::SlimPod;
 use std::collections::BTreeSet;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::core::v1::Node;
 use karpenter_api::{DisruptionReason, NodeClaim};
 use serde_json::{Map, Value, json};
 
@@ -81,7 +82,7 @@ pub fn drains_before_delete(claim: &NodeClaim) -> bool {
 /// `terminationGracePeriodSeconds` (Kubernetes' 30 when unset) of the pods the drain waits for
 /// (the worst case: one pod at a time, each taking its whole grace period), at least
 /// [`MIN_DRAIN_TIMEOUT`]. Pure.
-pub fn drain_timeout<'p>(pods: impl IntoIterator<Item = &'p Pod>, now: Timestamp) -> Duration {
+pub fn drain_timeout<'p>(pods: impl IntoIterator<Item = &'p SlimPod>, now: Timestamp) -> Duration {
     let seconds = pods
         .into_iter()
         .filter(|pod| plan::is_waiting_eviction(pod, now))
@@ -97,7 +98,7 @@ pub struct NodeDrain<'s> {
     /// The Node.
     pub node: &'s Node,
     /// Its pods.
-    pub pods: Vec<&'s Pod>,
+    pub pods: Vec<&'s SlimPod>,
     /// The termination drain's plan for them, without a deadline.
     pub plan: DrainPlan<'s>,
 }
@@ -210,7 +211,7 @@ pub fn drain_blockers(snapshot: &Snapshot, nodes: &[NodeDrain<'_>], now: Timesta
     text
 }
 
-pub(super) fn blocker(pod: &Pod, selector: &CandidateSelector<'_>, now: Timestamp) -> String {
+pub(super) fn blocker(pod: &SlimPod, selector: &CandidateSelector<'_>, now: Timestamp) -> String {
     let name = format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or_default(),

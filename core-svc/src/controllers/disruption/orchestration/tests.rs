@@ -10,8 +10,8 @@ use super::*;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use crate::cluster::SlimPod;
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use karpenter_api::{DisruptionReason, NodeClaim};
 use serde_json::{Value, json};
@@ -377,8 +377,8 @@ fn the_candidate_patch_names_the_command_and_its_replacements() {
 use crate::controllers::disruption::fixtures::pod;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 
-fn pod_with(name: &str, patch: Value) -> Pod {
-    testing::patched(&pod(name, Some("node-a"), "1"), patch)
+fn pod_with(name: &str, patch: Value) -> SlimPod {
+    testing::patched(&pod(name, Some("node-a"), "1"), patch).into()
 }
 
 #[test]

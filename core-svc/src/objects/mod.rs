@@ -3,11 +3,16 @@
 //! terminating, is a mirror or a DaemonSet's, tolerates the disrupted taint; whether a Node is
 //! Ready or carries the marks of a drain. The lowest layer of core-svc: the disruption building
 //! blocks, the drain and the controllers all read objects through these, so they agree.
+//! [`SlimPod`] (`pod.rs`) is a Pod as core holds and reads it.
+
+mod pod;
+
+pub use pod::{SlimContainer, SlimPod, SlimPodSpec, SlimPodStatus};
 
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
-use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
+use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 
 /// The taint key core puts on a node it drains.
 pub const DISRUPTED_TAINT_KEY: &str = "karpenter.sh/disrupted";
@@ -30,7 +35,7 @@ pub fn name_of<K: kube::Resource>(object: &K) -> &str {
 }
 
 /// Whether the pod's priority class is one of the [`CRITICAL_PRIORITY_CLASSES`].
-pub fn is_critical(pod: &Pod) -> bool {
+pub fn is_critical(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.priority_class_name.as_deref())
@@ -38,13 +43,13 @@ pub fn is_critical(pod: &Pod) -> bool {
 }
 
 /// Whether an `apps/v1` DaemonSet owns the pod.
-pub fn is_owned_by_daemon_set(pod: &Pod) -> bool {
+pub fn is_owned_by_daemon_set(pod: &SlimPod) -> bool {
     is_owned_by(pod, "apps/v1", "DaemonSet")
 }
 
 /// Whether the pod is a mirror of a static pod: owned by its Node (`v1`), or carrying the
 /// kubelet's mirror annotation. The API server cannot delete what the kubelet runs from a file.
-pub fn is_mirror(pod: &Pod) -> bool {
+pub fn is_mirror(pod: &SlimPod) -> bool {
     is_owned_by(pod, "v1", "Node")
         || pod
             .metadata
@@ -53,7 +58,7 @@ pub fn is_mirror(pod: &Pod) -> bool {
             .is_some_and(|annotations| annotations.contains_key(ANNOTATION_MIRROR_POD))
 }
 
-fn is_owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
+fn is_owned_by(pod: &SlimPod, api_version: &str, kind: &str) -> bool {
     pod.metadata
         .owner_references
         .iter()
@@ -62,7 +67,7 @@ fn is_owned_by(pod: &Pod, api_version: &str, kind: &str) -> bool {
 }
 
 /// Whether the pod finished (`Succeeded` or `Failed`).
-pub fn is_terminal(pod: &Pod) -> bool {
+pub fn is_terminal(pod: &SlimPod) -> bool {
     matches!(
         pod.status
             .as_ref()
@@ -72,13 +77,13 @@ pub fn is_terminal(pod: &Pod) -> bool {
 }
 
 /// Whether the pod is being deleted.
-pub fn is_terminating(pod: &Pod) -> bool {
+pub fn is_terminating(pod: &SlimPod) -> bool {
     pod.metadata.deletion_timestamp.is_some()
 }
 
 /// Whether the pod has been terminating for more than [`STUCK_TERMINATING_AFTER`] past its
 /// deletion deadline (a pod's `deletionTimestamp` is when its grace period ends).
-pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
+pub fn is_stuck_terminating(pod: &SlimPod, now: Timestamp) -> bool {
     pod.metadata
         .deletion_timestamp
         .as_ref()
@@ -87,7 +92,7 @@ pub fn is_stuck_terminating(pod: &Pod, now: Timestamp) -> bool {
 
 /// Whether the pod tolerates `karpenter.sh/disrupted:NoSchedule`: such a pod may run on a
 /// draining node, so the drain neither evicts it nor waits for it.
-pub fn tolerates_disrupted_taint(pod: &Pod) -> bool {
+pub fn tolerates_disrupted_taint(pod: &SlimPod) -> bool {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.tolerations.as_deref())
@@ -121,7 +126,7 @@ pub fn tolerates(toleration: &Toleration, key: &str, value: &str, effect: &str) 
 }
 
 /// The pod's own grace period, Kubernetes' default when unset.
-pub fn pod_grace_period_seconds(pod: &Pod) -> i64 {
+pub fn pod_grace_period_seconds(pod: &SlimPod) -> i64 {
     pod.spec
         .as_ref()
         .and_then(|spec| spec.termination_grace_period_seconds)
