@@ -162,3 +162,42 @@ async fn given_pods_and_budgets_rewritten_then_the_derived_statuses_follow_every
         [("api".to_owned(), 0, 0), ("web".to_owned(), 0, 0)]
     );
 }
+
+#[tokio::test]
+async fn given_snapshots_then_a_pod_is_made_slim_again_only_after_a_write_to_it() {
+    let clock = crate::clock::FakeClock::new(Timestamp::UNIX_EPOCH);
+    let cluster = InMemoryCluster::new(Arc::new(clock), 7);
+    for name in ["a", "b"] {
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "namespace": "default"},
+            "spec": {"containers": [{"name": "c", "image": "i", "env": [{"name": "X", "value": "1"}]}]},
+        }))
+        .unwrap();
+        cluster.create(&pod).await.unwrap();
+    }
+    let first = cluster.snapshot().await.unwrap().pods;
+    let second = cluster.snapshot().await.unwrap().pods;
+    assert!(first.iter().zip(&second).all(|(a, b)| Arc::ptr_eq(a, b)));
+
+    cluster.bind_pod("default", "b", "node-a").unwrap();
+    let third = cluster.snapshot().await.unwrap().pods;
+    assert!(Arc::ptr_eq(&first[0], &third[0]), "a is unchanged");
+    assert!(!Arc::ptr_eq(&first[1], &third[1]), "b was written");
+    assert_eq!(
+        third[1]
+            .spec
+            .as_ref()
+            .and_then(|spec| spec.node_name.as_deref()),
+        Some("node-a")
+    );
+
+    // The API server's front door still serves the pods whole.
+    let stored = cluster.stored_pods();
+    assert_eq!(stored.len(), 2);
+    assert!(
+        stored[0]
+            .spec
+            .as_ref()
+            .is_some_and(|spec| spec.containers[0].env.is_some())
+    );
+}
