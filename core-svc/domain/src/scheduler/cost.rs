@@ -103,6 +103,12 @@ impl PoolCost {
         }
     }
 
+    /// What a node of catalogue type `index` has for pods, when the type may be a reference
+    /// (not burstable, and it holds its DaemonSets).
+    pub(super) fn supply(&self, index: usize) -> Option<&Fixed> {
+        self.supply.get(index)?.as_ref()
+    }
+
     /// The efficient options of a NodeClaim just opened with `options` for a pod requesting
     /// `first`, at `prices` (at the NodeClaim's requirements); `None` when none of them can
     /// be weighed. `ruled` when the pod has a topology spread or anti-affinity of its own
