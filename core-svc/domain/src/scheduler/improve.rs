@@ -140,31 +140,29 @@ impl Solver<'_> {
         policy: PreferencePolicy,
         budget: &mut usize,
     ) {
-        {
-            let mut wasteful: Vec<(f64, u32)> = claims
+        let mut wasteful: Vec<(f64, u32)> = claims
+            .iter()
+            .filter_map(|&index| {
+                let (price, used) = self.state.usage(index as usize)?;
+                (used < HALF).then_some((price * (1.0 - used), index))
+            })
+            .collect();
+        wasteful.sort_by(|(a, i), (b, j)| b.total_cmp(a).then(i.cmp(j)));
+        for batch in wasteful.chunks(BATCH) {
+            let indices: Vec<u32> = batch.iter().map(|(_, index)| *index).collect();
+            let pods: usize = indices
                 .iter()
-                .filter_map(|&index| {
-                    let (price, used) = self.state.usage(index as usize)?;
-                    (used < HALF).then_some((price * (1.0 - used), index))
-                })
-                .collect();
-            wasteful.sort_by(|(a, i), (b, j)| b.total_cmp(a).then(i.cmp(j)));
-            for batch in wasteful.chunks(BATCH) {
-                let indices: Vec<u32> = batch.iter().map(|(_, index)| *index).collect();
-                let pods: usize = indices
-                    .iter()
-                    .map(|&i| self.state.claims[i as usize].pods.len())
-                    .sum();
-                if pods > *budget {
-                    break;
-                }
-                *budget -= pods;
-                // Upstream's packing first: where the caps split pods that one larger node
-                // holds for less, it merges them back; then the caps again, which may split
-                // what was merged.
-                let _ = self.refill(pool, &indices, rank, policy, Refill::FirstFit)
-                    || self.refill(pool, &indices, rank, policy, Refill::Capped);
+                .map(|&i| self.state.claims[i as usize].pods.len())
+                .sum();
+            if pods > *budget {
+                break;
             }
+            *budget -= pods;
+            // Upstream's packing first: where the caps split pods that one larger node
+            // holds for less, it merges them back; then the caps again, which may split
+            // what was merged.
+            let _ = self.refill(pool, &indices, rank, policy, Refill::FirstFit)
+                || self.refill(pool, &indices, rank, policy, Refill::Capped);
         }
     }
 
