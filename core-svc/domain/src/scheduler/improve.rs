@@ -23,7 +23,7 @@
 //! 1.22/1.25/1.29/1.25 to 1.20/1.19/1.16/1.18. On the typical NodePool: plain
 //! 1.11/1.09/1.10/1.09 to 1.10/1.09/1.09/1.09, zone spread 1.19/1.10/1.13/1.12 to
 //! 1.10/1.10/1.12/1.12, hostname rules 1.44/1.32/1.10/1.14 to 1.20/1.17/1.08/1.11. No case
-//! got dearer; solve time grew by 15-25 % (hostname spread at 20k pods the most: the
+//! got dearer; solve time grew by 15-30 % (hostname spread at 20k pods the most: the
 //! NodeClaims of a hostname rule mix every deployment, and many of them split). Without the
 //! estimate's filter, the same plans took up to half as long again for plain pods, whose
 //! small full nodes never split.
