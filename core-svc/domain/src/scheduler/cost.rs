@@ -103,6 +103,12 @@ impl PoolCost {
         }
     }
 
+    /// What a node of catalogue type `index` has for pods, when the type may be a reference
+    /// (not burstable, and it holds its DaemonSets).
+    pub(super) fn supply(&self, index: usize) -> Option<&Fixed> {
+        self.supply.get(index)?.as_ref()
+    }
+
     /// The efficient options of a NodeClaim just opened with `options` for a pod requesting
     /// `first`, at `prices` (at the NodeClaim's requirements); `None` when none of them can
     /// be weighed. `ruled` when the pod has a topology spread or anti-affinity of its own
@@ -117,15 +123,32 @@ impl PoolCost {
     ) -> Option<CostCap> {
         let slack = if ruled { RULED_SLACK } else { SLACK };
         let Some(id) = prices.id else {
-            return self.weigh(options, &prices.prices, first, slack, catalog);
+            return self.weigh(options, &prices.prices, first, slack, None, catalog);
         };
         let key = (id, first.amounts(), options.clone(), ruled);
         if let Some(known) = self.known.get(&key) {
             return known.clone();
         }
-        let cap = self.weigh(options, &prices.prices, first, slack, catalog);
+        let cap = self.weigh(options, &prices.prices, first, slack, None, catalog);
         self.known.insert(key, cap.clone());
         cap
+    }
+
+    /// [`Self::cap`] for a NodeClaim opened while the improvement pass splits NodeClaims
+    /// whose pods request `whole` together: only the options that cannot hold all of them on
+    /// one node are weighed, so that the pods go to smaller nodes of the types that suit them
+    /// best. `None` when every option could hold them all.
+    pub(super) fn split_cap(
+        &self,
+        options: &Bits,
+        prices: &PriceTable,
+        first: &Fixed,
+        ruled: bool,
+        whole: &Fixed,
+        catalog: &Catalog,
+    ) -> Option<CostCap> {
+        let slack = if ruled { RULED_SLACK } else { SLACK };
+        self.weigh(options, &prices.prices, first, slack, Some(whole), catalog)
     }
 
     fn weigh(
@@ -134,10 +157,14 @@ impl PoolCost {
         prices: &[f64],
         first: &Fixed,
         slack: f64,
+        smaller_than: Option<&Fixed>,
         catalog: &Catalog,
     ) -> Option<CostCap> {
         let per_pod = |i: usize| {
             let supply = self.supply.get(i)?.as_ref()?;
+            if smaller_than.is_some_and(|whole| whole.fits_in(supply)) {
+                return None;
+            }
             let price = prices.get(i).copied().filter(|p| p.is_finite())?;
             Some(price / copies(supply, first)?)
         };

@@ -28,10 +28,11 @@
 //!
 //! Upstream lets a planned NodeClaim take pods as long as some instance type holds them, so
 //! it grows until only the largest, often dearest, types can. Here a planned NodeClaim keeps
-//! as efficient the options priced within 10% of its best per pod like its first, and refuses
-//! a pod that would leave it none (`cost.rs`): the pod goes to another NodeClaim or a new one,
-//! or back to it when nothing else can take it. An improvement pass then re-places the pods
-//! of the most wasteful NodeClaims when that costs less (`improve.rs`). Up to 1,000 pending
+//! as efficient the options priced within 2% (3% for pods with a spread or anti-affinity of
+//! their own) of its best per pod like its first, and refuses a pod that would leave it none
+//! (`cost.rs`): the pod goes to another NodeClaim or a new one, or back to it when nothing
+//! else can take it. An improvement pass then re-places the pods of the most wasteful
+//! NodeClaims, and splits NodeClaims onto smaller nodes, when that costs less (`improve.rs`). Up to 1,000 pending
 //! pods, first-fit's plan is made too and the better one kept. [`Packing::FirstFit`] keeps
 //! upstream's packing for comparison. No hard rule is traded for cost.
 //!

@@ -14,6 +14,7 @@ use crate::resources::ResourceList;
 use crate::scheduler::catalog::Dimensions;
 use crate::scheduler::daemons::daemon_runs_on;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
+use crate::scheduler::fit::Fixed;
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
 use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState};
@@ -141,6 +142,9 @@ pub(super) struct State<'a> {
     /// Whether planned NodeClaims stop growing when growing costs more than opening another
     /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
     pub(super) cost_aware: bool,
+    /// While the improvement pass splits NodeClaims: the requests of the pods it places
+    /// again, which no new NodeClaim's cost cap may hold on one node (`CostCap::smaller_than`).
+    pub(super) split: Option<Fixed>,
 }
 
 impl<'a> Solver<'a> {
@@ -216,6 +220,7 @@ impl<'a> Solver<'a> {
                 refused: IdMap::default(),
                 opened: IdMap::default(),
                 cost_aware: packing == Packing::CostAware,
+                split: None,
             },
         }
     }
@@ -644,8 +649,11 @@ impl State<'_> {
         let index = u32::try_from(self.claims.len()).unwrap_or(u32::MAX);
         // Where a rule on another key than hostname picks the new NodeClaim's domain, it
         // depends on where other pods went: only pods without one reuse an opening.
+        // A split's caps depend on what it moves, so its NodeClaims are neither reused nor
+        // offered for reuse.
         let opened_key = candidate
             .class
+            .filter(|_| self.split.is_none())
             .filter(|_| self.topology.domain_rules(&candidate.topology) == 0)
             .map(|(class, relaxation)| {
                 (
@@ -741,13 +749,16 @@ impl State<'_> {
             let ruled = plan.every_owned().any(|g| !topology.is_affinity(g))
                 || !plan.inverse_owned.is_empty();
             let prices = pool.catalog.prices(&claim.requirements, &self.dims);
-            let cap = pool.cost.cap(
-                &claim.options,
-                &prices,
-                &candidate.demand.fixed,
-                ruled,
-                &pool.catalog,
-            );
+            let first = &candidate.demand.fixed;
+            let cap = match &self.split {
+                Some(whole) => {
+                    pool.cost
+                        .split_cap(&claim.options, &prices, first, ruled, whole, &pool.catalog)
+                }
+                None => pool
+                    .cost
+                    .cap(&claim.options, &prices, first, ruled, &pool.catalog),
+            };
             claim.set_cost(cap, prices.order, &pool.catalog);
         }
         claim.reserved = pool.reserve(&claim.options);

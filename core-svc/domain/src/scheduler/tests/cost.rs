@@ -125,6 +125,44 @@ fn given_pods_that_fill_a_c_type_on_memory_when_solved_then_no_node_grows_into_a
     assert!(results.estimated_cost() < first_fit.estimated_cost());
 }
 
+/// Memory-optimised types in three sizes: the largest is the cheapest per pod when full,
+/// the middle one 5 % dearer than the smallest.
+fn three_memory_sizes() -> NodePoolSpec {
+    let types = [
+        TypeSpec::new("r5.4xlarge", 16, 128, 1.00),
+        TypeSpec::new("r5.metal", 128, 1024, 8.40).pods(200),
+        TypeSpec::new("r5.48xlarge", 192, 1536, 11.52).pods(250),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    NodePoolSpec::new("default", types)
+}
+
+#[test]
+fn given_pods_that_half_fill_the_type_cheapest_when_full_when_solved_then_they_are_split_onto_small_nodes()
+ {
+    // 100 pods of 1 core to 8 GiB. Per pod the 48xlarge is the cheapest (0.060), so the cost
+    // cap lets one NodeClaim take all 100; its cheapest option holding them is then the metal
+    // type at 8.40, and first-fit plans the same. At 84 % of its memory the NodeClaim is not
+    // wasteful enough to be refilled, so the improvement pass before the split kept it. Seven
+    // 4xlarge nodes (16 pods each) hold them for 7.00.
+    let given = input(deployment(0, 100, 1000, 8, 0), vec![three_memory_sizes()]);
+
+    let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+    assert_eq!(cheapest_types(&first_fit), ["r5.metal"]);
+
+    let results = run(&given);
+    assert!(results.unschedulable.is_empty());
+    assert_eq!(cheapest_types(&results), ["r5.4xlarge"; 7]);
+    assert!(
+        (results.estimated_cost() - 7.0).abs() < 1e-9,
+        "{}",
+        results.estimated_cost()
+    );
+    assert_valid(&given, &results);
+}
+
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
 fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
     let name = format!("app{app}");
@@ -173,6 +211,7 @@ fn pools() -> impl Strategy<Value = NodePoolSpec> {
     prop_oneof![
         Just(NodePoolSpec::new("default", catalogue())),
         Just(small_and_giant()),
+        Just(three_memory_sizes()),
     ]
 }
 
