@@ -143,7 +143,7 @@ pub(super) struct State<'a> {
     /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
     pub(super) cost_aware: bool,
     /// While the improvement pass splits NodeClaims: the requests of the pods it places
-    /// again, which no new NodeClaim's cost cap may hold on one node (`CostCap::smaller_than`).
+    /// again, which no new NodeClaim's cost cap may hold on one node (`PoolCost::split_cap`).
     pub(super) split: Option<Fixed>,
 }
 
