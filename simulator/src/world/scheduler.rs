@@ -448,6 +448,9 @@ async fn mark_unschedulable(
 ) {
     let namespace = namespace_of(pod);
     let name = name_of(pod);
+    // The merge patch replaces the whole list, and a snapshot's pod keeps only the conditions
+    // core reads (`Ready`, a `PodScheduled` that is not True). An unbound pod has no others:
+    // the kubelet writes the rest once it runs.
     let mut conditions: Vec<PodCondition> = pod
         .status
         .as_ref()
