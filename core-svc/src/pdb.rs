@@ -32,7 +32,7 @@ use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::core::{Selector, SelectorExt};
 
-use crate::objects::{is_terminal, is_terminating};
+use crate::objects::{is_pod_ready, is_terminal, is_terminating};
 
 /// `unhealthyPodEvictionPolicy: AlwaysAllow`: a budget that never protects pods that are not
 /// Ready.
@@ -79,7 +79,7 @@ impl PdbAllowance {
     /// while the budget has the healthy pods it wants; any pod may go while disruptions are
     /// allowed.
     pub fn admits_eviction(&self, pod: &SlimPod) -> bool {
-        if !is_ready(pod) {
+        if !is_pod_ready(pod) {
             let healthy_budget =
                 self.current_healthy >= self.desired_healthy && self.desired_healthy > 0;
             if self.unhealthy_always_allow || healthy_budget {
@@ -126,7 +126,7 @@ pub fn allowance_of_selected(pdb: &PodDisruptionBudget, selected: &[&SlimPod]) -
     let count = |keep: &dyn Fn(&SlimPod) -> bool| {
         i32::try_from(selected.iter().filter(|pod| keep(pod)).count()).unwrap_or(i32::MAX)
     };
-    let current_healthy = count(&|pod| !is_terminating(pod) && is_ready(pod));
+    let current_healthy = count(&|pod| !is_terminating(pod) && is_pod_ready(pod));
     // Pods without a controller count for nothing, as in Kubernetes.
     let managed = || {
         count(&|pod| {
@@ -206,16 +206,6 @@ fn key(pdb: &PodDisruptionBudget) -> String {
         pdb.metadata.namespace.as_deref().unwrap_or_default(),
         pdb.metadata.name.as_deref().unwrap_or_default()
     )
-}
-
-/// `IsPodReady`: the Ready condition is True.
-fn is_ready(pod: &SlimPod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .into_iter()
-        .flatten()
-        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
 }
 
 #[cfg(test)]

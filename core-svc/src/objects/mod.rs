@@ -171,6 +171,17 @@ pub fn has_exclude_label(node: &Node) -> bool {
         .is_some_and(|value| value == EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS_VALUE)
 }
 
+/// Whether the pod's `Ready` condition is True (upstream `IsPodReady`): what a
+/// PodDisruptionBudget counts as healthy and a Deployment as available.
+pub fn is_pod_ready(pod: &SlimPod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|status| status.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .any(|condition| condition.type_ == "Ready" && condition.status == "True")
+}
+
 /// Whether a Node reports its `Ready` condition True.
 pub fn is_node_ready(node: &Node) -> bool {
     node.status

@@ -21,6 +21,7 @@
 //!   deletes with background propagation).
 
 use core_svc::cluster::SlimPod;
+use core_svc::objects::is_pod_ready;
 use std::collections::BTreeSet;
 
 use core_svc::cluster::{Cluster, DeleteOptions};
@@ -43,13 +44,6 @@ pub(crate) struct Plan {
     pub(crate) delete: Vec<(String, String)>,
     /// The status the Deployment should have.
     pub(crate) status: Value,
-}
-
-fn is_ready(pod: &SlimPod) -> bool {
-    pod.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 fn is_active(pod: &SlimPod) -> bool {
@@ -162,18 +156,18 @@ pub(crate) fn plan(deployment: &Value, pods: &[&SlimPod], now: &str) -> Plan {
         current.sort_by_key(|pod| {
             (
                 is_bound(pod),
-                is_ready(pod),
+                is_pod_ready(pod),
                 std::cmp::Reverse(pod.metadata.creation_timestamp.as_ref().map(|t| t.0)),
                 pod.metadata.name.clone(),
             )
         });
         delete.extend(current.drain(..current.len() - desired).map(key_of));
     }
-    let ready_current = current.iter().filter(|p| is_ready(p)).count();
-    let ready_old = old.iter().filter(|p| is_ready(p)).count();
+    let ready_current = current.iter().filter(|p| is_pod_ready(p)).count();
+    let ready_old = old.iter().filter(|p| is_pod_ready(p)).count();
     let mut old_ready_removable = (ready_current + ready_old).saturating_sub(desired);
     for pod in &old {
-        if !is_ready(pod) {
+        if !is_pod_ready(pod) {
             delete.push(key_of(pod));
         } else if old_ready_removable > 0 {
             old_ready_removable -= 1;
@@ -182,7 +176,7 @@ pub(crate) fn plan(deployment: &Value, pods: &[&SlimPod], now: &str) -> Plan {
     }
 
     let previous = deployment.get("status").cloned().unwrap_or(Value::Null);
-    let ready = active.iter().filter(|p| is_ready(p)).count();
+    let ready = active.iter().filter(|p| is_pod_ready(p)).count();
     let available = ready;
     let minimum = desired.saturating_sub(max_unavailable(deployment, desired));
     let available_condition = if available >= minimum {

@@ -33,7 +33,7 @@ use core_svc::cluster::{Cluster, ClusterError, InMemoryCluster, Snapshot};
 use core_svc::controllers::provisioning::memo::NodeMemo;
 // The stand-ins judge pods and Nodes by the same rules as core's controllers.
 pub use core_svc::controllers::provisioning::selection::is_daemon_set_pod;
-pub use core_svc::objects::{is_node_ready, is_terminal, is_terminating, name_of};
+pub use core_svc::objects::{is_node_ready, is_pod_ready, is_terminal, is_terminating, name_of};
 use jiff::Timestamp;
 use k8s_openapi::api::apps::v1::Deployment;
 
@@ -256,19 +256,4 @@ pub fn phase(pod: &SlimPod) -> Option<&str> {
     pod.status
         .as_ref()
         .and_then(|status| status.phase.as_deref())
-}
-
-fn pod_condition<'a>(
-    pod: &'a SlimPod,
-    type_: &str,
-) -> Option<&'a k8s_openapi::api::core::v1::PodCondition> {
-    pod.status
-        .as_ref()
-        .and_then(|status| status.conditions.as_ref())
-        .and_then(|conditions| conditions.iter().find(|c| c.type_ == type_))
-}
-
-/// Whether the pod's Ready condition is True.
-pub fn is_pod_ready(pod: &SlimPod) -> bool {
-    pod_condition(pod, "Ready").is_some_and(|c| c.status == "True")
 }

@@ -39,7 +39,7 @@ use serde_json::Value;
 
 use super::{
     Cluster, ClusterError, ClusterObject, DeleteOptions, FieldError, Preconditions, SlimPod,
-    Snapshot, api_group,
+    Snapshot, api_group, sort_key,
 };
 use crate::clock::Clock;
 use crate::objects::{is_terminal, is_terminating};
@@ -429,7 +429,7 @@ impl Cluster for InMemoryCluster {
                 .table::<K>()
                 .and_then(|table| table.get(&key))
                 .map(|object| K::clone(object));
-            Ok(object.map(|object| with_derived_status(object, &state.tables)))
+            Ok(object.map(|object| with_derived_status(object, &mut state.tables)))
         })
     }
 

@@ -247,13 +247,14 @@ impl Tables {
             + self.node_classes.values().map(BTreeMap::len).sum::<usize>()
     }
 
-    /// The pods of `namespace`, in name order.
-    pub(super) fn pods_in<'a>(&'a self, namespace: &'a str) -> impl Iterator<Item = &'a Pod> + 'a {
-        self.table::<Pod>().into_iter().flat_map(move |pods| {
-            pods.range((namespace.to_owned(), String::new())..)
-                .take_while(move |((pod_namespace, _), _)| pod_namespace == namespace)
-                .map(|(_, pod)| pod.as_ref())
-        })
+    /// The slim pods of `namespace`, in name order, brought up to the Pod table first.
+    pub(super) fn slim_pods_in(&mut self, namespace: &str) -> &[Arc<SlimPod>] {
+        self.sync_slim_pods();
+        let pods = self.slim_pods.pods.as_slice();
+        // In the Pod table's (namespace, name) order.
+        let start = pods.partition_point(|pod| sort_key(pod.as_ref()).0 < namespace);
+        let len = pods[start..].partition_point(|pod| sort_key(pod.as_ref()).0 == namespace);
+        &pods[start..start + len]
     }
 }
 
@@ -262,7 +263,7 @@ impl Tables {
 /// what [`pdb::allowance`] counts.
 pub(super) fn budget_status(
     pdb: &PodDisruptionBudget,
-    tables: &Tables,
+    tables: &mut Tables,
 ) -> PodDisruptionBudgetStatus {
     status_of(pdb, &budget_allowance(pdb, tables))
 }
@@ -284,15 +285,18 @@ pub(super) fn status_of(
 
 /// The budget's allowance from the pods of its namespace. Any stored status is ignored: here the
 /// arithmetic is the disruption controller.
-pub(super) fn budget_allowance(pdb: &PodDisruptionBudget, tables: &Tables) -> pdb::PdbAllowance {
+pub(super) fn budget_allowance(
+    pdb: &PodDisruptionBudget,
+    tables: &mut Tables,
+) -> pdb::PdbAllowance {
     let namespace = pdb.metadata.namespace.as_deref().unwrap_or_default();
-    let pods: Vec<SlimPod> = tables.pods_in(namespace).map(SlimPod::from).collect();
-    pdb::allowance(pdb, pdb::selector(pdb).as_ref(), &pods)
+    let pods = tables.slim_pods_in(namespace).iter().map(AsRef::as_ref);
+    pdb::allowance(pdb, pdb::selector(pdb).as_ref(), pods)
 }
 
 /// The object as read: a PodDisruptionBudget carries the status the disruption controller
 /// would have written by now.
-pub(super) fn with_derived_status<K: ClusterObject>(mut object: K, tables: &Tables) -> K {
+pub(super) fn with_derived_status<K: ClusterObject>(mut object: K, tables: &mut Tables) -> K {
     if let Some(pdb) = (&mut object as &mut dyn Any).downcast_mut::<PodDisruptionBudget>() {
         let status = budget_status(pdb, tables);
         pdb.status = Some(status);
