@@ -5,11 +5,14 @@
 //! type's reduced cost and the idle cpu and memory it buys.
 //!
 //! With `SHOW` set, it also lists the first 60 NodeClaims' options and pods by shape, and the
-//! types within 5 % of what they supply is worth (the optimum's frontier).
+//! types within 5 % of what they supply is worth (the optimum's frontier). With `ZONES` set,
+//! it lists what the bound buys in each zone and, beside it, the plan's nodes by zone and
+//! type with the share of their cpu and memory used.
 //!
 //! ```text
 //! cargo run --release -p simulator --example cost-breakdown -- typical hostname-spread 1000
 //! SHOW=1 cargo run --release -p simulator --example cost-breakdown -- typical plain 5000
+//! ZONES=1 cargo run --release -p simulator --example cost-breakdown -- any zone-spread 5000
 //! ```
 
 #![allow(
@@ -167,6 +170,49 @@ fn main() -> anyhow::Result<()> {
                     s[1]
                 );
             }
+        }
+    }
+    if std::env::var("ZONES").is_ok() {
+        // Per zone and type: nodes, cost, and the mean share of cpu and memory used.
+        let mut by_zone: BTreeMap<(String, String), [f64; 4]> = BTreeMap::new();
+        for claim in &results.new_node_claims {
+            let Some(first) = claim.instance_types.first() else {
+                continue;
+            };
+            let zone = claim
+                .requirements
+                .get(core_domain::labels::LABEL_TOPOLOGY_ZONE)
+                .map_or_else(
+                    || "any".to_owned(),
+                    |r| format!("{:?}", r.values().collect::<Vec<_>>()),
+                );
+            let s = supply(first.allocatable());
+            let e = by_zone.entry((zone, first.name().to_owned())).or_default();
+            e[0] += 1.0;
+            e[1] += claim.cheapest_price().unwrap_or(f64::NAN);
+            e[2] += claim.requests.cpu_millis() as f64 / s[0];
+            e[3] += claim.requests.memory_bytes() as f64 / (1u64 << 30) as f64 / s[1];
+        }
+        let bound = core_domain::scheduler::bound::plan_lower_bound(&input, &results)?;
+        println!("bound {:.2}:", bound.per_hour);
+        for n in &bound.nodes {
+            println!(
+                "  {} {} {:.2} x {:.4} = {:.2}",
+                n.zone,
+                n.instance_type,
+                n.count,
+                n.price,
+                n.count * n.price
+            );
+        }
+        for ((zone, name), e) in &by_zone {
+            println!(
+                "{zone} {name} {} {:.2} cpu {:.2} mem {:.2}",
+                e[0],
+                e[1],
+                e[2] / e[0],
+                e[3] / e[0]
+            );
         }
     }
     let mut rows: Vec<_> = by_type.into_iter().collect();

@@ -439,6 +439,15 @@ impl Catalog {
         }
     }
 
+    /// Whether any option of `from` still satisfies `narrowing` and fits `demand`: what
+    /// [`Self::filter`] would keep is not empty, found without building it.
+    pub(super) fn any_fits(&self, from: &Bits, narrowing: &Narrowing<'_>, demand: &Demand) -> bool {
+        from.iter().any(|index| {
+            let entry = &self.entries[index];
+            self.fits(entry, demand) && self.satisfies(entry, narrowing)
+        })
+    }
+
     /// [`Self::filter`] for a NodeClaim whose requirements did not change and whose demand
     /// grew to `demand` (no extended resource): the options of `from` that still fit. Only
     /// the types the demand passed since `cursors` are looked at, so a NodeClaim pays for

@@ -82,6 +82,9 @@ pub(super) struct PoolCost {
     /// one zone all start alike, and weighing every option is most of what opening a
     /// NodeClaim costs.
     known: IdMap<(u32, [i64; 4], Bits, bool), Option<CostCap>>,
+    /// The undominated types of each price table worked out so far (see
+    /// [`Self::undominated`]), by its number.
+    undominated: IdMap<u32, Arc<[(u32, f64)]>>,
 }
 
 impl PoolCost {
@@ -100,6 +103,7 @@ impl PoolCost {
         PoolCost {
             supply,
             known: IdMap::default(),
+            undominated: IdMap::default(),
         }
     }
 
@@ -107,6 +111,64 @@ impl PoolCost {
     /// (not burstable, and it holds its DaemonSets).
     pub(super) fn supply(&self, index: usize) -> Option<&Fixed> {
         self.supply.get(index)?.as_ref()
+    }
+
+    /// The types of `prices` that may be weighed (see [`Self::supply`]) with their prices,
+    /// less those dominated by a type with no more of any resource at no higher price for
+    /// each unit of every one. Whatever pods ask for, the dominating type holds them on as
+    /// many nodes or fewer (fractions allowed) for no more, and if the dominated type cannot
+    /// hold them all on one node, neither can it: the least cost over these types is the
+    /// least over all of them, with or without that condition (`State::estimate`).
+    pub(super) fn undominated(&mut self, prices: &PriceTable) -> Arc<[(u32, f64)]> {
+        if let Some(known) = prices.id.and_then(|id| self.undominated.get(&id)) {
+            return known.clone();
+        }
+        let weighed: Vec<(u32, f64, [i64; 4])> = prices
+            .order
+            .iter()
+            .filter_map(|&(i, price)| Some((i, price, self.supply(i as usize)?.amounts())))
+            .collect();
+        let dominates = |(_, p, s): &(u32, f64, [i64; 4]), (_, q, t): &(u32, f64, [i64; 4])| {
+            s.iter()
+                .zip(t)
+                .all(|(s, t)| s <= t && p * *t as f64 <= q * *s as f64)
+        };
+        let kept: Arc<[(u32, f64)]> = weighed
+            .iter()
+            .enumerate()
+            .filter(|&(k, this)| {
+                // Of two that dominate each other (the same type twice), the first is kept.
+                !weighed.iter().enumerate().any(|(j, other)| {
+                    j != k && dominates(other, this) && (j < k || !dominates(this, other))
+                })
+            })
+            .map(|(_, &(i, price, _))| (i, price))
+            .collect();
+        if let Some(id) = prices.id {
+            self.undominated.insert(id, kept.clone());
+        }
+        kept
+    }
+
+    /// What pods requesting `whole` cost on the type of `types` (catalogue index, price) that
+    /// holds them for least, fractions of a node allowed, among those that may be weighed;
+    /// only among the types that cannot hold them all on one node when `smaller`. Infinite
+    /// when none can.
+    pub(super) fn least_cost(&self, types: &[(u32, f64)], whole: &Fixed, smaller: bool) -> f64 {
+        let whole = whole.amounts();
+        types
+            .iter()
+            .filter_map(|&(i, price)| {
+                let supply = self.supply(i as usize)?.amounts();
+                let nodes = whole
+                    .iter()
+                    .zip(supply)
+                    .filter(|(wanted, _)| **wanted > 0)
+                    .map(|(wanted, has)| *wanted as f64 / has.max(1) as f64)
+                    .fold(0.0, f64::max);
+                (!smaller || nodes > 1.0).then_some(price * nodes)
+            })
+            .fold(f64::INFINITY, f64::min)
     }
 
     /// The efficient options of a NodeClaim just opened with `options` for a pod requesting
@@ -134,21 +196,24 @@ impl PoolCost {
         cap
     }
 
-    /// [`Self::cap`] for a NodeClaim opened while the improvement pass splits NodeClaims
-    /// whose pods request `whole` together: only the options that cannot hold all of them on
-    /// one node are weighed, so that the pods go to smaller nodes of the types that suit them
-    /// best. `None` when every option could hold them all.
-    pub(super) fn split_cap(
+    /// [`Self::cap`] for a NodeClaim opened while the improvement pass places pods again as
+    /// `how` says. `None` when no option can be weighed so.
+    pub(super) fn reweighed_cap(
         &self,
         options: &Bits,
         prices: &PriceTable,
         first: &Fixed,
         ruled: bool,
-        whole: &Fixed,
+        how: &Reweigh,
         catalog: &Catalog,
     ) -> Option<CostCap> {
         let slack = if ruled { RULED_SLACK } else { SLACK };
-        self.weigh(options, &prices.prices, first, slack, Some(whole), catalog)
+        match how {
+            Reweigh::Split(whole) => {
+                self.weigh(options, &prices.prices, first, slack, Some(whole), catalog)
+            }
+            Reweigh::Mix(whole) => self.weigh(options, &prices.prices, whole, slack, None, catalog),
+        }
     }
 
     fn weigh(
@@ -177,6 +242,21 @@ impl PoolCost {
         }
         Some(CostCap::of(efficient, catalog))
     }
+}
+
+/// How the improvement pass weighs the caps of the NodeClaims it opens, instead of by their
+/// first pod's requests.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Reweigh {
+    /// Splitting NodeClaims whose pods request this together: only the options that cannot
+    /// hold all of them on one node are weighed, by the first pod's requests, so that the
+    /// pods go to smaller nodes of the types that suit them best.
+    Split(Fixed),
+    /// Mixing NodeClaims whose pods request this together: options are weighed by what
+    /// holding all of them costs, so that the NodeClaims grow into the types that suit
+    /// their pods together (pods of 1 cpu to 2 GiB and of 1 cpu to 8 GiB together suit a
+    /// type of 1 cpu to 4 GiB, where each alone leaves some of its node idle).
+    Mix(Fixed),
 }
 
 /// How many pods requesting `pod` a node with `supply` holds, fractions allowed: the fewest
@@ -234,5 +314,52 @@ impl CostCap {
             return Some(self.clone());
         }
         Some(CostCap::of(remaining, catalog))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    use crate::scheduler::daemons::DaemonSets;
+    use crate::scheduler::dimensions::Dimensions;
+    use crate::scheduler::testing::TypeSpec;
+
+    proptest! {
+        #[test]
+        fn the_least_cost_over_the_undominated_types_is_the_least_over_all_of_them(
+            types in prop::collection::vec((1i64..64, 1i64..512, 1u32..400, 1i64..250), 1..40),
+            wanted in (0i64..200_000, 0i64..2_000, 0i64..300),
+        ) {
+            let types: Vec<_> = types
+                .iter()
+                .enumerate()
+                .map(|(i, &(cpu, memory, cents, pods))| {
+                    TypeSpec::new(&format!("t{i}.large"), cpu, memory, f64::from(cents) / 100.0)
+                        .pods(pods)
+                        .build()
+                })
+                .collect();
+            let mut dims = Dimensions::default();
+            dims.add_types(&types);
+            let base = Requirements::new();
+            let mut catalog = Catalog::new(&types, &base, &dims, &DaemonSets::none());
+            let mut cost = PoolCost::new(&catalog, &base);
+            let prices = catalog.prices(&base, &dims);
+            let undominated = cost.undominated(&prices);
+            let (cpu, gib, pods) = wanted;
+            let whole = Fixed::from_amounts([cpu, gib << 30, 0, pods]);
+            for smaller in [false, true] {
+                let all = cost.least_cost(&prices.order, &whole, smaller);
+                let kept = cost.least_cost(&undominated, &whole, smaller);
+                prop_assert!(
+                    all == kept || (all - kept).abs() <= 1e-9 * all.abs(),
+                    "{all} over all, {kept} over {} undominated (smaller: {smaller})",
+                    undominated.len()
+                );
+            }
+        }
     }
 }

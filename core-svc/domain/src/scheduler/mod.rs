@@ -32,8 +32,10 @@
 //! their own) of its best per pod like its first, and refuses a pod that would leave it none
 //! (`cost.rs`): the pod goes to another NodeClaim or a new one, or back to it when nothing
 //! else can take it. An improvement pass then re-places the pods of the most wasteful
-//! NodeClaims, and splits NodeClaims onto smaller nodes, when that costs less (`improve.rs`). Up to 1,000 pending
-//! pods, first-fit's plan is made too and the better one kept. [`Packing::FirstFit`] keeps
+//! NodeClaims, splits NodeClaims onto smaller nodes, and mixes NodeClaims that leave cpu or
+//! memory idle with NodeClaims of pods that ask for more of it, when that costs less
+//! (`improve.rs`). Up to 1,000 pending pods, first-fit's plan is made too and the better one
+//! kept. [`Packing::FirstFit`] keeps
 //! upstream's packing for comparison. No hard rule is traded for cost.
 //!
 //! # Measuring a plan's cost

@@ -254,7 +254,6 @@ impl NodeClaimState {
             Some((free, port)) if free.is_empty() => return Err(Miss::HostPort(port)),
             conflicts => conflicts,
         };
-        let demand = self.demand.plus(pod.demand);
         ctx.topology
             .check_hostname(&pod.topology, self.host())
             .map_err(Miss::Topology)?;
@@ -277,18 +276,22 @@ impl NodeClaimState {
         // NodeClaim that takes the pod pays for filtering all its options. A new NodeClaim
         // is left to the full checks, whose first failure names the reason.
         let mut pinned = false;
+        // When every rule's key is pinned: the first rule whose pinned value is not allowed.
         let pinned_check = (!self.pods.is_empty() && domain_rules > 0)
             .then(|| {
-                pod.allowed
-                    .iter()
-                    .map(|rule| rule.allows(current).map(|kept| (kept, rule)))
-                    .collect::<Option<Vec<_>>>()
+                let mut broken = None;
+                for rule in pod.allowed {
+                    if !rule.allows(current)? {
+                        broken = broken.or(Some(rule));
+                    }
+                }
+                Some(broken)
             })
             .flatten();
-        if let Some(checks) = pinned_check {
+        if let Some(broken) = pinned_check {
             // Every rule's key is pinned: the rules hold exactly when each pinned value is
             // allowed, and narrowing would change nothing.
-            if let Some((_, rule)) = checks.iter().find(|(kept, _)| !kept) {
+            if let Some(rule) = broken {
                 return Err(Miss::Domain(rule.violation.clone()));
             }
             pinned = true;
@@ -305,6 +308,9 @@ impl NodeClaimState {
             // filtered options would pin the same.
             pinned = &narrowed == current;
         }
+        // The full demand allocates: only a NodeClaim the pod passed the cheap checks of
+        // pays for it.
+        let demand = self.demand.plus(pod.demand);
         let narrowing = if requirements.is_some() {
             Some(ctx.catalog.narrowing(&self.requirements, current, ctx.dims))
         } else if demand.extended || !demand.fixed.fits_in(&self.smallest) || port_free.is_some() {
@@ -313,11 +319,7 @@ impl NodeClaimState {
             None
         };
         if let (Some(cap), Some(narrowing)) = (cap, &narrowing)
-            && ctx
-                .catalog
-                .filter(cap.efficient(), narrowing, &demand)
-                .options
-                .is_empty()
+            && !ctx.catalog.any_fits(cap.efficient(), narrowing, &demand)
         {
             return Err(Miss::Cost);
         }
@@ -335,11 +337,7 @@ impl NodeClaimState {
                 let filtered = ctx.catalog.filter(from, &narrowing, &demand);
                 if let Some((_, port)) = port_free
                     && filtered.options.is_empty()
-                    && !ctx
-                        .catalog
-                        .filter(&self.options, &narrowing, &demand)
-                        .options
-                        .is_empty()
+                    && ctx.catalog.any_fits(&self.options, &narrowing, &demand)
                 {
                     // Only the types whose DaemonSets bind the port would do.
                     return Err(Miss::HostPort(port));

@@ -12,9 +12,9 @@ use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Operator, Requirements};
 use crate::resources::ResourceList;
 use crate::scheduler::catalog::Dimensions;
+use crate::scheduler::cost::Reweigh;
 use crate::scheduler::daemons::daemon_runs_on;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
-use crate::scheduler::fit::Fixed;
 use crate::scheduler::ids::IdMap;
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
 use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState};
@@ -142,9 +142,9 @@ pub(super) struct State<'a> {
     /// Whether planned NodeClaims stop growing when growing costs more than opening another
     /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
     pub(super) cost_aware: bool,
-    /// While the improvement pass splits NodeClaims: the requests of the pods it places
-    /// again, which no new NodeClaim's cost cap may hold on one node (`PoolCost::split_cap`).
-    pub(super) split: Option<Fixed>,
+    /// While the improvement pass splits or mixes NodeClaims: how the cost caps of the
+    /// NodeClaims it opens are weighed (`PoolCost::reweighed_cap`).
+    pub(super) reweigh: Option<Reweigh>,
 }
 
 impl<'a> Solver<'a> {
@@ -220,7 +220,7 @@ impl<'a> Solver<'a> {
                 refused: IdMap::default(),
                 opened: IdMap::default(),
                 cost_aware: packing == Packing::CostAware,
-                split: None,
+                reweigh: None,
             },
         }
     }
@@ -625,11 +625,8 @@ impl State<'_> {
             let mut combined = pool.base.clone();
             combined.add_all(wanted);
             let narrowing = pool.catalog.narrowing(&pool.base, &combined, &self.dims);
-            !pool
-                .catalog
-                .filter(&pool.all.options, &narrowing, candidate.demand)
-                .options
-                .is_empty()
+            pool.catalog
+                .any_fits(&pool.all.options, &narrowing, candidate.demand)
         };
         self.feasible.insert(key, feasible);
         if let Some(by_class) = by_class {
@@ -649,11 +646,11 @@ impl State<'_> {
         let index = u32::try_from(self.claims.len()).unwrap_or(u32::MAX);
         // Where a rule on another key than hostname picks the new NodeClaim's domain, it
         // depends on where other pods went: only pods without one reuse an opening.
-        // A split's caps depend on what it moves, so its NodeClaims are neither reused nor
-        // offered for reuse.
+        // The caps of a split or a mix depend on what it moves, so its NodeClaims are neither
+        // reused nor offered for reuse.
         let opened_key = candidate
             .class
-            .filter(|_| self.split.is_none())
+            .filter(|_| self.reweigh.is_none())
             .filter(|_| self.topology.domain_rules(&candidate.topology) == 0)
             .map(|(class, relaxation)| {
                 (
@@ -750,11 +747,15 @@ impl State<'_> {
                 || !plan.inverse_owned.is_empty();
             let prices = pool.catalog.prices(&claim.requirements, &self.dims);
             let first = &candidate.demand.fixed;
-            let cap = match &self.split {
-                Some(whole) => {
-                    pool.cost
-                        .split_cap(&claim.options, &prices, first, ruled, whole, &pool.catalog)
-                }
+            let cap = match &self.reweigh {
+                Some(how) => pool.cost.reweighed_cap(
+                    &claim.options,
+                    &prices,
+                    first,
+                    ruled,
+                    how,
+                    &pool.catalog,
+                ),
                 None => pool
                     .cost
                     .cap(&claim.options, &prices, first, ruled, &pool.catalog),

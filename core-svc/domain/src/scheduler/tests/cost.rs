@@ -163,6 +163,48 @@ fn given_pods_that_half_fill_the_type_cheapest_when_full_when_solved_then_they_a
     assert_valid(&given, &results);
 }
 
+/// Compute, general purpose and memory types, the general purpose one a little larger: each
+/// of the two shapes of [`given_pods_of_two_shapes_that_each_leave_their_type_idle_when_solved_then_they_share_nodes_of_the_type_between`]
+/// is cheapest alone on the c or the r type, and both together on the m type.
+fn compute_general_memory() -> NodePoolSpec {
+    let types = [
+        TypeSpec::new("c6a.8xlarge", 32, 96, 1.00),
+        TypeSpec::new("m6a.9xlarge", 36, 144, 1.30),
+        TypeSpec::new("r6a.8xlarge", 32, 256, 2.20),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    NodePoolSpec::new("default", types)
+}
+
+#[test]
+fn given_pods_of_two_shapes_that_each_leave_their_type_idle_when_solved_then_they_share_nodes_of_the_type_between()
+ {
+    // 64 pods of 1 core to 2 GiB are cheapest per pod on the c type (0.031 each, a third of
+    // its memory idle; 0.036 on the m type) and 32 pods of 1 core to 8 GiB on the r type
+    // (0.069 each; 0.072 on the m type). Apart, two c nodes and an r node cost 4.20. Mixed,
+    // two m nodes hold the 32 memory-heavy pods with 16 of the others (24 cores, 144 GiB
+    // each) and a c node the last 32, for 3.60: every core and GiB bought is used.
+    let pods = [deployment(0, 64, 1000, 2, 0), deployment(1, 32, 1000, 8, 0)].concat();
+    let given = input(pods, vec![compute_general_memory()]);
+
+    let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+    assert!(first_fit.estimated_cost() > 4.2 - 1e-9);
+
+    let results = run(&given);
+    assert!(results.unschedulable.is_empty());
+    let mut types = cheapest_types(&results);
+    types.sort_unstable();
+    assert_eq!(types, ["c6a.8xlarge", "m6a.9xlarge", "m6a.9xlarge"]);
+    assert!(
+        (results.estimated_cost() - 3.6).abs() < 1e-9,
+        "{}",
+        results.estimated_cost()
+    );
+    assert_valid(&given, &results);
+}
+
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
 fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
     let name = format!("app{app}");
@@ -212,6 +254,7 @@ fn pools() -> impl Strategy<Value = NodePoolSpec> {
         Just(NodePoolSpec::new("default", catalogue())),
         Just(small_and_giant()),
         Just(three_memory_sizes()),
+        Just(compute_general_memory()),
     ]
 }
 
