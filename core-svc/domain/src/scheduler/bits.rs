@@ -66,6 +66,13 @@ impl Bits {
         }
     }
 
+    /// Adds every index of `other`.
+    pub(super) fn union_with(&mut self, other: &Bits) {
+        for (word, theirs) in self.words.iter_mut().zip(other.words.iter()) {
+            *word |= theirs;
+        }
+    }
+
     /// Whether some index is in both sets.
     pub(super) fn intersects(&self, other: &Bits) -> bool {
         self.words
@@ -127,5 +134,18 @@ mod tests {
         bits.insert(64);
         bits.insert(9);
         assert_eq!(bits.iter().collect::<Vec<_>>(), [9]);
+    }
+
+    #[test]
+    fn given_two_sets_when_one_takes_the_union_then_it_holds_the_indices_of_both() {
+        let mut ours = Bits::empty(130);
+        let mut theirs = Bits::empty(130);
+        ours.insert(3);
+        theirs.insert(3);
+        theirs.insert(129);
+        theirs.insert(64);
+        ours.union_with(&theirs);
+        assert_eq!(ours.iter().collect::<Vec<_>>(), [3, 64, 129]);
+        assert_eq!(theirs.iter().count(), 3);
     }
 }

@@ -64,8 +64,51 @@ struct Entry {
     /// Its DaemonSet group (an index into `Catalog::daemons`).
     daemons: u32,
     offerings: (u32, u32),
+    /// The (zone, capacity type) pairs of its available offerings, one bit each (see
+    /// [`OfferedPairs`]); none when the run has too many pairs.
+    offered: u64,
     zones: KeyValues,
     capacity_types: KeyValues,
+}
+
+/// How a run's (zone, capacity type) pairs map to the bits of a `u64`, when it has at most 64
+/// of them: the pair's bit is `zone * capacity types + capacity type`. Whether a type has an
+/// offering that allowed zones and capacity types accept is then one `and` of two masks
+/// rather than a walk of its offerings, which filtering every type for every new NodeClaim
+/// of a zone spread does hundreds of thousands of times.
+#[derive(Debug, Clone, Copy)]
+struct OfferedPairs {
+    capacity_types: usize,
+}
+
+impl OfferedPairs {
+    fn of(dims: &Dimensions) -> Option<Self> {
+        let capacity_types = dims.capacity_types.len();
+        (dims.zones.len() * capacity_types <= 64).then_some(OfferedPairs { capacity_types })
+    }
+
+    /// The bit of the pair, when both are known.
+    fn bit(self, zone: u32, capacity_type: u32) -> u64 {
+        let (zone, capacity_type) = (zone as usize, capacity_type as usize);
+        if capacity_type >= self.capacity_types {
+            return 0;
+        }
+        u32::try_from(zone * self.capacity_types + capacity_type)
+            .ok()
+            .and_then(|bit| 1u64.checked_shl(bit))
+            .unwrap_or(0)
+    }
+
+    /// The bits of every pair `zones` and `capacity_types` both allow.
+    fn allowed(self, zones: &[bool], capacity_types: &[bool]) -> u64 {
+        let mut mask = 0;
+        for (zone, _) in zones.iter().enumerate().filter(|(_, allowed)| **allowed) {
+            for (capacity_type, _) in capacity_types.iter().enumerate().filter(|(_, a)| **a) {
+                mask |= self.bit(to_u32(zone), to_u32(capacity_type));
+            }
+        }
+        mask
+    }
 }
 
 /// What changed between two versions of a NodeClaim's requirements, and so what its options
@@ -79,6 +122,9 @@ pub(super) struct Narrowing<'a> {
     dimensions: Option<AllowedOfferings>,
     /// Whether the requirements constrain an offering key beyond zone and capacity type.
     exact_offerings: bool,
+    /// The bits of the (zone, capacity type) pairs `dimensions` allows, when the run's pairs
+    /// fit a mask (see [`OfferedPairs`]).
+    offered: Option<u64>,
 }
 
 impl<'a> Narrowing<'a> {
@@ -89,6 +135,7 @@ impl<'a> Narrowing<'a> {
             other_keys: Requirements::new(),
             dimensions: None,
             exact_offerings: false,
+            offered: None,
         }
     }
 }
@@ -121,6 +168,10 @@ pub(super) struct Catalog {
     /// For each of the four resources, the types in ascending order of their allocatable of
     /// it (then by index): see [`Catalog::grow`].
     by_amount: [Vec<u32>; 4],
+    /// How the entries' `offered` bits are laid out, when the run's pairs fit them.
+    pairs: Option<OfferedPairs>,
+    /// By bit of a (zone, capacity type) pair, the types with an available offering of it.
+    offering: Vec<Bits>,
 }
 
 /// Each type's cheapest price at some requirements, two ways, and the table's number when the
@@ -162,6 +213,8 @@ impl Catalog {
             extra_offering_keys: Vec::new(),
             price_tables: HashMap::new(),
             by_amount: Default::default(),
+            pairs: OfferedPairs::of(dims),
+            offering: Vec::new(),
         };
         for instance_type in types.iter().filter(|t| t.is_compatible(base)) {
             let start = catalog.offerings.len();
@@ -192,6 +245,11 @@ impl Catalog {
                 });
             }
             let offerings = (to_u32(start), to_u32(catalog.offerings.len()));
+            let offered = catalog.pairs.map_or(0, |pairs| {
+                catalog.offerings[start..]
+                    .iter()
+                    .fold(0, |mask, o| mask | pairs.bit(o.zone, o.capacity_type))
+            });
             let zones = catalog.key_values(instance_type, LABEL_TOPOLOGY_ZONE, &dims.zones);
             let capacity_types =
                 catalog.key_values(instance_type, LABEL_CAPACITY_TYPE, &dims.capacity_types);
@@ -206,9 +264,20 @@ impl Catalog {
                 allocatable: Fixed::of(instance_type.allocatable()).less(overhead),
                 daemons: group,
                 offerings,
+                offered,
                 zones,
                 capacity_types,
             });
+        }
+        if catalog.pairs.is_some() {
+            catalog.offering = vec![Bits::empty(catalog.entries.len()); 64];
+            for (index, entry) in catalog.entries.iter().enumerate() {
+                for (bit, types) in catalog.offering.iter_mut().enumerate() {
+                    if entry.offered & (1 << bit) != 0 {
+                        types.insert(index);
+                    }
+                }
+            }
         }
         catalog.extra_offering_keys.sort();
         catalog.daemons = groups.into_groups();
@@ -394,10 +463,15 @@ impl Catalog {
                 dims.capacity_types.allowed(after.get(LABEL_CAPACITY_TYPE)),
             )
         });
+        let offered = self
+            .pairs
+            .zip(dimensions.as_ref())
+            .map(|(pairs, (zones, capacity_types))| pairs.allowed(zones, capacity_types));
         Narrowing {
             requirements: after,
             other_keys,
             dimensions,
+            offered,
             exact_offerings: self.constrains_offering_keys(after),
         }
     }
@@ -419,10 +493,24 @@ impl Catalog {
         narrowing: &Narrowing<'_>,
         demand: &Demand,
     ) -> Filtered {
-        let mut options = from.clone();
+        // Only the types with an offering the narrowing accepts can pass: the others are
+        // dropped a word at a time.
+        let mut options = match narrowing.offered {
+            Some(allowed) if !narrowing.exact_offerings && !self.offering.is_empty() => {
+                let mut offered = Bits::empty(self.entries.len());
+                for (bit, types) in self.offering.iter().enumerate() {
+                    if allowed & (1 << bit) != 0 {
+                        offered.union_with(types);
+                    }
+                }
+                from.and(&offered)
+            }
+            _ => from.clone(),
+        };
         let mut smallest = Fixed::MAX;
         let mut largest = Fixed::ZERO;
-        for index in from.iter() {
+        let candidates = options.clone();
+        for index in candidates.iter() {
             let entry = &self.entries[index];
             let keep = self.fits(entry, demand) && self.satisfies(entry, narrowing);
             if keep {
@@ -527,15 +615,10 @@ impl Catalog {
             return true;
         };
         let requirements = narrowing.requirements;
-        self.key_allows(entry, entry.zones, zones, requirements, LABEL_TOPOLOGY_ZONE)
-            && self.key_allows(
-                entry,
-                entry.capacity_types,
-                capacity_types,
-                requirements,
-                LABEL_CAPACITY_TYPE,
-            )
-            && self
+        let offered = || match narrowing.offered {
+            // Only zone and capacity type decide which offerings are accepted.
+            Some(allowed) if !narrowing.exact_offerings => entry.offered & allowed != 0,
+            _ => self
                 .available(
                     entry,
                     zones,
@@ -544,7 +627,17 @@ impl Catalog {
                     narrowing.exact_offerings,
                 )
                 .next()
-                .is_some()
+                .is_some(),
+        };
+        self.key_allows(entry, entry.zones, zones, requirements, LABEL_TOPOLOGY_ZONE)
+            && self.key_allows(
+                entry,
+                entry.capacity_types,
+                capacity_types,
+                requirements,
+                LABEL_CAPACITY_TYPE,
+            )
+            && offered()
     }
 
     fn key_allows(
@@ -795,6 +888,40 @@ mod tests {
                     "{wanted} {demand}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn given_more_zone_and_capacity_type_pairs_than_a_mask_holds_when_filtering_then_the_result_is_the_same()
+     {
+        // 40 zones of two capacity types: 80 pairs, past the 64 bits of `OfferedPairs`.
+        let zones: Vec<&'static str> = (0..40)
+            .map(|z| &*Box::leak(format!("zone-{z}").into_boxed_str()))
+            .collect();
+        let mut types = types();
+        types.push(
+            TypeSpec::new("m5.large", 2, 8, 0.10)
+                .zones(&zones)
+                .capacity_types(&["on-demand", "spot"])
+                .build(),
+        );
+        let mut dims = Dimensions::default();
+        dims.add_types(&types);
+        assert!(OfferedPairs::of(&dims).is_none());
+        let base = Requirements::new();
+        let catalog = Catalog::new(&types, &base, &dims, &DaemonSets::none());
+        let all = Bits::full(catalog.len());
+        let demand = Demand::new(resources(1000, 1));
+        for zone in ["zone-a", "zone-c", "zone-39"] {
+            let wanted = requirements(&[(LABEL_TOPOLOGY_ZONE, &[zone])]);
+            let narrowing = catalog.narrowing(&base, &wanted, &dims);
+            let filtered = catalog.filter(&all, &narrowing, &demand);
+            let exact: Vec<String> = types
+                .iter()
+                .filter(|t| t.is_compatible(&wanted))
+                .map(|t| t.name().to_owned())
+                .collect();
+            assert_eq!(names(&catalog, filtered.options.iter()), exact, "{zone}");
         }
     }
 

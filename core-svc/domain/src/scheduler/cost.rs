@@ -71,6 +71,10 @@ pub(super) const SLACK: f64 = 1.02;
 /// its time budget has no room for.
 pub(super) const RULED_SLACK: f64 = 1.03;
 
+/// What a NodeClaim's cap is worked out from: its price table's number, its first pod's
+/// requests, its options, and whether the slack is [`RULED_SLACK`].
+type CapKey = (u32, [i64; 4], Bits, bool);
+
 /// A NodePool's types as cost-aware packing weighs them.
 #[derive(Debug)]
 pub(super) struct PoolCost {
@@ -81,7 +85,10 @@ pub(super) struct PoolCost {
     /// the slack is [`RULED_SLACK`]): the NodeClaims opened for the pods of one deployment in
     /// one zone all start alike, and weighing every option is most of what opening a
     /// NodeClaim costs.
-    known: IdMap<(u32, [i64; 4], Bits, bool), Option<CostCap>>,
+    known: IdMap<CapKey, Option<CostCap>>,
+    /// The caps [`Self::reweighed_cap`] worked out so far, keyed as `known` is and by how
+    /// they were weighed: the NodeClaims one refill opens mostly start alike.
+    reweighed: IdMap<(CapKey, Reweigh), Option<CostCap>>,
     /// The undominated types of each price table worked out so far (see
     /// [`Self::undominated`]), by its number.
     undominated: IdMap<u32, Arc<[(u32, f64)]>>,
@@ -103,6 +110,7 @@ impl PoolCost {
         PoolCost {
             supply,
             known: IdMap::default(),
+            reweighed: IdMap::default(),
             undominated: IdMap::default(),
         }
     }
@@ -199,21 +207,33 @@ impl PoolCost {
     /// [`Self::cap`] for a NodeClaim opened while the improvement pass places pods again as
     /// `how` says. `None` when no option can be weighed so.
     pub(super) fn reweighed_cap(
-        &self,
+        &mut self,
         options: &Bits,
         prices: &PriceTable,
         first: &Fixed,
         ruled: bool,
-        how: &Reweigh,
+        how: Reweigh,
         catalog: &Catalog,
     ) -> Option<CostCap> {
         let slack = if ruled { RULED_SLACK } else { SLACK };
-        match how {
+        let weigh = |cost: &Self| match how {
             Reweigh::Split(whole) => {
-                self.weigh(options, &prices.prices, first, slack, Some(whole), catalog)
+                cost.weigh(options, &prices.prices, first, slack, Some(&whole), catalog)
             }
-            Reweigh::Mix(whole) => self.weigh(options, &prices.prices, whole, slack, None, catalog),
+            Reweigh::Mix(whole) => {
+                cost.weigh(options, &prices.prices, &whole, slack, None, catalog)
+            }
+        };
+        let Some(id) = prices.id else {
+            return weigh(self);
+        };
+        let key = ((id, first.amounts(), options.clone(), ruled), how);
+        if let Some(known) = self.reweighed.get(&key) {
+            return known.clone();
         }
+        let cap = weigh(self);
+        self.reweighed.insert(key, cap.clone());
+        cap
     }
 
     fn weigh(
@@ -246,7 +266,7 @@ impl PoolCost {
 
 /// How the improvement pass weighs the caps of the NodeClaims it opens, instead of by their
 /// first pod's requests.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(super) enum Reweigh {
     /// Splitting NodeClaims whose pods request this together: only the options that cannot
     /// hold all of them on one node are weighed, by the first pod's requests, so that the

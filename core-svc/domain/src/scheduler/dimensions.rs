@@ -28,6 +28,11 @@ impl ValueIndex {
         index
     }
 
+    /// How many values are interned.
+    pub(super) fn len(&self) -> usize {
+        self.values.len()
+    }
+
     /// The index of `value`, if it is known.
     pub(super) fn get(&self, value: &str) -> Option<u32> {
         self.by_value.get(value).copied()

@@ -747,7 +747,7 @@ impl State<'_> {
                 || !plan.inverse_owned.is_empty();
             let prices = pool.catalog.prices(&claim.requirements, &self.dims);
             let first = &candidate.demand.fixed;
-            let cap = match &self.reweigh {
+            let cap = match self.reweigh {
                 Some(how) => pool.cost.reweighed_cap(
                     &claim.options,
                     &prices,
