@@ -187,7 +187,7 @@ impl Solver<'_> {
         let mut placed = 0;
         for (index, claim) in self.state.claims.iter().enumerate() {
             placed += claim.pods.len();
-            if !claim.retired && claim.pods.iter().all(|&pod| movable[pod]) {
+            if self.state.refillable(index, claim.pool, &movable) {
                 by_pool[claim.pool].push(u32::try_from(index).unwrap_or(u32::MAX));
             }
         }
@@ -274,12 +274,9 @@ impl Solver<'_> {
     ) -> usize {
         let candidates: Vec<u32> = (since..self.state.claims.len())
             .filter(|&index| {
-                let claim = &self.state.claims[index];
                 // One pod cannot be split.
-                claim.pool == pool
-                    && !claim.retired
-                    && claim.pods.len() > 1
-                    && claim.pods.iter().all(|&pod| movable[pod])
+                self.state.refillable(index, pool, movable)
+                    && self.state.claims[index].pods.len() > 1
             })
             .filter_map(|index| u32::try_from(index).ok())
             .collect();
@@ -321,10 +318,10 @@ impl Solver<'_> {
     ) -> usize {
         let mut claims = Vec::new();
         for index in 0..self.state.claims.len() {
-            let claim = &self.state.claims[index];
-            if claim.pool != pool || claim.retired || !claim.pods.iter().all(|&p| movable[p]) {
+            if !self.state.refillable(index, pool, movable) {
                 continue;
             }
+            let claim = &self.state.claims[index];
             let zone = claim.requirements.get(LABEL_TOPOLOGY_ZONE).cloned();
             let demand = claim.demand.fixed;
             let Some((price, cpu, memory)) = self.state.shares(index) else {
@@ -513,6 +510,13 @@ impl State<'_> {
         }) && !plan
             .every_owned()
             .any(|g| topology.is_hostname(g) && topology.is_affinity(g))
+    }
+
+    /// Whether the planned NodeClaim `index` is of NodePool `pool`, still planned, and holds
+    /// only pods that may move (`movable`, by pod): whether the pass may empty it.
+    fn refillable(&self, index: usize, pool: usize, movable: &[bool]) -> bool {
+        let claim = &self.claims[index];
+        claim.pool == pool && !claim.retired && claim.pods.iter().all(|&pod| movable[pod])
     }
 
     /// The requirements of the pod's NodeClaim (`requirements`) on every key other than
