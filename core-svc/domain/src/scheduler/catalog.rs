@@ -93,8 +93,8 @@ impl OfferedPairs {
         if capacity_type >= self.capacity_types {
             return 0;
         }
-        u32::try_from(zone * self.capacity_types + capacity_type)
-            .ok()
+        zone.checked_mul(self.capacity_types)
+            .and_then(|first| u32::try_from(first + capacity_type).ok())
             .and_then(|bit| 1u64.checked_shl(bit))
             .unwrap_or(0)
     }
@@ -495,7 +495,7 @@ impl Catalog {
     ) -> Filtered {
         // Only the types with an offering the narrowing accepts can pass: the others are
         // dropped a word at a time.
-        let mut options = match narrowing.offered {
+        let offered = match narrowing.offered {
             Some(allowed) if !narrowing.exact_offerings && !self.offering.is_empty() => {
                 let mut offered = Bits::empty(self.entries.len());
                 for (bit, types) in self.offering.iter().enumerate() {
@@ -503,14 +503,15 @@ impl Catalog {
                         offered.union_with(types);
                     }
                 }
-                from.and(&offered)
+                Some(from.and(&offered))
             }
-            _ => from.clone(),
+            _ => None,
         };
+        let from = offered.as_ref().unwrap_or(from);
+        let mut options = from.clone();
         let mut smallest = Fixed::MAX;
         let mut largest = Fixed::ZERO;
-        let candidates = options.clone();
-        for index in candidates.iter() {
+        for index in from.iter() {
             let entry = &self.entries[index];
             let keep = self.fits(entry, demand) && self.satisfies(entry, narrowing);
             if keep {

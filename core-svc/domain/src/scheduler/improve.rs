@@ -440,6 +440,11 @@ impl Solver<'_> {
     ) -> bool {
         let plans = &self.plans;
         let state = &mut self.state;
+        let before: f64 = indices.iter().map(|&i| state.price(i as usize)).sum();
+        if !before.is_finite() {
+            return false;
+        }
+        // Set for the refill only: every way out below restores both.
         let cost_aware = std::mem::replace(&mut state.cost_aware, how != Refill::FirstFit);
         let whole = || {
             indices.iter().fold(Fixed::ZERO, |whole, &i| {
@@ -451,10 +456,6 @@ impl Solver<'_> {
             Refill::Mix => Some(Reweigh::Mix(whole())),
             Refill::FirstFit | Refill::Capped => None,
         };
-        let before: f64 = indices.iter().map(|&i| state.price(i as usize)).sum();
-        if !before.is_finite() {
-            return false;
-        }
         let limits = state.pools[pool].snapshot();
         // (pod, where it must stay, its place among its NodeClaim's pods as a share of them).
         let mut moving: Vec<(usize, Requirements, f64)> = Vec::new();
