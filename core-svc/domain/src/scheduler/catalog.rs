@@ -513,8 +513,7 @@ impl Catalog {
         let mut largest = Fixed::ZERO;
         for index in from.iter() {
             let entry = &self.entries[index];
-            let keep = self.fits(entry, demand) && self.satisfies(entry, narrowing);
-            if keep {
+            if self.keeps(entry, narrowing, demand) {
                 smallest = smallest.min(&entry.allocatable);
                 largest = largest.max(&entry.allocatable);
             } else {
@@ -531,10 +530,13 @@ impl Catalog {
     /// Whether any option of `from` still satisfies `narrowing` and fits `demand`: what
     /// [`Self::filter`] would keep is not empty, found without building it.
     pub(super) fn any_fits(&self, from: &Bits, narrowing: &Narrowing<'_>, demand: &Demand) -> bool {
-        from.iter().any(|index| {
-            let entry = &self.entries[index];
-            self.fits(entry, demand) && self.satisfies(entry, narrowing)
-        })
+        from.iter()
+            .any(|index| self.keeps(&self.entries[index], narrowing, demand))
+    }
+
+    /// Whether the type `entry` fits `demand` and satisfies `narrowing`: what filtering keeps.
+    fn keeps(&self, entry: &Entry, narrowing: &Narrowing<'_>, demand: &Demand) -> bool {
+        self.fits(entry, demand) && self.satisfies(entry, narrowing)
     }
 
     /// [`Self::filter`] for a NodeClaim whose requirements did not change and whose demand

@@ -82,13 +82,10 @@ pub(super) struct PoolCost {
     /// type that is never a reference (burstable, or unable to hold the DaemonSets).
     supply: Vec<Option<Fixed>>,
     /// The caps worked out so far, by (price table, first pod's requests, options, whether
-    /// the slack is [`RULED_SLACK`]): the NodeClaims opened for the pods of one deployment in
-    /// one zone all start alike, and weighing every option is most of what opening a
-    /// NodeClaim costs.
-    known: IdMap<CapKey, Option<CostCap>>,
-    /// The caps [`Self::reweighed_cap`] worked out so far, keyed as `known` is and by how
-    /// they were weighed: the NodeClaims one refill opens mostly start alike.
-    reweighed: IdMap<(CapKey, Reweigh), Option<CostCap>>,
+    /// the slack is [`RULED_SLACK`]) and how the improvement pass reweighs them: the
+    /// NodeClaims opened for the pods of one deployment in one zone, or by one refill, all
+    /// start alike, and weighing every option is most of what opening a NodeClaim costs.
+    known: IdMap<(CapKey, Option<Reweigh>), Option<CostCap>>,
     /// The undominated types of each price table worked out so far (see
     /// [`Self::undominated`]), by its number.
     undominated: IdMap<u32, Arc<[(u32, f64)]>>,
@@ -110,7 +107,6 @@ impl PoolCost {
         PoolCost {
             supply,
             known: IdMap::default(),
-            reweighed: IdMap::default(),
             undominated: IdMap::default(),
         }
     }
@@ -180,59 +176,37 @@ impl PoolCost {
     }
 
     /// The efficient options of a NodeClaim just opened with `options` for a pod requesting
-    /// `first`, at `prices` (at the NodeClaim's requirements); `None` when none of them can
-    /// be weighed. `ruled` when the pod has a topology spread or anti-affinity of its own
-    /// (see [`RULED_SLACK`]).
+    /// `first`, at `prices` (at the NodeClaim's requirements), weighed by `first` or, while
+    /// the improvement pass places pods again, as `how` says; `None` when none of them can be
+    /// weighed. `ruled` when the pod has a topology spread or anti-affinity of its own (see
+    /// [`RULED_SLACK`]).
     pub(super) fn cap(
         &mut self,
         options: &Bits,
         prices: &PriceTable,
         first: &Fixed,
         ruled: bool,
+        how: Option<Reweigh>,
         catalog: &Catalog,
     ) -> Option<CostCap> {
         let slack = if ruled { RULED_SLACK } else { SLACK };
-        let Some(id) = prices.id else {
-            return self.weigh(options, &prices.prices, first, slack, None, catalog);
-        };
-        let key = (id, first.amounts(), options.clone(), ruled);
-        if let Some(known) = self.known.get(&key) {
-            return known.clone();
-        }
-        let cap = self.weigh(options, &prices.prices, first, slack, None, catalog);
-        self.known.insert(key, cap.clone());
-        cap
-    }
-
-    /// [`Self::cap`] for a NodeClaim opened while the improvement pass places pods again as
-    /// `how` says. `None` when no option can be weighed so.
-    pub(super) fn reweighed_cap(
-        &mut self,
-        options: &Bits,
-        prices: &PriceTable,
-        first: &Fixed,
-        ruled: bool,
-        how: Reweigh,
-        catalog: &Catalog,
-    ) -> Option<CostCap> {
-        let slack = if ruled { RULED_SLACK } else { SLACK };
-        let weigh = |cost: &Self| match how {
-            Reweigh::Split(whole) => {
-                cost.weigh(options, &prices.prices, first, slack, Some(&whole), catalog)
-            }
-            Reweigh::Mix(whole) => {
-                cost.weigh(options, &prices.prices, &whole, slack, None, catalog)
-            }
+        let weigh = |cost: &Self| {
+            let (by, smaller_than) = match &how {
+                None => (first, None),
+                Some(Reweigh::Split(whole)) => (first, Some(whole)),
+                Some(Reweigh::Mix(whole)) => (whole, None),
+            };
+            cost.weigh(options, &prices.prices, by, slack, smaller_than, catalog)
         };
         let Some(id) = prices.id else {
             return weigh(self);
         };
         let key = ((id, first.amounts(), options.clone(), ruled), how);
-        if let Some(known) = self.reweighed.get(&key) {
+        if let Some(known) = self.known.get(&key) {
             return known.clone();
         }
         let cap = weigh(self);
-        self.reweighed.insert(key, cap.clone());
+        self.known.insert(key, cap.clone());
         cap
     }
 

@@ -122,24 +122,14 @@ struct Mixable {
     index: usize,
     /// Its requirement on the zone: only NodeClaims of one zone mix.
     zone: Option<Requirement>,
+    /// What it costs an hour.
+    price: f64,
     /// How much more of its cheapest option's cpu it uses than of its memory (shares):
     /// positive when it leaves memory idle, negative when cpu.
     lopsided: f64,
-    /// That times its price.
-    idle: f64,
     /// What its pods request: memory (bytes) per cpu (millis).
     memory_per_cpu: f64,
 }
-
-/// Pods of two NodeClaims are of different enough shapes to mix when one requests this many
-/// times as much memory per cpu as the other.
-const DIFFERENT: f64 = 1.5;
-
-/// Splits and mixes run at most this many rounds, each over what the one before opened.
-const ROUNDS: usize = 3;
-
-/// A side of the mixes stops after this many refills in a row that did not save.
-const MIX_FAILURES: usize = 8;
 
 /// How the improvement pass places pods again.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -157,17 +147,26 @@ enum Refill {
 }
 
 /// A NodeClaim whose cheapest option leaves at least this share more of one of cpu and
-/// memory idle than of the other is lopsided, and may be mixed with one lopsided the other
-/// way.
+/// memory idle than of the other is lopsided: a partner for NodeClaims whose pods ask for
+/// more of what it leaves idle.
 const LOPSIDED: f64 = 0.15;
 
-/// A mix empties one NodeClaim with idle cpu and at most this many with idle memory, or
-/// the other way round.
+/// A mix empties its leading NodeClaim and at most this many partners.
 const MIX_PARTNERS: usize = 3;
 
 /// How many NodeClaims lopsided the other way a mix looks at for partners, those with the
 /// most idle first.
 const MIX_LOOKS: usize = 8;
+
+/// Pods of two NodeClaims are of different enough shapes to mix when one requests this many
+/// times as much memory per cpu as the other.
+const DIFFERENT: f64 = 1.5;
+
+/// Splits and mixes run at most this many rounds, each over what the one before opened.
+const ROUNDS: usize = 3;
+
+/// A side of the mixes stops after this many refills in a row that did not save.
+const MIX_FAILURES: usize = 8;
 
 /// A change must save at least this much per hour: prices are floating point.
 const SAVING: f64 = 1e-9;
@@ -324,7 +323,7 @@ impl Solver<'_> {
             let claim = &self.state.claims[index];
             let zone = claim.requirements.get(LABEL_TOPOLOGY_ZONE).cloned();
             let demand = claim.demand.fixed;
-            let Some((price, cpu, memory)) = self.state.shares(index) else {
+            let Some((price, [cpu, memory, ..])) = self.state.shares(index) else {
                 continue;
             };
             if demand.cpu_millis() <= 0 {
@@ -333,8 +332,8 @@ impl Solver<'_> {
             claims.push(Mixable {
                 index,
                 zone,
+                price,
                 lopsided: cpu - memory,
-                idle: price * (cpu - memory),
                 memory_per_cpu: demand.memory_bytes() as f64 / demand.cpu_millis() as f64,
             });
         }
@@ -358,17 +357,14 @@ impl Solver<'_> {
         policy: PreferencePolicy,
         budget: &mut usize,
     ) -> usize {
-        // The idle of a NodeClaim idle on cpu is negative: flipped, most idle first.
+        // How lopsided a NodeClaim idle on cpu is, is negative: flipped, most idle first.
         let sign = if idle_memory { 1.0 } else { -1.0 };
+        let idle = |c: &Mixable| sign * c.lopsided * c.price;
         let mut partners: Vec<&Mixable> = claims
             .iter()
             .filter(|c| sign * c.lopsided >= LOPSIDED)
             .collect();
-        partners.sort_by(|a, b| {
-            (sign * b.idle)
-                .total_cmp(&(sign * a.idle))
-                .then(a.index.cmp(&b.index))
-        });
+        partners.sort_by(|a, b| idle(b).total_cmp(&idle(a)).then(a.index.cmp(&b.index)));
         let mut leaders: Vec<&Mixable> = claims
             .iter()
             .filter(|c| c.index >= since && sign * c.lopsided < LOPSIDED)
@@ -567,43 +563,29 @@ impl State<'_> {
     /// The price of the planned NodeClaim `index` and how much of its cheapest option its
     /// most used resource uses (a share).
     fn usage(&mut self, index: usize) -> Option<(f64, f64)> {
+        let (price, shares) = self.shares(index)?;
+        Some((price, shares.into_iter().fold(0.0, f64::max)))
+    }
+
+    /// The price of the planned NodeClaim `index` and how much of each resource of its
+    /// cheapest option its pods use (shares, at most 1; 0 of a resource the option has none
+    /// of), in [`Fixed`]'s order: cpu, memory, ephemeral storage, pods.
+    fn shares(&mut self, index: usize) -> Option<(f64, [f64; 4])> {
         let (cheapest, price) = self.cheapest(index)?;
         let claim = &self.claims[index];
-        let allocatable = self.pools[claim.pool]
+        let has = self.pools[claim.pool]
             .catalog
             .allocatable(cheapest)
             .amounts();
-        let used = claim
-            .demand
-            .fixed
-            .amounts()
-            .iter()
-            .zip(allocatable)
-            .filter(|(_, has)| *has > 0)
-            .map(|(wants, has)| *wants as f64 / has as f64)
-            .fold(0.0, f64::max);
-        Some((price, used.min(1.0)))
-    }
-
-    /// The price of the planned NodeClaim `index` and how much of its cheapest option's cpu
-    /// and memory its pods use (shares).
-    fn shares(&mut self, index: usize) -> Option<(f64, f64, f64)> {
-        let (cheapest, price) = self.cheapest(index)?;
-        let claim = &self.claims[index];
-        let has = self.pools[claim.pool].catalog.allocatable(cheapest);
-        let wants = claim.demand.fixed;
-        let share = |wants: i64, has: i64| {
-            if has > 0 {
-                (wants as f64 / has as f64).min(1.0)
+        let wants = claim.demand.fixed.amounts();
+        let shares = std::array::from_fn(|r| {
+            if has[r] > 0 {
+                (wants[r] as f64 / has[r] as f64).min(1.0)
             } else {
                 0.0
             }
-        };
-        Some((
-            price,
-            share(wants.cpu_millis(), has.cpu_millis()),
-            share(wants.memory_bytes(), has.memory_bytes()),
-        ))
+        });
+        Some((price, shares))
     }
 
     /// What the pods of the planned NodeClaim `index` would cost on the type that holds them

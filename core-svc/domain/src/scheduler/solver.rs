@@ -143,7 +143,7 @@ pub(super) struct State<'a> {
     /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
     pub(super) cost_aware: bool,
     /// While the improvement pass splits or mixes NodeClaims: how the cost caps of the
-    /// NodeClaims it opens are weighed (`PoolCost::reweighed_cap`).
+    /// NodeClaims it opens are weighed (`PoolCost::cap`).
     pub(super) reweigh: Option<Reweigh>,
 }
 
@@ -747,19 +747,14 @@ impl State<'_> {
                 || !plan.inverse_owned.is_empty();
             let prices = pool.catalog.prices(&claim.requirements, &self.dims);
             let first = &candidate.demand.fixed;
-            let cap = match self.reweigh {
-                Some(how) => pool.cost.reweighed_cap(
-                    &claim.options,
-                    &prices,
-                    first,
-                    ruled,
-                    how,
-                    &pool.catalog,
-                ),
-                None => pool
-                    .cost
-                    .cap(&claim.options, &prices, first, ruled, &pool.catalog),
-            };
+            let cap = pool.cost.cap(
+                &claim.options,
+                &prices,
+                first,
+                ruled,
+                self.reweigh,
+                &pool.catalog,
+            );
             claim.set_cost(cap, prices.order, &pool.catalog);
         }
         claim.reserved = pool.reserve(&claim.options);
