@@ -14,13 +14,12 @@
 //! overhead off its allocatable (`Catalog::new`), so everything that compares a NodeClaim's
 //! pods with its options (filtering, cost, the bound) sees what a node of that type has left.
 
-use std::collections::HashMap;
-
 use crate::instance_type::InstanceType;
 use crate::requirements::{AllowUndefined, Requirements};
 use crate::resources::ResourceList;
 use crate::scheduler::constraints::HostPort;
 use crate::scheduler::fit::Demand;
+use crate::scheduler::ids::ContentMap;
 use crate::scheduler::node::counted;
 use crate::scheduler::pod::Pod;
 use crate::scheduler::taints::{Taint, first_untolerated};
@@ -41,7 +40,7 @@ pub(super) struct DaemonGroup {
 #[derive(Debug, Default)]
 pub(super) struct DaemonGroups {
     groups: Vec<DaemonGroup>,
-    by_members: HashMap<Vec<usize>, u32>,
+    by_members: ContentMap<Vec<usize>, u32>,
 }
 
 impl DaemonGroups {

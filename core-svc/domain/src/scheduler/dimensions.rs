@@ -1,18 +1,18 @@
 //! The zones and capacity types of a run, interned: the two offering dimensions topology and
 //! pod requirements narrow most, so that "is this offering allowed" is two vector lookups.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::instance_type::InstanceType;
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{Operator, Requirement};
+use crate::scheduler::ids::ContentMap;
 
 /// The values of one offering dimension (zone or capacity type) seen in a run, interned.
 #[derive(Debug, Default)]
 pub(super) struct ValueIndex {
     values: Vec<Arc<str>>,
-    by_value: HashMap<Arc<str>, u32>,
+    by_value: ContentMap<Arc<str>, u32>,
 }
 
 impl ValueIndex {

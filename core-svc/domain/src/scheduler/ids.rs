@@ -1,14 +1,23 @@
-//! Hash maps keyed by the run's own small numbers (domain, class and NodeClaim indices), which
-//! the hot path looks up per planned NodeClaim tried. The standard hasher resists keys chosen
-//! to collide, which these are not (the scheduler assigns them); a multiply-rotate hash of
-//! their few words is several times cheaper. Maps keyed by what comes from the cluster (label
-//! values, requirements) keep the standard hasher.
+//! The scheduler's hash maps.
+//!
+//! Maps keyed by the run's own small numbers (domain, class and NodeClaim indices) are looked
+//! up per planned NodeClaim tried. The scheduler assigns those keys, so nothing can choose
+//! them to collide, and a multiply-rotate hash of their few words is several times cheaper
+//! than any seeded hash: [`IdMap`].
+//!
+//! Maps keyed by what comes from the cluster (label values, requirements, requests) are
+//! looked up per pod and per NodeClaim opened. Their keys could be chosen to collide, so
+//! their hasher is seeded at random per map, as std's is; foldhash's is several times cheaper
+//! than std's SipHash on such short keys: [`ContentMap`].
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
 /// A map keyed by scheduler-assigned numbers.
 pub(super) type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// A map keyed by what comes from the cluster.
+pub(super) type ContentMap<K, V> = HashMap<K, V, foldhash::fast::RandomState>;
 
 /// The hasher of [`IdMap`]: each word is folded in with a rotate, a xor and a multiply by an
 /// odd constant (the golden ratio's bits), as the Firefox and rustc hash does.

@@ -371,10 +371,23 @@ impl Solver<'_> {
             .collect();
         // Those whose pods request the most of what the partners leave idle first.
         leaders.sort_by(|a, b| {
-            (sign * b.memory_per_cpu.ln())
-                .total_cmp(&(sign * a.memory_per_cpu.ln()))
-                .then(a.index.cmp(&b.index))
+            let most = if idle_memory {
+                b.memory_per_cpu.total_cmp(&a.memory_per_cpu)
+            } else {
+                a.memory_per_cpu.total_cmp(&b.memory_per_cpu)
+            };
+            most.then(a.index.cmp(&b.index))
         });
+        // How much more memory per core a leader's pods must ask for than a partner's (or
+        // less, when partners leave cpu idle).
+        let different = |leader: &Mixable, partner: &Mixable| {
+            let ratio = leader.memory_per_cpu / partner.memory_per_cpu;
+            if idle_memory {
+                ratio >= DIFFERENT
+            } else {
+                ratio * DIFFERENT <= 1.0
+            }
+        };
         let mut failures = 0;
         let mut kept = 0;
         for leader in leaders {
@@ -389,7 +402,7 @@ impl Solver<'_> {
                 .filter(|p| {
                     !self.state.claims[p.index].retired
                         && p.zone == leader.zone
-                        && sign * (leader.memory_per_cpu / p.memory_per_cpu).ln() >= DIFFERENT.ln()
+                        && different(leader, p)
                 })
                 .take(MIX_LOOKS)
                 .map(|p| p.index)

@@ -3,6 +3,7 @@
 //! options with the extremes of their allocatable, so that most pods are accepted or refused
 //! without looking at the options one by one.
 
+use std::cell::Cell;
 use std::sync::Arc;
 
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
@@ -168,6 +169,20 @@ pub(super) struct NodeClaimState {
     pub(super) reserved: Vec<i64>,
     /// Whether the improvement pass replaced it: it is no longer planned.
     pub(super) retired: bool,
+    /// The zone its requirements pin, once a pod with a rule on zones asked; forgotten when
+    /// they change (see [`Self::pinned_zone`]).
+    pinned_zone: Cell<Option<PinnedZone>>,
+}
+
+/// The zone a NodeClaim's requirements pin.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PinnedZone {
+    /// They allow several zones, or all.
+    Unpinned,
+    /// One of the run's interned zones.
+    Zone(u32),
+    /// A zone the run did not intern: checked by name instead.
+    Other,
 }
 
 impl NodeClaimState {
@@ -195,6 +210,7 @@ impl NodeClaimState {
             cheapest: None,
             reserved: Vec::new(),
             retired: false,
+            pinned_zone: Cell::new(None),
         }
     }
 
@@ -227,6 +243,46 @@ impl NodeClaimState {
     pub(super) fn holds_for_free(&self, pod: &Fixed) -> bool {
         self.cheapest
             .is_none_or(|c| self.demand.fixed.plus(pod).fits_in(&c.allocatable))
+    }
+
+    /// The zone the NodeClaim's requirements pin, worked out on first use after they change.
+    fn pinned_zone(&self, dims: &Dimensions) -> PinnedZone {
+        if let Some(known) = self.pinned_zone.get() {
+            return known;
+        }
+        let pinned = match self
+            .requirements
+            .get(LABEL_TOPOLOGY_ZONE)
+            .filter(|r| r.operator() == Operator::In && r.len() == 1)
+            .and_then(|r| r.values().next())
+        {
+            None => PinnedZone::Unpinned,
+            Some(zone) => dims
+                .zones
+                .get(zone)
+                .map_or(PinnedZone::Other, PinnedZone::Zone),
+        };
+        self.pinned_zone.set(Some(pinned));
+        pinned
+    }
+
+    /// Whether requirements pinning `rule`'s key keep it (`None`: they do not pin it): the
+    /// NodeClaim's own (`own`) by their interned zone where that is the key, others by name.
+    fn keeps_rule(
+        &self,
+        rule: &AllowedDomains,
+        requirements: &Requirements,
+        own: bool,
+        dims: &Dimensions,
+    ) -> Option<bool> {
+        if own && let Some(zones) = &rule.zones {
+            match self.pinned_zone(dims) {
+                PinnedZone::Unpinned => return None,
+                PinnedZone::Zone(zone) => return Some(zones.binary_search(&zone).is_ok()),
+                PinnedZone::Other => {}
+            }
+        }
+        rule.allows(requirements)
     }
 
     /// The NodeClaim's hostname domain.
@@ -280,8 +336,9 @@ impl NodeClaimState {
         let pinned_check = (!self.pods.is_empty() && domain_rules > 0)
             .then(|| {
                 let mut broken = None;
+                let own = requirements.is_none();
                 for rule in pod.allowed {
-                    if !rule.allows(current)? {
+                    if !self.keeps_rule(rule, current, own, ctx.dims)? {
                         broken = broken.or(Some(rule));
                     }
                 }
@@ -424,6 +481,7 @@ impl NodeClaimState {
     pub(super) fn commit(&mut self, trial: Trial, pod: usize, host_ports: &[HostPort]) {
         if let Some(requirements) = trial.requirements {
             self.requirements = requirements;
+            self.pinned_zone.set(None);
         }
         self.demand = trial.demand;
         if let Some(cap) = trial.cap {
@@ -515,4 +573,56 @@ fn cheapest(
                 allocatable: *catalog.allocatable(index),
             }
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn zones(values: &[&str]) -> Requirements {
+        let mut requirements = Requirements::new();
+        requirements.add(Requirement::in_values(
+            LABEL_TOPOLOGY_ZONE,
+            values.iter().copied(),
+        ));
+        requirements
+    }
+
+    fn empty_options() -> Filtered {
+        Filtered {
+            options: Bits::empty(0),
+            smallest: Fixed::ZERO,
+            largest: Fixed::ZERO,
+        }
+    }
+
+    #[test]
+    fn given_a_claim_whose_zone_was_worked_out_when_a_pod_pins_its_zone_then_it_is_worked_out_again()
+     {
+        let mut dims = Dimensions::default();
+        let a = dims.zones.intern("zone-a");
+        dims.zones.intern("zone-b");
+        let mut claim = NodeClaimState::new(0, 0, zones(&["zone-a", "zone-b"]), &empty_options());
+        assert_eq!(claim.pinned_zone(&dims), PinnedZone::Unpinned);
+
+        let trial = Trial {
+            requirements: Some(zones(&["zone-a"])),
+            demand: Demand::default(),
+            filtered: None,
+            cursors: None,
+            cap: None,
+            cheapest: None,
+        };
+        claim.commit(trial, 7, &[]);
+
+        assert_eq!(claim.pinned_zone(&dims), PinnedZone::Zone(a));
+    }
+
+    #[test]
+    fn given_a_claim_pinned_to_a_zone_no_type_offers_when_asked_then_it_is_checked_by_name() {
+        let mut dims = Dimensions::default();
+        dims.zones.intern("zone-a");
+        let claim = NodeClaimState::new(0, 0, zones(&["zone-z"]), &empty_options());
+        assert_eq!(claim.pinned_zone(&dims), PinnedZone::Other);
+    }
 }

@@ -2,7 +2,6 @@
 //! requirements per relaxation step, and its topology groups; and the constraints it has to
 //! keep at a given relaxation.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::labels::normalize_label_key;
@@ -12,6 +11,7 @@ use crate::scheduler::constraints::{
     HostPort, NodeInclusionPolicy, PodAffinityTerm, WhenUnsatisfiable,
 };
 use crate::scheduler::fit::Demand;
+use crate::scheduler::ids::ContentMap;
 use crate::scheduler::node::counted;
 use crate::scheduler::pod::Pod;
 use crate::scheduler::preferences::{Relaxable, Relaxation};
@@ -304,7 +304,7 @@ pub(super) fn replica_classes(plans: &[PodPlan<'_>]) -> Vec<u32> {
         (&'p [GroupId], &'p [GroupId]),
         (&'p [HostPort], &'p [Toleration], Relaxable),
     );
-    let mut classes: HashMap<Key<'_>, u32> = HashMap::new();
+    let mut classes: ContentMap<Key<'_>, u32> = ContentMap::default();
     plans
         .iter()
         .map(|plan| {

@@ -6,12 +6,13 @@ use std::sync::Arc;
 
 use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_NODEPOOL, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{AllowUndefined, Operator, Requirement, Requirements};
-use crate::resources::ResourceName;
+use crate::resources::{ResourceList, ResourceName};
 use crate::scheduler::bits::Bits;
 use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
 use crate::scheduler::cost::PoolCost;
 use crate::scheduler::daemons::DaemonSets;
 use crate::scheduler::fit::Demand;
+use crate::scheduler::ids::ContentMap;
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::pod::Pod;
 
@@ -43,6 +44,19 @@ pub(super) struct PoolState<'a> {
     pub(super) generation: u64,
     /// Its types as cost-aware packing weighs them.
     pub(super) cost: PoolCost,
+    /// Where new NodeClaims start, by their first pod's requirements and requests, for
+    /// `openings_generation`: see [`Self::opening`].
+    openings: ContentMap<(Requirements, ResourceList), Option<Opening>>,
+    openings_generation: u64,
+}
+
+/// Where a new NodeClaim starts, before its first pod's topology rules narrow it: the
+/// template's requirements with the pod's, and the types within the limits that satisfy
+/// them and hold the pod.
+#[derive(Debug, Clone)]
+pub(super) struct Opening {
+    pub(super) requirements: Requirements,
+    pub(super) options: Filtered,
 }
 
 impl<'a> PoolState<'a> {
@@ -84,9 +98,44 @@ impl<'a> PoolState<'a> {
             remaining,
             generation: 0,
             cost,
+            openings: ContentMap::default(),
+            openings_generation: 0,
         };
         pool.refresh_within();
         pool
+    }
+
+    /// Where a new NodeClaim for a pod with `wanted` requirements and `demand` starts, or
+    /// `None` when no type within the limits would hold it (the NodeClaim's own trial then
+    /// says why). Filtering the whole catalogue is most of what opening a NodeClaim costs,
+    /// and replicas open many NodeClaims alike; what the limits allow changes with the
+    /// generation, which clears what was remembered.
+    pub(super) fn opening(
+        &mut self,
+        wanted: &Requirements,
+        demand: &Demand,
+        dims: &Dimensions,
+    ) -> Option<&Opening> {
+        if self.openings_generation != self.generation {
+            self.openings.clear();
+            self.openings_generation = self.generation;
+        }
+        let key = (wanted.clone(), demand.list.clone());
+        let (catalog, base, within) = (&self.catalog, &self.base, &self.within);
+        self.openings
+            .entry(key)
+            .or_insert_with(|| {
+                let mut requirements = base.clone();
+                requirements.add_all(wanted);
+                let narrowing = catalog.narrowing(base, &requirements, dims);
+                let options = catalog.filter(&within.options, &narrowing, demand);
+                drop(narrowing);
+                (!options.options.is_empty()).then_some(Opening {
+                    requirements,
+                    options,
+                })
+            })
+            .as_ref()
     }
 
     /// Recomputes the types the limits allow.

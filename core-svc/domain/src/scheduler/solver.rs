@@ -5,7 +5,7 @@
 //! does; retry the pods left over until a pass places none.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, BinaryHeap, HashSet};
 use std::sync::Arc;
 
 use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
@@ -15,7 +15,7 @@ use crate::scheduler::catalog::Dimensions;
 use crate::scheduler::cost::Reweigh;
 use crate::scheduler::daemons::daemon_runs_on;
 use crate::scheduler::diagnosis::{incompatibility, limit_refusal};
-use crate::scheduler::ids::IdMap;
+use crate::scheduler::ids::{ContentMap, IdMap};
 use crate::scheduler::node::{ExistingNode, NodeState, counted};
 use crate::scheduler::nodeclaim::{Candidate, Context, Miss, NodeClaimState};
 use crate::scheduler::nodepool::NodePoolSpec;
@@ -31,7 +31,7 @@ use crate::scheduler::{Packing, PreferencePolicy, SchedulingInput};
 
 /// Groups selecting a pod, and inverse groups selecting it, by (namespace, labels).
 type Selections<'a> =
-    HashMap<(&'a str, &'a BTreeMap<String, String>), (Vec<GroupId>, Vec<GroupId>)>;
+    ContentMap<(&'a str, &'a BTreeMap<String, String>), (Vec<GroupId>, Vec<GroupId>)>;
 
 /// What a NodePool's refusal of a pod without topology rules depends on: the NodePool and its
 /// generation, the pod's requirements and its requests. Replicas share it.
@@ -101,6 +101,61 @@ fn contains(words: &[u64], index: u32) -> bool {
         .is_some_and(|w| w & (1 << (index % 64)) != 0)
 }
 
+/// Some planned NodeClaims in placement order (fewest pods first, then by index), found as
+/// the walk asks: the walk mostly ends at the first, which one scan finds, and only a walk
+/// that goes on pays for a heap of the rest (a fraction of what sorting them costs).
+struct Emptiest<'c> {
+    claims: &'c [NodeClaimState],
+    /// The NodeClaims not taken yet, until the heap is built.
+    indices: Vec<u32>,
+    heap: Option<BinaryHeap<Reverse<(usize, u32)>>>,
+    /// Whether the first was taken.
+    started: bool,
+}
+
+impl<'c> Emptiest<'c> {
+    fn new(claims: &'c [NodeClaimState], indices: Vec<u32>) -> Self {
+        Emptiest {
+            claims,
+            indices,
+            heap: None,
+            started: false,
+        }
+    }
+
+    fn key(&self, index: u32) -> (usize, u32) {
+        (self.claims[index as usize].pods.len(), index)
+    }
+}
+
+impl Iterator for Emptiest<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        if !self.started {
+            self.started = true;
+            let (position, _) = self
+                .indices
+                .iter()
+                .enumerate()
+                .min_by_key(|&(_, &index)| self.key(index))?;
+            return Some(self.indices.swap_remove(position));
+        }
+        if self.heap.is_none() {
+            let rest: Vec<Reverse<(usize, u32)>> = self
+                .indices
+                .iter()
+                .map(|&index| Reverse(self.key(index)))
+                .collect();
+            self.heap = Some(BinaryHeap::from(rest));
+        }
+        self.heap
+            .as_mut()
+            .and_then(BinaryHeap::pop)
+            .map(|Reverse((_, index))| index)
+    }
+}
+
 /// A run in progress.
 #[derive(Debug)]
 pub(super) struct Solver<'a> {
@@ -125,11 +180,11 @@ pub(super) struct State<'a> {
     pub(super) reasons: Vec<Option<Unschedulable>>,
     pub(super) placed: Vec<bool>,
     /// Refusals already worked out, since explaining one scans the whole catalogue.
-    refusals: HashMap<RefusalKey, Refusal>,
+    refusals: ContentMap<RefusalKey, Refusal>,
     /// Whether some instance type of a NodePool could hold a pod with these requirements
     /// and requests at all (limits and topology aside), by (NodePool, requirements,
     /// requests): lets a pod skip every NodeClaim of a NodePool that can never take it.
-    feasible: HashMap<(usize, Requirements, ResourceList), bool>,
+    feasible: ContentMap<(usize, Requirements, ResourceList), bool>,
     /// The same by (NodePool, replica class, relaxation), which is cheaper to look up.
     feasible_by_class: IdMap<(usize, u32, Relaxation), bool>,
     /// For each (replica class, relaxation) whose refusals are final, the planned NodeClaims
@@ -180,7 +235,7 @@ impl<'a> Solver<'a> {
         let bound = bound_pods(input, &nodes, &mut topology);
         declare_domains(&mut topology, &pools, &nodes, &dims);
 
-        let mut selections: Selections<'a> = HashMap::new();
+        let mut selections: Selections<'a> = ContentMap::default();
         let mut selecting = |topology: &Topology, pod: &'a Pod| {
             selections
                 .entry((pod.id.namespace(), &pod.labels))
@@ -214,8 +269,8 @@ impl<'a> Solver<'a> {
                 node_placements: Vec::new(),
                 reasons: vec![None; count],
                 placed: vec![false; count],
-                refusals: HashMap::new(),
-                feasible: HashMap::new(),
+                refusals: ContentMap::default(),
+                feasible: ContentMap::default(),
                 feasible_by_class: IdMap::default(),
                 refused: IdMap::default(),
                 opened: IdMap::default(),
@@ -378,7 +433,11 @@ impl State<'_> {
     ) -> Result<(), Unschedulable> {
         let topology = plan.topology(constraints);
         let allowed = if self.topology.has_domain_rules(&topology) {
-            self.topology.allowed_domains(&topology)
+            let mut allowed = self.topology.allowed_domains(&topology);
+            for rule in &mut allowed {
+                rule.intern_zones(&self.dims.zones);
+            }
+            allowed
         } else {
             Vec::new()
         };
@@ -479,32 +538,25 @@ impl State<'_> {
         let claims = &self.claims;
         let total = u32::try_from(claims.len()).unwrap_or(u32::MAX);
         // Few NodeClaims left for this class: take them in order rather than walk every one.
-        // A heap rather than a sort: the walk mostly ends within the first few NodeClaims, and
-        // building a heap costs a fraction of sorting them all.
-        let order: Option<BinaryHeap<Reverse<(usize, u32)>>> = if from > 0 {
+        let order: Option<Emptiest<'_>> = if from > 0 {
             // The improvement pass refills onto the NodeClaims it just opened, the last few.
-            Some(
+            Some(Emptiest::new(
+                claims,
                 (from..total)
                     .filter(|&i| !claims[i as usize].retired)
-                    .map(|i| Reverse((claims[i as usize].pods.len(), i)))
                     .collect(),
-            )
+            ))
         } else {
-            memo_key.and_then(|_| memo.few_open(total)).map(|open| {
-                open.iter()
-                    .copied()
-                    .map(|i| Reverse((claims[i as usize].pods.len(), i)))
-                    .collect()
-            })
+            memo_key
+                .and_then(|_| memo.few_open(total))
+                .map(|open| Emptiest::new(claims, open.to_vec()))
         };
         let mut chosen = None;
         let mut refused = Vec::new();
         let mut cost_refused = memo.cost_refused;
         {
             let walk: Box<dyn Iterator<Item = u32> + '_> = match order {
-                Some(mut order) => Box::new(std::iter::from_fn(move || {
-                    order.pop().map(|Reverse((_, i))| i)
-                })),
+                Some(order) => Box::new(order),
                 None => Box::new(
                     self.claim_order
                         .iter()
@@ -712,7 +764,18 @@ impl State<'_> {
         if let Some(refusal) = key.as_ref().and_then(|k| self.refusals.get(k)) {
             return Err(Box::new(refusal.clone()));
         }
-        let mut claim = NodeClaimState::new(pool_index, index, pool.base.clone(), &pool.within);
+        let dims = &self.dims;
+        let pool = &mut self.pools[pool_index];
+        let mut claim = match pool.opening(&constraints.requirements, candidate.demand, dims) {
+            Some(opening) => NodeClaimState::new(
+                pool_index,
+                index,
+                opening.requirements.clone(),
+                &opening.options,
+            ),
+            None => NodeClaimState::new(pool_index, index, pool.base.clone(), &pool.within),
+        };
+        let pool = &self.pools[pool_index];
         let ctx = Context {
             catalog: &pool.catalog,
             dims: &self.dims,
@@ -764,5 +827,38 @@ impl State<'_> {
         self.claims.push(claim);
         self.claim_order.insert((1, index));
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::scheduler::bits::Bits;
+    use crate::scheduler::catalog::Filtered;
+    use crate::scheduler::fit::Fixed;
+
+    #[test]
+    fn given_claims_of_many_sizes_when_taken_emptiest_first_then_the_order_is_by_pods_then_index() {
+        let options = Filtered {
+            options: Bits::empty(0),
+            smallest: Fixed::ZERO,
+            largest: Fixed::ZERO,
+        };
+        let claims: Vec<NodeClaimState> = (0..40u32)
+            .map(|index| {
+                let mut claim = NodeClaimState::new(0, index, Requirements::new(), &options);
+                // Pod counts that repeat and are out of index order.
+                claim.pods = vec![0; (index as usize * 7) % 5];
+                claim
+            })
+            .collect();
+        let indices: Vec<u32> = (0..40).filter(|i| i % 3 != 0).rev().collect();
+        let mut expected = indices.clone();
+        expected.sort_by_key(|&i| (claims[i as usize].pods.len(), i));
+
+        let walked: Vec<u32> = Emptiest::new(&claims, indices).collect();
+
+        assert_eq!(walked, expected);
+        assert!(Emptiest::new(&claims, Vec::new()).next().is_none());
     }
 }

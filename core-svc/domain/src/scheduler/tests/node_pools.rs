@@ -1,10 +1,11 @@
 //! NodePools: weights, limits, taints, template requirements, and the reasons they refuse.
 
 use crate::labels::LABEL_CAPACITY_TYPE;
+use crate::labels::LABEL_HOSTNAME;
 use crate::requirements::Requirement;
 use crate::resources::{ResourceList, ResourceName};
-use crate::scheduler::testing::{claims, input, pod, pool, reason, resources, run};
-use crate::scheduler::{Limits, Taint, TaintEffect, Toleration};
+use crate::scheduler::testing::{claims, input, options, pod, pool, reason, resources, run};
+use crate::scheduler::{LabelSelector, Limits, PodAffinityTerm, Taint, TaintEffect, Toleration};
 
 fn gpu_taint() -> Taint {
     Taint::new("dedicated", "gpu", TaintEffect::NoSchedule)
@@ -95,6 +96,29 @@ fn given_a_limit_that_only_small_types_fit_when_solved_then_larger_types_are_not
         .map(|t| t.name())
         .collect();
     assert_eq!(names, ["c5.large", "c5.xlarge"]);
+}
+
+#[test]
+fn given_a_limit_when_alike_pods_open_node_claims_one_after_another_then_each_has_only_what_is_left()
+ {
+    // 12 cores: the first NodeClaim may become a c5.4xlarge (8), which leaves 4 for the
+    // second, opened for a pod just like the first.
+    let limited = pool("default").with_limits(
+        Limits::none().with(ResourceName::CPU, 12_000),
+        ResourceList::new(),
+    );
+    let web = LabelSelector::matching([("app", "web")]);
+    let pods = ["a", "b"]
+        .map(|name| {
+            pod(name, 500)
+                .with_label("app", "web")
+                .with_anti_affinity(PodAffinityTerm::new(LABEL_HOSTNAME, web.clone()))
+        })
+        .to_vec();
+    let results = run(&input(pods, vec![limited]));
+    assert_eq!(claims(&results), [vec!["a"], vec!["b"]]);
+    assert!(options(&results, 0).contains(&"c5.4xlarge"));
+    assert!(!options(&results, 1).contains(&"c5.4xlarge"));
 }
 
 #[test]

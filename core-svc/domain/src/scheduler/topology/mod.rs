@@ -15,10 +15,12 @@ mod group;
 #[cfg(test)]
 mod tests;
 
-use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::labels::LABEL_TOPOLOGY_ZONE;
 use crate::requirements::{AllowUndefined, Operator, Requirement, Requirements};
+use crate::scheduler::dimensions::ValueIndex;
+use crate::scheduler::ids::ContentMap;
 
 use group::Group;
 pub(super) use group::{Domain, GroupId, GroupSpec, Rule, Violation};
@@ -32,9 +34,25 @@ pub(super) struct AllowedDomains {
     pub(super) values: Vec<Arc<str>>,
     /// What placing the pod elsewhere would violate.
     pub(super) violation: Violation,
+    /// For a rule on zones, the run's interned zones among `values`, sorted (see
+    /// [`Self::intern_zones`]).
+    pub(super) zones: Option<Vec<u32>>,
 }
 
 impl AllowedDomains {
+    /// Interns the values of a rule on zones, so that a planned NodeClaim pinned to a zone is
+    /// checked against it by number (`NodeClaimState::pinned_zone`) rather than by looking up
+    /// and comparing strings, for each of the many NodeClaims a zone spread's pod is tried on.
+    /// A value no instance type offers is left out: no NodeClaim can be pinned to it.
+    pub(super) fn intern_zones(&mut self, zones: &ValueIndex) {
+        if &*self.key != LABEL_TOPOLOGY_ZONE {
+            return;
+        }
+        let mut ids: Vec<u32> = self.values.iter().filter_map(|v| zones.get(v)).collect();
+        ids.sort_unstable();
+        self.zones = Some(ids);
+    }
+
     /// Whether a target whose requirements pin `key` to one value keeps the rule: `None`
     /// when they do not pin it.
     pub(super) fn allows(&self, requirements: &Requirements) -> Option<bool> {
@@ -72,13 +90,13 @@ impl PodTopology<'_> {
 #[derive(Debug, Default)]
 pub(super) struct Topology {
     values: Vec<Arc<str>>,
-    by_value: HashMap<Arc<str>, u32>,
+    by_value: ContentMap<Arc<str>, u32>,
     /// The known domains of each non-hostname key, sorted by value.
-    universes: HashMap<Arc<str>, Vec<u32>>,
+    universes: ContentMap<Arc<str>, Vec<u32>>,
     groups: Vec<Group>,
-    index: HashMap<GroupSpec, GroupId>,
+    index: ContentMap<GroupSpec, GroupId>,
     inverse: Vec<Group>,
-    inverse_index: HashMap<GroupSpec, GroupId>,
+    inverse_index: ContentMap<GroupSpec, GroupId>,
 }
 
 impl Topology {
@@ -106,7 +124,7 @@ impl Topology {
 
     fn find_or_add(
         groups: &mut Vec<Group>,
-        index: &mut HashMap<GroupSpec, GroupId>,
+        index: &mut ContentMap<GroupSpec, GroupId>,
         spec: GroupSpec,
     ) -> GroupId {
         if let Some(&id) = index.get(&spec) {
@@ -293,6 +311,7 @@ impl Topology {
                     key: group.spec.key.clone(),
                     values,
                     violation: group.violation(is_inverse),
+                    zones: None,
                 }
             })
             .collect()
