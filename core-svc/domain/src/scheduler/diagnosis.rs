@@ -23,7 +23,9 @@ impl State<'_> {
     ) -> Refusal {
         match miss {
             Miss::HostPort(port) => Refusal::HostPort(port),
-            Miss::Topology(violation) | Miss::Domain(violation) => Refusal::Topology(violation),
+            Miss::Topology(broken) | Miss::Domain(broken) => {
+                Refusal::Topology(self.topology.violation(broken))
+            }
             Miss::MinValues(error) => Refusal::MinValues(error),
             // A new NodeClaim has no cost cap yet, so the cost misses are not expected here;
             // if one came, what the pod needs is still the answer.

@@ -16,7 +16,7 @@ use crate::scheduler::fit::{Demand, Fixed};
 use crate::scheduler::plan::Constraints;
 use crate::scheduler::preferences::Relaxation;
 use crate::scheduler::taints::Toleration;
-use crate::scheduler::topology::{AllowedDomains, Domain, PodTopology, Topology, Violation};
+use crate::scheduler::topology::{AllowedDomains, Broken, Domain, PodTopology, Topology};
 
 /// What a placement needs to know about the pod.
 #[derive(Debug, Clone, Copy)]
@@ -55,9 +55,9 @@ pub(super) enum Miss {
     Requirements,
     Resources,
     /// A hostname rule.
-    Topology(Violation),
+    Topology(Broken),
     /// A rule on another key (zone, capacity type, ...).
-    Domain(Violation),
+    Domain(Broken),
     /// Nothing fits once a rule on another key pins the NodeClaim's domain.
     Narrowed,
     MinValues(MinValuesError),
@@ -349,7 +349,7 @@ impl NodeClaimState {
             // Every rule's key is pinned: the rules hold exactly when each pinned value is
             // allowed, and narrowing would change nothing.
             if let Some(rule) = broken {
-                return Err(Miss::Domain(rule.violation.clone()));
+                return Err(Miss::Domain(rule.broken));
             }
             pinned = true;
         } else if !self.pods.is_empty() && domain_rules == 1 {

@@ -160,6 +160,40 @@ impl Group {
     }
 }
 
+/// Which rule a placement would break, as the run's topology numbers it: a group of the pod's
+/// own rules, or an inverse group (another pod's anti-affinity). Placing a pod tries it on
+/// many planned NodeClaims and drops most refusals unread, so they carry this copyable number,
+/// and only a refusal that has to be explained becomes a [`Violation`]
+/// (`Topology::violation`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Broken {
+    pub(super) group: GroupId,
+    pub(super) inverse: bool,
+}
+
+impl Broken {
+    /// The pod's own rule of `group`.
+    pub(super) fn own(group: GroupId) -> Self {
+        Broken {
+            group,
+            inverse: false,
+        }
+    }
+
+    /// Another pod's anti-affinity, inverse group `group`.
+    pub(super) fn inverse(group: GroupId) -> Self {
+        Broken {
+            group,
+            inverse: true,
+        }
+    }
+
+    /// Either, as `inverse` says.
+    pub(super) fn of(group: GroupId, inverse: bool) -> Self {
+        Broken { group, inverse }
+    }
+}
+
 /// A rule a placement would break.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Violation {

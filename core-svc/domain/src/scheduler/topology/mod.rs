@@ -23,7 +23,7 @@ use crate::scheduler::dimensions::ValueIndex;
 use crate::scheduler::ids::ContentMap;
 
 use group::Group;
-pub(super) use group::{Domain, GroupId, GroupSpec, Rule, Violation};
+pub(super) use group::{Broken, Domain, GroupId, GroupSpec, Rule, Violation};
 
 /// The domains one rule of a pod allows (see [`Topology::allowed_domains`]).
 #[derive(Debug, Clone)]
@@ -33,7 +33,7 @@ pub(super) struct AllowedDomains {
     /// The values it allows, sorted.
     pub(super) values: Vec<Arc<str>>,
     /// What placing the pod elsewhere would violate.
-    pub(super) violation: Violation,
+    pub(super) broken: Broken,
     /// For a rule on zones, the run's interned zones among `values`, sorted (see
     /// [`Self::intern_zones`]).
     pub(super) zones: Option<Vec<u32>>,
@@ -205,11 +205,7 @@ impl Topology {
 
     /// Whether the pod may go to the node or NodeClaim with hostname `host` as far as
     /// hostname rules go (which need no narrowing).
-    pub(super) fn check_hostname(
-        &self,
-        pod: &PodTopology<'_>,
-        host: Domain,
-    ) -> Result<(), Violation> {
+    pub(super) fn check_hostname(&self, pod: &PodTopology<'_>, host: Domain) -> Result<(), Broken> {
         for &id in pod.owned {
             let group = &self.groups[id];
             if !group.hostname {
@@ -225,13 +221,13 @@ impl Topology {
                 Rule::AntiAffinity => count == 0,
             };
             if !allowed {
-                return Err(group.violation(false));
+                return Err(Broken::own(id));
             }
         }
         for &id in pod.inverse_selecting {
             let group = &self.inverse[id];
             if group.hostname && group.count(host) > 0 {
-                return Err(group.violation(true));
+                return Err(Broken::inverse(id));
             }
         }
         Ok(())
@@ -265,6 +261,16 @@ impl Topology {
             let group = &self.inverse[id];
             !group.hostname || group.claims_with_at_most(0, claims) > 0
         })
+    }
+
+    /// The rule `broken` names, to explain a refusal.
+    pub(super) fn violation(&self, broken: Broken) -> Violation {
+        let groups = if broken.inverse {
+            &self.inverse
+        } else {
+            &self.groups
+        };
+        groups[broken.group].violation(broken.inverse)
     }
 
     /// Whether a planned NodeClaim whose hostname rules refuse the pod will refuse it for the
@@ -310,7 +316,7 @@ impl Topology {
                 AllowedDomains {
                     key: group.spec.key.clone(),
                     values,
-                    violation: group.violation(is_inverse),
+                    broken: Broken::of(id, is_inverse),
                     zones: None,
                 }
             })
@@ -348,7 +354,7 @@ impl Topology {
         pod: &PodTopology<'_>,
         requirements: &mut Requirements,
         viable: &mut dyn FnMut(&str, &str, &Requirements) -> bool,
-    ) -> Result<(), Violation> {
+    ) -> Result<(), Broken> {
         let owned = pod.owned.iter().map(|&id| (&self.groups[id], id, false));
         let inverse = pod
             .inverse_selecting
@@ -368,7 +374,7 @@ impl Topology {
                 .find(|value| viable(key, value, requirements));
             match pick {
                 Some(value) => requirements.add(Requirement::in_values(key, [&**value])),
-                None => return Err(group.violation(is_inverse)),
+                None => return Err(Broken::of(id, is_inverse)),
             }
         }
         Ok(())

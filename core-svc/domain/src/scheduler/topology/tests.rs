@@ -54,7 +54,7 @@ fn given_zone_counts_when_spreading_then_the_least_loaded_allowed_zone_is_pinned
     topology.record(&pod, Domain::Claim(1), &zone("a"), AllowUndefined::NoKeys);
     let refused = topology.narrow(&pod, &mut pinned_elsewhere, &mut |_, _, _| true);
     assert_eq!(
-        refused.map_err(|v| v.to_string()),
+        refused.map_err(|broken| topology.violation(broken).to_string()),
         Err("would violate topology spread (zone maxSkew 1)".to_owned()),
         "a has 2, the others 1: a third would make a skew of 2"
     );
@@ -115,7 +115,7 @@ fn given_hostname_anti_affinity_when_every_claim_has_a_match_then_no_claim_is_tr
     assert_eq!(
         topology
             .check_hostname(&pod, Domain::Claim(0))
-            .map_err(|v| v.to_string()),
+            .map_err(|broken| topology.violation(broken).to_string()),
         Err("would violate pod anti-affinity (hostname)".to_owned())
     );
 }
