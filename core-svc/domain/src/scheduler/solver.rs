@@ -102,8 +102,8 @@ fn contains(words: &[u64], index: u32) -> bool {
 }
 
 /// Some planned NodeClaims in placement order (fewest pods first, then by index), found as
-/// the walk asks: the walk mostly ends at the first, which one scan finds, and only a walk
-/// that goes on pays for a heap of the rest (a fraction of what sorting them costs).
+/// the walk asks: a walk often ends at the first, which one scan finds, and only a walk that
+/// goes on pays for a heap of the rest (a fraction of what sorting them costs).
 struct Emptiest<'c> {
     claims: &'c [NodeClaimState],
     /// The NodeClaims not taken yet, until the heap is built.
