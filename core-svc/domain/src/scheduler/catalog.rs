@@ -103,12 +103,13 @@ impl OfferedPairs {
             .unwrap_or(0)
     }
 
-    /// The bits of every pair `zones` and `capacity_types` both allow.
-    fn allowed(self, zones: &[bool], capacity_types: &[bool]) -> u64 {
+    /// The bits of every pair the allowed zones and capacity types (one bit each, as
+    /// [`first_bits`] gives them: a run whose pairs fit has fewer than 64 of either) make.
+    fn allowed(self, zones: u64, capacity_types: u64) -> u64 {
         let mut mask = 0;
-        for (zone, _) in zones.iter().enumerate().filter(|(_, allowed)| **allowed) {
-            for (capacity_type, _) in capacity_types.iter().enumerate().filter(|(_, a)| **a) {
-                mask |= self.bit(to_u32(zone), to_u32(capacity_type));
+        for zone in set_bits(zones) {
+            for capacity_type in set_bits(capacity_types) {
+                mask |= self.bit(zone, capacity_type);
             }
         }
         mask
@@ -477,15 +478,14 @@ impl Catalog {
                 dims.capacity_types.allowed(after.get(LABEL_CAPACITY_TYPE)),
             )
         });
-        let offered = self
-            .pairs
-            .zip(dimensions.as_ref())
-            .map(|(pairs, (zones, capacity_types))| pairs.allowed(zones, capacity_types));
         let dimension_bits = dimensions
             .as_ref()
-            .map_or((0, 0), |(zones, capacity_types)| {
-                (first_bits(zones), first_bits(capacity_types))
-            });
+            .map(|(zones, capacity_types)| (first_bits(zones), first_bits(capacity_types)));
+        let offered = self
+            .pairs
+            .zip(dimension_bits)
+            .map(|(pairs, (zones, capacity_types))| pairs.allowed(zones, capacity_types));
+        let dimension_bits = dimension_bits.unwrap_or((0, 0));
         Narrowing {
             requirements: after,
             other_keys,
@@ -842,6 +842,11 @@ fn first_bits(allowed: &[bool]) -> u64 {
         .enumerate()
         .filter(|(_, allowed)| **allowed)
         .fold(0, |bits, (index, _)| bits | 1u64 << index)
+}
+
+/// The indices of the bits set in `bits`, lowest first.
+fn set_bits(bits: u64) -> impl Iterator<Item = u32> {
+    (0..64).filter(move |&bit| bits & (1u64 << bit) != 0)
 }
 
 #[cfg(test)]

@@ -433,11 +433,7 @@ impl State<'_> {
     ) -> Result<(), Unschedulable> {
         let topology = plan.topology(constraints);
         let allowed = if self.topology.has_domain_rules(&topology) {
-            let mut allowed = self.topology.allowed_domains(&topology);
-            for rule in &mut allowed {
-                rule.intern_zones(&self.dims.zones);
-            }
-            allowed
+            self.topology.allowed_domains(&topology, &self.dims.zones)
         } else {
             Vec::new()
         };

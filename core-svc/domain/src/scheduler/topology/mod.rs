@@ -34,25 +34,15 @@ pub(super) struct AllowedDomains {
     pub(super) values: Vec<Arc<str>>,
     /// What placing the pod elsewhere would violate.
     pub(super) broken: Broken,
-    /// For a rule on zones, the run's interned zones among `values`, sorted (see
-    /// [`Self::intern_zones`]).
+    /// For a rule on zones, the run's interned zones among `values`, sorted, so that a planned
+    /// NodeClaim pinned to a zone is checked against it by number
+    /// (`NodeClaimState::pinned_zone`) rather than by looking up and comparing strings, for
+    /// each of the many NodeClaims a zone spread's pod is tried on. A value no instance type
+    /// offers is left out: no NodeClaim can be pinned to it.
     pub(super) zones: Option<Vec<u32>>,
 }
 
 impl AllowedDomains {
-    /// Interns the values of a rule on zones, so that a planned NodeClaim pinned to a zone is
-    /// checked against it by number (`NodeClaimState::pinned_zone`) rather than by looking up
-    /// and comparing strings, for each of the many NodeClaims a zone spread's pod is tried on.
-    /// A value no instance type offers is left out: no NodeClaim can be pinned to it.
-    pub(super) fn intern_zones(&mut self, zones: &ValueIndex) {
-        if &*self.key != LABEL_TOPOLOGY_ZONE {
-            return;
-        }
-        let mut ids: Vec<u32> = self.values.iter().filter_map(|v| zones.get(v)).collect();
-        ids.sort_unstable();
-        self.zones = Some(ids);
-    }
-
     /// Whether a target whose requirements pin `key` to one value keeps the rule: `None`
     /// when they do not pin it.
     pub(super) fn allows(&self, requirements: &Requirements) -> Option<bool> {
@@ -288,8 +278,12 @@ impl Topology {
     /// allows a target that constrains nothing, and the violation. A target pinned to one
     /// value of each such key keeps the pod's rules exactly when each pinned value is among
     /// its rule's: what [`Self::narrow`] decides for it, without its options or a copy of its
-    /// requirements.
-    pub(super) fn allowed_domains(&self, pod: &PodTopology<'_>) -> Vec<AllowedDomains> {
+    /// requirements. `zones` are the run's interned zones (see [`AllowedDomains::zones`]).
+    pub(super) fn allowed_domains(
+        &self,
+        pod: &PodTopology<'_>,
+        zones: &ValueIndex,
+    ) -> Vec<AllowedDomains> {
         let unconstrained = Requirements::new();
         let owned = pod.owned.iter().map(|&id| (&self.groups[id], id, false));
         let inverse = pod
@@ -313,11 +307,16 @@ impl Topology {
                     .map(|d| self.values[d as usize].clone())
                     .collect();
                 values.sort();
+                let zones = (&*group.spec.key == LABEL_TOPOLOGY_ZONE).then(|| {
+                    let mut ids: Vec<u32> = values.iter().filter_map(|v| zones.get(v)).collect();
+                    ids.sort_unstable();
+                    ids
+                });
                 AllowedDomains {
                     key: group.spec.key.clone(),
                     values,
                     broken: Broken::of(id, is_inverse),
-                    zones: None,
+                    zones,
                 }
             })
             .collect()
