@@ -205,6 +205,45 @@ fn given_pods_of_two_shapes_that_each_leave_their_type_idle_when_solved_then_the
     assert_valid(&given, &results);
 }
 
+#[test]
+fn given_a_node_claim_of_memory_heavy_pods_too_large_for_three_partners_when_solved_then_it_mixes_with_more()
+ {
+    // 180 pods of 1 core to 8 GiB are cheapest on the giant r type (12.00 for 192 of them;
+    // 0.08 a pod on the m type), 1,012 pods of 1 core to 2 GiB on the m type, which they fill
+    // on cpu with half its memory idle (0.04 a pod). The r node takes 12 of the latter too.
+    // Three m nodes' idle memory holds a fraction of the r node's pods, so no mix of it with
+    // three partners saves; with six, nine m nodes hold them all for 23.04 where they cost
+    // 27.36.
+    let types = [
+        TypeSpec::new("m6g.metal", 64, 256, 2.56),
+        TypeSpec::new("r6a.48xlarge", 192, 1536, 12.0).pods(737),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    let pods = [
+        deployment(0, 180, 1000, 8, 0),
+        deployment(1, 1012, 1000, 2, 0),
+    ]
+    .concat();
+    let given = input(pods, vec![NodePoolSpec::new("default", types)]);
+
+    let results = run(&given);
+    assert!(results.unschedulable.is_empty());
+    assert!(
+        !cheapest_types(&results).contains(&"r6a.48xlarge"),
+        "{:?}",
+        cheapest_types(&results)
+    );
+    // Without the mix: the r node and 16 m nodes.
+    assert!(
+        results.estimated_cost() < 12.0 + 16.0 * 2.56 - 1.0,
+        "{}",
+        results.estimated_cost()
+    );
+    assert_valid(&given, &results);
+}
+
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
 fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
     let name = format!("app{app}");
