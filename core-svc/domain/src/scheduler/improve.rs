@@ -68,15 +68,15 @@
 //!
 //! A NodeClaim much larger than its partners, such as a giant r node of 179 pods of 1 core
 //! to 8 GiB beside m nodes each leaving nearly half their memory idle, finds no mix among
-//! [`MIX_PARTNERS`] of them: they cannot take in enough of its pods. So after the rounds,
-//! every NodeClaim that costs more than its first [`MIX_PARTNERS`] partners together leads
-//! once more, with up to [`MIX_MORE_PARTNERS`] of them. This runs last, after every
-//! NodePool's rounds, and keeps only what saves, so it makes no plan dearer. Measured the same way: zone spread on the whole
-//! catalogue at 20k and 50k pods from 1.160/1.161 to 1.149/1.149 times the bound, the typical
-//! NodePool's plain and zone spread cases at 20k and 50k pods up to 0.06 % cheaper, nothing
-//! else changed; solve
-//! instructions +2 % (plain 5k), -1 % (zone spread 20k) and +6 % (hostname spread 20k, which
-//! keeps nothing from it: finding the leaders is the cost).
+//! [`MIX_PARTNERS`] of them: they cannot take in enough of its pods. So after every
+//! NodePool's rounds, every NodeClaim that costs more than its first [`MIX_PARTNERS`]
+//! partners together leads once more, with up to [`MIX_MORE_PARTNERS`] of them. This runs
+//! last and keeps only what saves, so it makes no plan dearer. Measured the same way: zone
+//! spread on the whole catalogue at 20k and 50k pods from 1.160/1.161 to 1.149/1.149 times
+//! the bound, the typical NodePool's plain and zone spread cases at 20k and 50k pods up to
+//! 0.06 % cheaper, nothing else changed; solve instructions +2 % (plain 5k), -1 % (zone
+//! spread 20k) and +6 % (hostname spread 20k, which keeps nothing from it: finding the
+//! leaders is the cost).
 //!
 //! # What may move
 //!
@@ -671,8 +671,8 @@ impl State<'_> {
         self.estimate(index, &whole, true)
     }
 
-    /// Of the NodeClaims `partners`, how many of the first `limit` (one at least) to mix with the
-    /// planned NodeClaim `leader` so that the estimate of what the mix costs (see
+    /// Of the NodeClaims `partners`, how many of the first `limit` (one at least) to mix with
+    /// the planned NodeClaim `leader` so that the estimate of what the mix costs (see
     /// [`Self::estimate`]) saves the most on what they cost now; `None` when no mix saves.
     fn best_mix(
         &mut self,
