@@ -83,18 +83,24 @@ impl Bits {
 
     /// The indices, ascending.
     pub(super) fn iter(&self) -> impl Iterator<Item = usize> + '_ {
-        self.words.iter().enumerate().flat_map(|(w, &word)| {
-            let mut rest = word;
-            std::iter::from_fn(move || {
-                if rest == 0 {
-                    return None;
-                }
-                let bit = rest.trailing_zeros() as usize;
-                rest &= rest - 1;
-                Some(w * 64 + bit)
-            })
-        })
+        self.words
+            .iter()
+            .enumerate()
+            .flat_map(|(w, &word)| ones(word).map(move |bit| w * 64 + bit as usize))
     }
+}
+
+/// The indices of the bits set in `word`, lowest first.
+pub(super) fn ones(word: u64) -> impl Iterator<Item = u32> {
+    let mut rest = word;
+    std::iter::from_fn(move || {
+        if rest == 0 {
+            return None;
+        }
+        let bit = rest.trailing_zeros();
+        rest &= rest - 1;
+        Some(bit)
+    })
 }
 
 #[cfg(test)]

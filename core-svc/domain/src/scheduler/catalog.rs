@@ -20,7 +20,7 @@ use crate::labels::{LABEL_CAPACITY_TYPE, LABEL_TOPOLOGY_ZONE};
 use crate::requirements::{Operator, Requirements};
 use crate::resources::ResourceName;
 use crate::resources::{ResourceList, fits};
-use crate::scheduler::bits::Bits;
+use crate::scheduler::bits::{Bits, ones};
 use crate::scheduler::constraints::{HostPort, conflicting_port};
 use crate::scheduler::daemons::{DaemonGroup, DaemonGroups, DaemonSets};
 pub(super) use crate::scheduler::dimensions::{Dimensions, ValueIndex};
@@ -107,8 +107,8 @@ impl OfferedPairs {
     /// [`first_bits`] gives them: a run whose pairs fit has fewer than 64 of either) make.
     fn allowed(self, zones: u64, capacity_types: u64) -> u64 {
         let mut mask = 0;
-        for zone in set_bits(zones) {
-            for capacity_type in set_bits(capacity_types) {
+        for zone in ones(zones) {
+            for capacity_type in ones(capacity_types) {
                 mask |= self.bit(zone, capacity_type);
             }
         }
@@ -842,11 +842,6 @@ fn first_bits(allowed: &[bool]) -> u64 {
         .enumerate()
         .filter(|(_, allowed)| **allowed)
         .fold(0, |bits, (index, _)| bits | 1u64 << index)
-}
-
-/// The indices of the bits set in `bits`, lowest first.
-fn set_bits(bits: u64) -> impl Iterator<Item = u32> {
-    (0..64).filter(move |&bit| bits & (1u64 << bit) != 0)
 }
 
 #[cfg(test)]
