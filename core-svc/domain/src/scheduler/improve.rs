@@ -465,15 +465,14 @@ impl Solver<'_> {
             if limit > MIX_PARTNERS && leader.price <= usual {
                 continue;
             }
-            let looks: Vec<usize> = looks.iter().map(|p| p.index).collect();
-            let Some(chosen) = self
-                .state
-                .best_mix(leader.index, looks.iter().copied(), limit)
+            let Some(chosen) =
+                self.state
+                    .best_mix(leader.index, looks.iter().map(|p| p.index), limit)
             else {
                 continue;
             };
             let mut indices = vec![leader.index];
-            indices.extend(&looks[..chosen]);
+            indices.extend(looks[..chosen].iter().map(|p| p.index));
             let pods: usize = indices
                 .iter()
                 .map(|&i| self.state.claims[i].pods.len())
