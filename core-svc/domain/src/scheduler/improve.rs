@@ -770,6 +770,7 @@ impl State<'_> {
                         inverse_selecting: &inverse_selecting,
                         inverse_owned: &inverse_owned,
                         strict: &constraints.strict,
+                        cheaper_zones: None,
                     },
                     demand: &plan.demand,
                     host_ports: &plan.pod.host_ports,

@@ -112,6 +112,7 @@ mod selector;
 mod solver;
 mod taints;
 mod topology;
+mod zones;
 
 #[cfg(test)]
 mod testing;

@@ -233,6 +233,7 @@ impl<'a> PodPlan<'a> {
             inverse_selecting: &self.inverse_selecting,
             inverse_owned: &self.inverse_owned,
             strict: &constraints.strict,
+            cheaper_zones: None,
         }
     }
 

@@ -26,7 +26,7 @@ use crate::scheduler::preferences::Relaxation;
 use crate::scheduler::queue::{Queue, placement_order};
 use crate::scheduler::reasons::{Refusal, Unschedulable};
 use crate::scheduler::taints::{Taint, TaintEffect, first_untolerated};
-use crate::scheduler::topology::{GroupId, Rule, Topology};
+use crate::scheduler::topology::{AllowedDomains, GroupId, PodTopology, Rule, Topology};
 use crate::scheduler::{Packing, PreferencePolicy, SchedulingInput};
 
 /// Groups selecting a pod, and inverse groups selecting it, by (namespace, labels).
@@ -194,6 +194,9 @@ pub(super) struct State<'a> {
     /// pods whose refusals are final: a NodeClaim opened for the same class at the same
     /// relaxation starts just like them, whatever was planned since (its hostname is new).
     opened: IdMap<(usize, u64, u32, Relaxation), NodeClaimState>,
+    /// What pods of a replica class at a relaxation cost in each interned zone, by
+    /// (NodePool, class, relaxation): see `State::cheaper_zones`.
+    pub(super) zone_costs: IdMap<(usize, u32, Relaxation), Arc<[f64]>>,
     /// Whether planned NodeClaims stop growing when growing costs more than opening another
     /// (`cost.rs`); off, packing is upstream's first-fit decreasing.
     pub(super) cost_aware: bool,
@@ -274,6 +277,7 @@ impl<'a> Solver<'a> {
                 feasible_by_class: IdMap::default(),
                 refused: IdMap::default(),
                 opened: IdMap::default(),
+                zone_costs: IdMap::default(),
                 cost_aware: packing == Packing::CostAware,
                 reweigh: None,
             },
@@ -451,6 +455,33 @@ impl State<'_> {
         };
         if self.add_to_node(pod, &candidate) {
             return Ok(());
+        }
+        // Among the zones its spreads allow, the cheaper first (see `zones.rs`).
+        if let Some((pool, cheaper)) = self.cheaper_zones(plan, relaxation, &candidate, &allowed) {
+            let cheaper: Vec<Arc<str>> = cheaper
+                .into_iter()
+                .map(|zone| self.dims.zones.value(zone).clone())
+                .collect();
+            let topology = PodTopology {
+                cheaper_zones: Some(&cheaper),
+                ..topology
+            };
+            let allowed: Vec<AllowedDomains> = allowed
+                .iter()
+                .map(|rule| rule.keeping(&cheaper, &self.dims.zones))
+                .collect();
+            let preferred = Candidate {
+                topology,
+                allowed: &allowed,
+                ..candidate
+            };
+            if self
+                .add_to_claim(pod, &preferred, None, 0, self.cost_aware)
+                .is_ok()
+                || self.launch(pool, pod, plan, &preferred).is_ok()
+            {
+                return Ok(());
+            }
         }
         let cost_refused = match self.add_to_claim(pod, &candidate, None, 0, self.cost_aware) {
             Ok(()) => return Ok(()),
@@ -649,7 +680,7 @@ impl State<'_> {
 
     /// Whether NodeClaims of `pool` may take the pod at all: it tolerates the NodePool's
     /// taints and one of its instance types could hold it.
-    fn may_take(&mut self, pool_index: usize, candidate: &Candidate<'_>) -> bool {
+    pub(super) fn may_take(&mut self, pool_index: usize, candidate: &Candidate<'_>) -> bool {
         let pool = &self.pools[pool_index];
         let tolerate_soft = candidate.constraints.tolerate_prefer_no_schedule;
         if first_untolerated(&pool.spec.taints, candidate.tolerations, tolerate_soft).is_some() {

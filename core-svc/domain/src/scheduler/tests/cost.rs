@@ -244,6 +244,55 @@ fn given_a_node_claim_of_memory_heavy_pods_too_large_for_three_partners_when_sol
     assert_valid(&given, &results);
 }
 
+/// Zone-a offers only an older generation, at half as much again as the newer one the other
+/// zones offer: a zone priced unlike the others, as a real region's zones are.
+fn dear_zone_a() -> NodePoolSpec {
+    let types = [
+        TypeSpec::new("c4.xlarge", 4, 8, 0.30).zones(&["zone-a"]),
+        TypeSpec::new("c4.4xlarge", 16, 32, 1.20).zones(&["zone-a"]),
+        TypeSpec::new("c5.xlarge", 4, 8, 0.20).zones(&["zone-b", "zone-c"]),
+        TypeSpec::new("c5.4xlarge", 16, 32, 0.80).zones(&["zone-b", "zone-c"]),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    NodePoolSpec::new("default", types)
+}
+
+#[test]
+fn given_a_zone_spread_over_zones_priced_unlike_when_solved_then_the_pod_left_over_goes_to_a_cheaper_zone()
+ {
+    // Four pods of 3 cores, one to a node, spread over three zones: one zone gets two. Taken
+    // by name, as upstream breaks ties, that is zone-a, the dear one.
+    let pods = deployment(0, 4, 3000, 1, 1);
+    let given = input(pods, vec![dear_zone_a()]);
+
+    let first_fit = solve_with(&given, Packing::FirstFit).expect("valid input");
+    let results = run(&given);
+
+    let pods_in_zone_a = |results: &SchedulingResults| {
+        results
+            .new_node_claims
+            .iter()
+            .filter(|c| {
+                c.requirements
+                    .get(LABEL_TOPOLOGY_ZONE)
+                    .is_some_and(|r| r.values().eq(["zone-a"]))
+            })
+            .map(|c| c.pods.len())
+            .sum::<usize>()
+    };
+    assert_eq!(pods_in_zone_a(&first_fit), 2);
+    assert_eq!(pods_in_zone_a(&results), 1);
+    assert_eq!(results.new_node_claims.len(), 4);
+    assert!(
+        (results.estimated_cost() - 0.9).abs() < 1e-9,
+        "{}",
+        results.estimated_cost()
+    );
+    assert_valid(&given, &results);
+}
+
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
 fn deployment(app: usize, replicas: usize, cpu_millis: i64, memory_gib: i64, rule: u8) -> Vec<Pod> {
     let name = format!("app{app}");
@@ -294,6 +343,7 @@ fn pools() -> impl Strategy<Value = NodePoolSpec> {
         Just(small_and_giant()),
         Just(three_memory_sizes()),
         Just(compute_general_memory()),
+        Just(dear_zone_a()),
     ]
 }
 

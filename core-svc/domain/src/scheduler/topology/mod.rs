@@ -34,6 +34,8 @@ pub(super) struct AllowedDomains {
     pub(super) values: Vec<Arc<str>>,
     /// What placing the pod elsewhere would violate.
     pub(super) broken: Broken,
+    /// Whether the rule is a topology spread (the pod's own).
+    pub(super) spread: bool,
     /// For a rule on zones, the run's interned zones among `values`, sorted, so that a planned
     /// NodeClaim pinned to a zone is checked against it by number
     /// (`NodeClaimState::pinned_zone`) rather than by looking up and comparing strings, for
@@ -43,6 +45,18 @@ pub(super) struct AllowedDomains {
 }
 
 impl AllowedDomains {
+    /// The rule as it allows the pod when its zone spreads keep to the zones `cheaper`
+    /// (`PodTopology::cheaper_zones`): a zone spread's values narrowed to them, any other
+    /// rule unchanged. `interned` are the run's zones, which `zones` numbers.
+    pub(super) fn keeping(&self, cheaper: &[Arc<str>], interned: &ValueIndex) -> AllowedDomains {
+        let mut kept = self.clone();
+        if let (true, Some(zones)) = (self.spread, &mut kept.zones) {
+            kept.values.retain(|value| cheaper.contains(value));
+            zones.retain(|&zone| cheaper.contains(interned.value(zone)));
+        }
+        kept
+    }
+
     /// Whether a target whose requirements pin `key` to one value keeps the rule: `None`
     /// when they do not pin it.
     pub(super) fn allows(&self, requirements: &Requirements) -> Option<bool> {
@@ -67,6 +81,10 @@ pub(super) struct PodTopology<'a> {
     pub(super) inverse_owned: &'a [GroupId],
     /// The pod's required node requirements: the domains it may use.
     pub(super) strict: &'a Requirements,
+    /// When set, the zones its zone spreads keep to among those they allow: where pods like
+    /// it cost least (`State::cheaper_zones`). Any allowed zone keeps a spread; this only
+    /// chooses among them.
+    pub(super) cheaper_zones: Option<&'a [Arc<str>]>,
 }
 
 impl PodTopology<'_> {
@@ -296,13 +314,7 @@ impl Topology {
             .map(|(group, id, is_inverse)| {
                 let selects_itself = !is_inverse && pod.selected_by.contains(&id);
                 let mut values: Vec<Arc<str>> = self
-                    .candidates(
-                        group,
-                        selects_itself,
-                        is_inverse,
-                        pod.strict,
-                        &unconstrained,
-                    )
+                    .candidates(group, selects_itself, is_inverse, pod, &unconstrained)
                     .into_iter()
                     .map(|d| self.values[d as usize].clone())
                     .collect();
@@ -316,6 +328,7 @@ impl Topology {
                     key: group.spec.key.clone(),
                     values,
                     broken: Broken::of(id, is_inverse),
+                    spread: !is_inverse && matches!(group.spec.rule, Rule::Spread { .. }),
                     zones,
                 }
             })
@@ -364,8 +377,7 @@ impl Topology {
                 continue;
             }
             let selects_itself = !is_inverse && pod.selected_by.contains(&id);
-            let candidates =
-                self.candidates(group, selects_itself, is_inverse, pod.strict, requirements);
+            let candidates = self.candidates(group, selects_itself, is_inverse, pod, requirements);
             let key = &group.spec.key;
             let pick = candidates
                 .into_iter()
@@ -385,9 +397,10 @@ impl Topology {
         group: &Group,
         selects_itself: bool,
         is_inverse: bool,
-        strict: &Requirements,
+        pod: &PodTopology<'_>,
         requirements: &Requirements,
     ) -> Vec<u32> {
+        let strict = pod.strict;
         let key = &*group.spec.key;
         let empty = Vec::new();
         let universe = self.universes.get(key).unwrap_or(&empty);
@@ -422,6 +435,9 @@ impl Topology {
                     .filter(|d| node_allows(d))
                     .filter(|&d| count(d) + u32::from(selects_itself) <= global_min + max_skew)
                     .collect();
+                if let Some(cheaper) = pod.cheaper_zones.filter(|_| key == LABEL_TOPOLOGY_ZONE) {
+                    fitting.retain(|&d| cheaper.contains(&self.values[d as usize]));
+                }
                 fitting.sort_by(|a, b| count(*a).cmp(&count(*b)).then_with(|| by_name(a, b)));
                 return fitting;
             }

@@ -30,6 +30,7 @@ fn pod_in<'a>(owned: &'a [GroupId], strict: &'a Requirements) -> PodTopology<'a>
         inverse_selecting: &[],
         inverse_owned: &[],
         strict,
+        cheaper_zones: None,
     }
 }
 
