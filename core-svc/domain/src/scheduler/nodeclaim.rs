@@ -172,6 +172,10 @@ pub(super) struct NodeClaimState {
     /// The zone its requirements pin, once a pod with a rule on zones asked; forgotten when
     /// they change (see [`Self::pinned_zone`]).
     pinned_zone: Cell<Option<PinnedZone>>,
+    /// Its cheapest option at the prices of its requirements now, and that price, once the
+    /// improvement pass asked (`State::cheapest`); forgotten when it takes a pod. The pass
+    /// asks for the same NodeClaims' prices over and over, and they change only then.
+    pub(super) priced: Option<(usize, f64)>,
 }
 
 /// The zone a NodeClaim's requirements pin.
@@ -211,6 +215,7 @@ impl NodeClaimState {
             reserved: Vec::new(),
             retired: false,
             pinned_zone: Cell::new(None),
+            priced: None,
         }
     }
 
@@ -479,6 +484,7 @@ impl NodeClaimState {
 
     /// Takes the pod `pod` as `trial` describes.
     pub(super) fn commit(&mut self, trial: Trial, pod: usize, host_ports: &[HostPort]) {
+        self.priced = None;
         if let Some(requirements) = trial.requirements {
             self.requirements = requirements;
             self.pinned_zone.set(None);
