@@ -5,10 +5,10 @@ use proptest::prelude::*;
 
 use crate::labels::{LABEL_HOSTNAME, LABEL_TOPOLOGY_ZONE};
 use crate::resources::ResourceList;
-use crate::scheduler::testing::{TypeSpec, catalogue, input, pod, resources, run};
+use crate::scheduler::testing::{TypeSpec, catalogue, input, pod, resources, run, shared};
 use crate::scheduler::{
-    LabelSelector, Limits, NodePoolSpec, Packing, Pod, PodAffinityTerm, SchedulingInput,
-    SchedulingResults, TopologySpreadConstraint, solve_with,
+    ExistingNode, LabelSelector, Limits, NodePoolSpec, Packing, Pod, PodAffinityTerm,
+    SchedulingInput, SchedulingResults, TopologySpreadConstraint, solve_with,
 };
 
 /// A small type priced by size and a giant one at twice that rate, as the largest types of
@@ -244,6 +244,16 @@ fn given_a_node_claim_of_memory_heavy_pods_too_large_for_three_partners_when_sol
     assert_valid(&given, &results);
 }
 
+/// Cost-aware packing's plan, without the first-fit plan [`crate::scheduler::solve`] compares
+/// it with at this size and would keep where cost-aware packing placed fewer pods or paid
+/// more.
+fn cost_aware_alone(given: &SchedulingInput) -> SchedulingResults {
+    let mut solver = crate::scheduler::solver::Solver::new(given, Packing::CostAware);
+    solver.run(given.preference_policy);
+    solver.improve(given.preference_policy);
+    solver.finish()
+}
+
 /// Zone-a offers only an older generation, at half as much again as the newer one the other
 /// zones offer: a zone priced unlike the others, as a real region's zones are.
 fn dear_zone_a() -> NodePoolSpec {
@@ -291,6 +301,49 @@ fn given_a_zone_spread_over_zones_priced_unlike_when_solved_then_the_pod_left_ov
         results.estimated_cost()
     );
     assert_valid(&given, &results);
+}
+
+#[test]
+fn given_a_zone_spread_pod_and_room_on_a_node_in_a_dear_zone_when_solved_then_it_takes_the_room() {
+    // Room already paid for costs nothing, however dear its zone.
+    let mut given = input(deployment(0, 1, 3000, 1, 1), vec![dear_zone_a()]);
+    given.existing_nodes = shared(vec![ExistingNode::new(
+        "node-a",
+        [(LABEL_TOPOLOGY_ZONE, "zone-a")],
+        resources(4000, 8).with(crate::resources::ResourceName::PODS, 110),
+    )]);
+
+    let results = cost_aware_alone(&given);
+
+    assert_eq!(results.existing_placements.len(), 1);
+    assert!(results.new_node_claims.is_empty());
+}
+
+#[test]
+fn given_cheaper_zones_whose_types_cannot_hold_a_zone_spread_pod_when_solved_then_it_goes_where_one_can()
+ {
+    // Per core, the small type of zones b and c is the cheapest, but no node of it holds the
+    // pod: it goes to zone-a as it would without preferring cheaper zones.
+    let types = [
+        TypeSpec::new("c5.large", 2, 4, 0.05).zones(&["zone-b", "zone-c"]),
+        TypeSpec::new("c4.2xlarge", 8, 16, 0.60).zones(&["zone-a"]),
+    ]
+    .iter()
+    .map(TypeSpec::build)
+    .collect();
+    let given = input(
+        deployment(0, 1, 3000, 1, 1),
+        vec![NodePoolSpec::new("default", types)],
+    );
+
+    let results = cost_aware_alone(&given);
+
+    assert!(results.unschedulable.is_empty());
+    assert_eq!(results.new_node_claims.len(), 1);
+    assert_eq!(
+        crate::scheduler::testing::allowed(&results, 0, LABEL_TOPOLOGY_ZONE),
+        "zone-a"
+    );
 }
 
 /// A deployment of `replicas` pods of `cpu_millis` and `memory_gib` under `rule`.
