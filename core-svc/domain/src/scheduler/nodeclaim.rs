@@ -250,6 +250,14 @@ impl NodeClaimState {
             .is_none_or(|c| self.demand.fixed.plus(pod).fits_in(&c.allocatable))
     }
 
+    /// The run's interned zone the NodeClaim's requirements pin, if they pin one.
+    pub(super) fn zone(&self, dims: &Dimensions) -> Option<u32> {
+        match self.pinned_zone(dims) {
+            PinnedZone::Zone(zone) => Some(zone),
+            PinnedZone::Unpinned | PinnedZone::Other => None,
+        }
+    }
+
     /// The zone the NodeClaim's requirements pin, worked out on first use after they change.
     fn pinned_zone(&self, dims: &Dimensions) -> PinnedZone {
         if let Some(known) = self.pinned_zone.get() {
