@@ -50,6 +50,11 @@ impl ValueIndex {
     pub(super) fn value(&self, index: u32) -> &Arc<str> {
         &self.values[index as usize]
     }
+
+    /// Every interned value, by index.
+    pub(super) fn values(&self) -> &[Arc<str>] {
+        &self.values
+    }
 }
 
 /// The interned zones and capacity types of every NodePool of a run.

@@ -108,10 +108,12 @@ impl State<'_> {
         let state = &mut self.pools[pool];
         let mut wanted = state.base.clone();
         wanted.add_all(&candidate.constraints.requirements);
-        let zones = &self.dims.zones;
-        let costs: Arc<[f64]> = (0..zones.len())
+        let costs: Arc<[f64]> = self
+            .dims
+            .zones
+            .values()
+            .iter()
             .map(|zone| {
-                let zone = zones.value(u32::try_from(zone).unwrap_or(u32::MAX));
                 let mut requirements = wanted.clone();
                 requirements.add(Requirement::in_values(LABEL_TOPOLOGY_ZONE, [&**zone]));
                 let prices = state.catalog.prices(&requirements, &self.dims);
