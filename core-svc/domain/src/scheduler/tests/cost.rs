@@ -14,14 +14,15 @@ use crate::scheduler::{
 /// A small type priced by size and a giant one at twice that rate, as the largest types of
 /// a real catalogue often are (metal, the newest generations, the last spot capacity).
 fn small_and_giant() -> NodePoolSpec {
-    let types = [
+    node_pool(&[
         TypeSpec::new("c5.xlarge", 4, 8, 0.20),
         TypeSpec::new("c5.24xlarge", 96, 192, 9.60),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    NodePoolSpec::new("default", types)
+    ])
+}
+
+/// A NodePool over `types`.
+fn node_pool(types: &[TypeSpec]) -> NodePoolSpec {
+    NodePoolSpec::new("default", types.iter().map(TypeSpec::build).collect())
 }
 
 fn cheapest_types(results: &SchedulingResults) -> Vec<&str> {
@@ -104,17 +105,11 @@ fn given_pods_that_fill_a_c_type_on_memory_when_solved_then_no_node_grows_into_a
     // type (cpu-bound, 0.0410 each, 2.5 % dearer, with 52 GiB left idle). Within 3 % the
     // first NodeClaim grows into the m type for its last three pods and the other eight pods
     // pay for a c type of their own; within 2 % both NodeClaims stay c types.
-    let types = [
+    let pool = node_pool(&[
         TypeSpec::new("c6a.8xlarge", 32, 58, 1.16),
         TypeSpec::new("m6a.8xlarge", 32, 116, 1.312),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    let given = input(
-        deployment(0, 40, 1000, 2, 0),
-        vec![NodePoolSpec::new("default", types)],
-    );
+    ]);
+    let given = input(deployment(0, 40, 1000, 2, 0), vec![pool]);
 
     let results = run(&given);
 
@@ -128,15 +123,11 @@ fn given_pods_that_fill_a_c_type_on_memory_when_solved_then_no_node_grows_into_a
 /// Memory-optimised types in three sizes: the largest is the cheapest per pod when full,
 /// the middle one 5 % dearer than the smallest.
 fn three_memory_sizes() -> NodePoolSpec {
-    let types = [
+    node_pool(&[
         TypeSpec::new("r5.4xlarge", 16, 128, 1.00),
         TypeSpec::new("r5.metal", 128, 1024, 8.40).pods(200),
         TypeSpec::new("r5.48xlarge", 192, 1536, 11.52).pods(250),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    NodePoolSpec::new("default", types)
+    ])
 }
 
 #[test]
@@ -167,15 +158,11 @@ fn given_pods_that_half_fill_the_type_cheapest_when_full_when_solved_then_they_a
 /// of the two shapes of [`given_pods_of_two_shapes_that_each_leave_their_type_idle_when_solved_then_they_share_nodes_of_the_type_between`]
 /// is cheapest alone on the c or the r type, and both together on the m type.
 fn compute_general_memory() -> NodePoolSpec {
-    let types = [
+    node_pool(&[
         TypeSpec::new("c6a.8xlarge", 32, 96, 1.00),
         TypeSpec::new("m6a.9xlarge", 36, 144, 1.30),
         TypeSpec::new("r6a.8xlarge", 32, 256, 2.20),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    NodePoolSpec::new("default", types)
+    ])
 }
 
 #[test]
@@ -214,19 +201,16 @@ fn given_a_node_claim_of_memory_heavy_pods_too_large_for_three_partners_when_sol
     // Three m nodes' idle memory holds a fraction of the r node's pods, so no mix of it with
     // three partners saves; with six, nine m nodes hold them all for 23.04 where they cost
     // 27.36.
-    let types = [
+    let pool = node_pool(&[
         TypeSpec::new("m6g.metal", 64, 256, 2.56),
         TypeSpec::new("r6a.48xlarge", 192, 1536, 12.0).pods(737),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
+    ]);
     let pods = [
         deployment(0, 180, 1000, 8, 0),
         deployment(1, 1012, 1000, 2, 0),
     ]
     .concat();
-    let given = input(pods, vec![NodePoolSpec::new("default", types)]);
+    let given = input(pods, vec![pool]);
 
     let results = run(&given);
     assert!(results.unschedulable.is_empty());
@@ -257,16 +241,12 @@ fn cost_aware_alone(given: &SchedulingInput) -> SchedulingResults {
 /// Zone-a offers only an older generation, at half as much again as the newer one the other
 /// zones offer: a zone priced unlike the others, as a real region's zones are.
 fn dear_zone_a() -> NodePoolSpec {
-    let types = [
+    node_pool(&[
         TypeSpec::new("c4.xlarge", 4, 8, 0.30).zones(&["zone-a"]),
         TypeSpec::new("c4.4xlarge", 16, 32, 1.20).zones(&["zone-a"]),
         TypeSpec::new("c5.xlarge", 4, 8, 0.20).zones(&["zone-b", "zone-c"]),
         TypeSpec::new("c5.4xlarge", 16, 32, 0.80).zones(&["zone-b", "zone-c"]),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    NodePoolSpec::new("default", types)
+    ])
 }
 
 #[test]
@@ -324,17 +304,11 @@ fn given_cheaper_zones_whose_types_cannot_hold_a_zone_spread_pod_when_solved_the
  {
     // Per core, the small type of zones b and c is the cheapest, but no node of it holds the
     // pod: it goes to zone-a as it would without preferring cheaper zones.
-    let types = [
+    let pool = node_pool(&[
         TypeSpec::new("c5.large", 2, 4, 0.05).zones(&["zone-b", "zone-c"]),
         TypeSpec::new("c4.2xlarge", 8, 16, 0.60).zones(&["zone-a"]),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
-    let given = input(
-        deployment(0, 1, 3000, 1, 1),
-        vec![NodePoolSpec::new("default", types)],
-    );
+    ]);
+    let given = input(deployment(0, 1, 3000, 1, 1), vec![pool]);
 
     let results = cost_aware_alone(&given);
 
@@ -355,20 +329,17 @@ fn given_zones_whose_pods_suit_one_type_only_together_when_solved_then_that_type
     // the r type leaves nothing idle. Each zone's pods together suit the m type. Over 1,000
     // pods, so that the NodePool is not refilled whole first-fit, which would find it too.
     let zones = ["zone-a", "zone-b"];
-    let types = [
+    let pool = node_pool(&[
         TypeSpec::new("c4.2xlarge", 8, 12, 1.0).zones(&zones),
         TypeSpec::new("r4.large", 2, 12, 0.5).zones(&zones),
         TypeSpec::new("m4.xlarge", 4, 16, 0.72).zones(&zones),
-    ]
-    .iter()
-    .map(TypeSpec::build)
-    .collect();
+    ]);
     let pods = [
         deployment(0, 504, 1000, 2, 1),
         deployment(1, 504, 1000, 6, 1),
     ]
     .concat();
-    let given = input(pods, vec![NodePoolSpec::new("default", types)]);
+    let given = input(pods, vec![pool]);
 
     let results = run(&given);
 
