@@ -549,9 +549,7 @@ impl Solver<'_> {
             }
             // Only where one type could hold them all for less, by the estimate of
             // `State::estimate`: most zones are already as good as their types allow.
-            let whole = indices.iter().fold(Fixed::ZERO, |whole, &i| {
-                whole.plus(&self.state.claims[i as usize].demand.fixed)
-            });
+            let whole = self.state.demand_of(&indices);
             let now: f64 = indices.iter().map(|&i| self.state.price(i as usize)).sum();
             if self.state.estimate(indices[0] as usize, &whole, false) < now - SAVING {
                 self.refill(pool, &indices, rank, policy, Refill::Mix);
@@ -577,14 +575,9 @@ impl Solver<'_> {
         }
         // Set for the refill only: every way out below restores both.
         let cost_aware = std::mem::replace(&mut state.cost_aware, how != Refill::FirstFit);
-        let whole = || {
-            indices.iter().fold(Fixed::ZERO, |whole, &i| {
-                whole.plus(&state.claims[i as usize].demand.fixed)
-            })
-        };
         state.reweigh = match how {
-            Refill::Split => Some(Reweigh::Split(whole())),
-            Refill::Mix => Some(Reweigh::Mix(whole())),
+            Refill::Split => Some(Reweigh::Split(state.demand_of(indices))),
+            Refill::Mix => Some(Reweigh::Mix(state.demand_of(indices))),
             Refill::FirstFit | Refill::Capped => None,
         };
         let limits = state.pools[pool].snapshot();
@@ -771,10 +764,14 @@ impl State<'_> {
     /// on one node when `smaller`.
     fn estimate(&mut self, index: usize, whole: &Fixed, smaller: bool) -> f64 {
         let claim = &self.claims[index];
-        let pool = &mut self.pools[claim.pool];
-        let table = pool.catalog.prices(&claim.requirements, &self.dims);
-        let undominated = pool.cost.undominated(&table);
-        pool.cost.least_cost(&undominated, whole, smaller)
+        self.pools[claim.pool].least_cost(&claim.requirements, &self.dims, whole, smaller)
+    }
+
+    /// What the pods of the planned NodeClaims `indices` request together.
+    fn demand_of(&self, indices: &[u32]) -> Fixed {
+        indices.iter().fold(Fixed::ZERO, |whole, &i| {
+            whole.plus(&self.claims[i as usize].demand.fixed)
+        })
     }
 
     /// Takes the planned NodeClaim `index` out of the plan, its pods with it.

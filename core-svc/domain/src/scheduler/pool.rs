@@ -11,7 +11,7 @@ use crate::scheduler::bits::Bits;
 use crate::scheduler::catalog::{Catalog, Dimensions, Filtered, Narrowing};
 use crate::scheduler::cost::PoolCost;
 use crate::scheduler::daemons::DaemonSets;
-use crate::scheduler::fit::Demand;
+use crate::scheduler::fit::{Demand, Fixed};
 use crate::scheduler::ids::ContentMap;
 use crate::scheduler::nodepool::NodePoolSpec;
 use crate::scheduler::pod::Pod;
@@ -211,6 +211,22 @@ impl<'a> PoolState<'a> {
                     .iter()
                     .find(|r| candidates.iter().any(|i| excludes(r, i)))
             })
+    }
+
+    /// What pods requesting `whole` cost on the type of this NodePool that holds them for
+    /// least at `requirements`' prices, fractions of a node allowed, burstable types left out
+    /// as cost caps leave them out; only among the types that cannot hold them all on one
+    /// node when `smaller` (`PoolCost::least_cost`).
+    pub(super) fn least_cost(
+        &mut self,
+        requirements: &Requirements,
+        dims: &Dimensions,
+        whole: &Fixed,
+        smaller: bool,
+    ) -> f64 {
+        let prices = self.catalog.prices(requirements, dims);
+        let undominated = self.cost.undominated(&prices);
+        self.cost.least_cost(&undominated, whole, smaller)
     }
 
     /// The values of `key` that nodes of this NodePool can have: the zones and capacity types

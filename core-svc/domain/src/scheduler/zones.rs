@@ -116,11 +116,7 @@ impl State<'_> {
             .map(|zone| {
                 let mut requirements = wanted.clone();
                 requirements.add(Requirement::in_values(LABEL_TOPOLOGY_ZONE, [&**zone]));
-                let prices = state.catalog.prices(&requirements, &self.dims);
-                let types = state.cost.undominated(&prices);
-                state
-                    .cost
-                    .least_cost(&types, &candidate.demand.fixed, false)
+                state.least_cost(&requirements, &self.dims, &candidate.demand.fixed, false)
             })
             .collect();
         self.zone_costs.insert(key, costs.clone());
